@@ -1,0 +1,34 @@
+# Two commands from a fresh clone: `make run` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
+TORCH_CPU ?= torch==2.13.0
+
+.PHONY: install run test lint format clean
+
+$(BIN)/popgrpo: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH_CPU)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+install: $(BIN)/popgrpo
+
+run: install
+	$(BIN)/popgrpo train
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check popgrpo tests
+	$(BIN)/ruff format --check popgrpo tests
+
+format: install
+	$(BIN)/ruff format popgrpo tests
+	$(BIN)/ruff check --fix popgrpo tests
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

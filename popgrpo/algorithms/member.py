@@ -1,0 +1,247 @@
+"""One population member: a policy trained by GRPO with optional QD and MaxEnt shapers.
+
+The four methods of the main paper are one loop with switches, not four copies:
+
+* GRPO: group-relative advantages, clipped surrogate, KL to the frozen initial policy.
+* QD-GRPO (``qd.enabled``): archive bonuses ``β_new·1[new] + β_imp·1[improved]`` added to
+  rewards before normalising (eq. 3).
+* MaxEnt-GRPO (``maxent.*``): entropy bonus ``α·H`` with α by dual descent (eq. 4), novelty
+  reward ``γ·kNN`` (eq. 5), normalisation within complexity bins (eq. 6).
+* Pop-GRPO: several members plus the scheduler (:mod:`popgrpo.runtime.scheduler`), which
+  calls :meth:`Member.reseed` with the soup after each round.
+
+Any combination is allowed (e.g. a population of MaxEnt members with archive bonuses).
+A member knows nothing about Ray: the executors in :mod:`popgrpo.runtime` hold members
+and call these methods.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from popgrpo.algorithms.archive_service import ArchiveService
+from popgrpo.config import Config
+from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
+from popgrpo.core.entropy import AdaptiveAlpha
+from popgrpo.core.grpo import binned_advantages, clipped_surrogate, group_advantages, kl_penalty
+from popgrpo.core.merge import perturb
+from popgrpo.core.metrics import pairwise_diversity
+from popgrpo.core.seeding import torch_generator
+from popgrpo.envs import Environment, make_env
+from popgrpo.policies import Policy, make_policy
+
+__all__ = ["Member", "BadRewardError", "METRIC_COLUMNS", "initial_weights"]
+
+log = logging.getLogger(__name__)
+
+# Seed-stream keys (see popgrpo.core.seeding): each purpose gets its own stream.
+_STREAM_INIT = 0  # shared initial weights
+_STREAM_MEMBER = 1  # (1, k): member k's sampling and reward noise
+_STREAM_PERTURB = 2  # (2, k, round): member k's perturbation at a round
+
+METRIC_COLUMNS = (
+    "epoch",
+    "member",
+    "reward_mean",
+    "reward_max",
+    "diversity",
+    "complexity",
+    "entropy",
+    "alpha",
+    "kl",
+    "novelty",
+    "archive_new",
+    "archive_improved",
+    "archive_coverage",
+    "archive_qd_score",
+    "bad_rewards",
+    "ideas",
+)
+
+
+class BadRewardError(RuntimeError):
+    """Too many NaN/inf rewards in one batch: the environment is broken, stop the run."""
+
+
+def initial_weights(config: Config, member_id: int = 0) -> dict[str, torch.Tensor]:
+    """The weights a member starts from: shared by all members unless ``shared_init`` is off."""
+    env = make_env(config.env)
+    key = (_STREAM_INIT,) if config.population.shared_init else (_STREAM_INIT, member_id)
+    policy = make_policy(config.policy, env.idea_dim, torch_generator(config.run.seed, *key))
+    return {k: v.detach().clone() for k, v in policy.state_dict().items()}
+
+
+class Member:
+    """A GRPO learner with its own policy, optimiser, α and random stream.
+
+    Args:
+        member_id: index k in the population (0-based); picks the member's seed stream.
+        config: the validated run config.
+        archive: where archive statuses and novelty scores come from (private or shared).
+        env: the environment; built from ``config.env`` when omitted.
+    """
+
+    def __init__(self, member_id: int, config: Config, archive: ArchiveService, env: Environment | None = None) -> None:
+        self.member_id = member_id
+        self.config = config
+        self.archive = archive
+        self.env = env if env is not None else make_env(config.env)
+        self.policy: Policy = make_policy(config.policy, self.env.idea_dim)
+        self.policy.load_state_dict(initial_weights(config, member_id))
+        self.reference: Policy = copy.deepcopy(self.policy).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.grpo.lr)
+        ent = config.maxent.entropy
+        self.alpha = AdaptiveAlpha(ent.target, ent.alpha_init, ent.alpha_lr)
+        self.generator = torch_generator(config.run.seed, _STREAM_MEMBER, member_id)
+        self.prompts = torch.arange(config.policy.n_prompts)
+        self.epochs_done = 0
+        self.bad_rewards_total = 0
+
+    # ---- training ---------------------------------------------------------------------
+    def train_epochs(self, n_epochs: int) -> list[dict]:
+        """Run ``n_epochs`` epochs; return one metrics row per epoch (:data:`METRIC_COLUMNS`)."""
+        rows = []
+        for _ in range(n_epochs):
+            steps = [self._step() for _ in range(self.config.grpo.steps_per_epoch)]
+            rows.append(self._epoch_row(steps))
+            self.epochs_done += 1
+        return rows
+
+    def _step(self) -> dict:
+        cfg = self.config
+        G, P = cfg.grpo.group_size, cfg.policy.n_prompts
+        with torch.no_grad():
+            ideas = self.policy.sample(self.prompts, G, self.generator)  # [P, G, d]
+            old_logp = self.policy.log_prob(self.prompts, ideas)
+            ref_logp = self.reference.log_prob(self.prompts, ideas)
+        flat = ideas.reshape(P * G, -1)
+        rewards = self.env.reward(flat, self.generator).reshape(P, G).float()
+        complexity = self.env.complexity(flat).reshape(P, G)
+
+        finite = torch.isfinite(rewards)
+        n_bad = int((~finite).sum())
+        if n_bad:
+            self._handle_bad_rewards(n_bad, rewards.numel())
+        returns, info = self._shape_returns(flat, rewards, finite)
+        advantages = self._advantages(returns, complexity, finite)
+
+        for _ in range(cfg.grpo.updates_per_batch):
+            logp = self.policy.log_prob(self.prompts, ideas)
+            entropy = self.policy.entropy(self.prompts).mean()
+            kl = kl_penalty(logp, ref_logp).mean()
+            loss = clipped_surrogate(logp, old_logp, advantages, cfg.grpo.clip) + cfg.grpo.kl_coef * kl
+            if cfg.maxent.entropy.enabled:
+                loss = loss - self.alpha.value * entropy
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+        if cfg.maxent.entropy.enabled:
+            self.alpha.update(float(entropy.detach()))
+
+        good = rewards[finite]
+        return {
+            "reward_mean": float(good.mean()) if good.numel() else math.nan,
+            "reward_max": float(good.max()) if good.numel() else math.nan,
+            "diversity": pairwise_diversity(flat),
+            "complexity": float(complexity.mean()),
+            "entropy": float(entropy.detach()),
+            "kl": float(kl.detach()),
+            "bad_rewards": n_bad,
+            **info,
+        }
+
+    def _handle_bad_rewards(self, n_bad: int, n_total: int) -> None:
+        self.bad_rewards_total += n_bad
+        fraction = n_bad / n_total
+        limit = self.config.grpo.max_bad_reward_fraction
+        if fraction > limit:
+            raise BadRewardError(
+                f"member {self.member_id}: {n_bad}/{n_total} rewards were NaN/inf "
+                f"({fraction:.0%} > grpo.max_bad_reward_fraction={limit:.0%}); the environment's "
+                "reward is broken"
+            )
+        log.warning("member %d: %d NaN/inf rewards left out of this update", self.member_id, n_bad)
+
+    def _shape_returns(self, flat: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Reward plus archive bonus (eq. 3) and novelty (eq. 5); ``[P, G]``."""
+        cfg = self.config
+        returns = torch.where(finite, rewards, torch.zeros_like(rewards))
+        keep = finite.reshape(-1).numpy()
+        flat_np = flat.numpy()
+        statuses = np.zeros(keep.shape[0], dtype=np.int64)
+        if keep.any():
+            behaviours = self.env.behaviour(flat).numpy()
+            statuses[keep] = self.archive.update(behaviours[keep], rewards.reshape(-1).numpy()[keep], flat_np[keep])
+        status_t = torch.from_numpy(statuses).reshape(rewards.shape)
+        if cfg.qd.enabled:
+            returns = returns + cfg.qd.beta_new * (status_t == STATUS_NEW) + cfg.qd.beta_imp * (status_t == STATUS_IMPROVED)
+        novelty_mean = math.nan
+        if cfg.maxent.novelty.enabled:
+            novelty = torch.from_numpy(np.asarray(self.archive.novelty(flat_np), dtype=np.float32)).reshape(rewards.shape)
+            returns = returns + cfg.maxent.novelty.coef * novelty
+            novelty_mean = float(novelty.mean())
+        info = {
+            "archive_new": int((statuses == STATUS_NEW).sum()),
+            "archive_improved": int((statuses == STATUS_IMPROVED).sum()),
+            "novelty": novelty_mean,
+        }
+        return returns, info
+
+    def _advantages(self, returns: torch.Tensor, complexity: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+        cfg = self.config
+        if not bool(finite.all()):
+            # A bad idea takes its group's mean return, so it has exactly zero advantage.
+            counts = finite.sum(dim=1, keepdim=True).clamp_min(1)
+            group_mean = (returns * finite).sum(dim=1, keepdim=True) / counts
+            returns = torch.where(finite, returns, group_mean.expand_as(returns))
+        if cfg.maxent.complexity_bins > 1:
+            adv = binned_advantages(returns, complexity, cfg.maxent.complexity_bins, cfg.grpo.adv_eps)
+        else:
+            adv = group_advantages(returns, cfg.grpo.adv_eps)
+        return torch.where(finite, adv, torch.zeros_like(adv))
+
+    def _epoch_row(self, steps: list[dict]) -> dict:
+        def mean(key: str) -> float:
+            values = [s[key] for s in steps if not math.isnan(s[key])]
+            return float(np.mean(values)) if values else math.nan
+
+        stats = self.archive.stats()
+        return {
+            "epoch": self.epochs_done,
+            "member": self.member_id,
+            "reward_mean": mean("reward_mean"),
+            "reward_max": mean("reward_max"),
+            "diversity": mean("diversity"),
+            "complexity": mean("complexity"),
+            "entropy": mean("entropy"),
+            "alpha": self.alpha.value,
+            "kl": mean("kl"),
+            "novelty": mean("novelty"),
+            "archive_new": int(sum(s["archive_new"] for s in steps)),
+            "archive_improved": int(sum(s["archive_improved"] for s in steps)),
+            "archive_coverage": stats["coverage"],
+            "archive_qd_score": stats["qd_score"],
+            "bad_rewards": int(sum(s["bad_rewards"] for s in steps)),
+            "ideas": len(steps) * self.config.grpo.group_size * self.config.policy.n_prompts,
+        }
+
+    # ---- weights, for the scheduler ----------------------------------------------------
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+
+    def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
+        """Load ``base`` plus this member's own Gaussian perturbation (Pop-GRPO re-seeding).
+
+        The perturbation stream is keyed by (member, round), so it does not depend on which
+        process or executor performs it. Adam's moments belong to the old weights and are
+        reset; α, the reference policy and the novelty memory are the member's own and stay.
+        """
+        generator = torch_generator(self.config.run.seed, _STREAM_PERTURB, self.member_id, round_index)
+        self.policy.load_state_dict(perturb(base, sigma, generator))
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.grpo.lr)

@@ -1,0 +1,99 @@
+"""The ``popgrpo`` command.
+
+Exit codes: 0 success; 2 bad input (config, overrides, missing file), one line on stderr
+naming the field; 1 runtime failure (message on stderr, traceback in the run directory's
+``error.log``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from popgrpo.config import ConfigError, config_markdown, load_config, preset_path
+
+DEFAULT_PRESET = "pop_grpo"
+
+
+def _resolve_config_path(value: str | None) -> Path:
+    """A file path, or a preset name (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
+    if value is None:
+        return preset_path(DEFAULT_PRESET)
+    path = Path(value)
+    if path.exists() or path.suffix in (".yaml", ".yml") or "/" in value:
+        return path
+    preset = preset_path(value)
+    if preset.exists():
+        return preset
+    raise ConfigError(f"config file not found: {value} (and no preset named {value!r})")
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    overrides = list(args.set or [])
+    if args.seed is not None:
+        overrides.append(f"run.seed={args.seed}")
+    config = load_config(_resolve_config_path(args.config), overrides)
+    # Imported after validation so a bad config fails fast, before torch loads.
+    from popgrpo.train import default_run_dir, train
+
+    run_dir = Path(args.out) if args.out else default_run_dir(config)
+    try:
+        summary = train(config, run_dir, progress=not args.quiet)
+    except FileExistsError as exc:
+        raise ConfigError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - reported, logged, exit 1
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "error.log").write_text(traceback.format_exc())
+        print(f"popgrpo: run failed: {exc} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, indent=2))
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    if args.markdown:
+        sys.stdout.write(config_markdown())
+        return 0
+    path = _resolve_config_path(args.config) if args.config else None
+    sys.stdout.write(load_config(path, args.set or []).to_yaml())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="popgrpo", description="Population GRPO against diversity collapse.")
+    sub = parser.add_subparsers(dest="command")
+
+    train = sub.add_parser("train", help="train a run (default: the Pop-GRPO preset)")
+    train.add_argument("--config", help="YAML file or preset name (grpo, qd_grpo, maxent_grpo, pop_grpo); default pop_grpo")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. --set grpo.lr=1e-3 (repeatable)")
+    train.add_argument("--out", help="run directory (default runs/<run.name>-<timestamp>)")
+    train.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_cmd_train)
+
+    cfg = sub.add_parser("config", help="print the resolved config, or the field reference")
+    cfg.add_argument("--config", help="YAML file or preset name; default: built-in defaults")
+    cfg.add_argument("--set", action="append", metavar="KEY=VALUE")
+    cfg.add_argument("--markdown", action="store_true", help="print the config reference table")
+    cfg.set_defaults(func=_cmd_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["train", *(argv or [])])
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"popgrpo: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

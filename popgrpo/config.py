@@ -1,0 +1,253 @@
+"""The run configuration: typed, validated once, documented once.
+
+Every field's ``description`` is its only documentation: the README's config reference is
+generated from it (``popgrpo config --markdown``), and a test keeps the two in sync. Each
+description says the effect and, where there is one, the paper source; the default is the
+field's default.
+
+Validation uses pydantic (``extra="forbid"`` everywhere, so a misspelt key is an error, not
+silently ignored). :func:`load_config` turns any problem — missing file, bad YAML, unknown
+key, wrong type, out-of-range value, inconsistent fields — into :class:`ConfigError`, whose
+message names the offending field; the CLI prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = ["Config", "ConfigError", "load_config", "parse_override", "config_markdown"]
+
+PRESET_DIR = Path(__file__).resolve().parent.parent / "jobs" / "configs"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with a one-line message naming the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(_Section):
+    name: str = Field("popgrpo", description="Run name: prefix of the default run directory and the `run` metric tag.")
+    seed: int = Field(42, ge=0, description="Root seed. Every member, archive and perturbation draws from seeds spawned from it (numpy SeedSequence): same seed, same numbers. Paper §5 uses 42, 142, 242, 342, 442.")
+    epochs: int = Field(120, ge=1, description="Training epochs per member (paper §5: 120).")
+    summary_window: int = Field(10, ge=1, description="Table-1 numbers in summary.json average the last this-many epochs (paper: 10).")
+    torch_threads: int = Field(1, ge=1, description="torch intra-op threads per process. 1 is fastest for the paper's small policy; raise it for large policies.")
+
+
+class EnvConfig(_Section):
+    kind: Literal["idea"] = Field("idea", description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv).")
+    dim: int = Field(16, ge=2, description="Idea dimension d (paper §5: 16).")
+    n_peaks: int = Field(8, ge=1, description="Number of quality peaks (paper §5: 8).")
+    quality_base: float = Field(0.5, description="Peak i has maximum quality quality_base + quality_step·i (paper §5: 0.5 + 0.3·i).")
+    quality_step: float = Field(0.3, description="See quality_base.")
+    width_base: float = Field(2.0, gt=0, description="Peak i has width width_base + width_step·i, the σ of its Gaussian bump (paper §5: 2.0 + 0.5·i).")
+    width_step: float = Field(0.5, ge=0, description="See width_base.")
+    radius_min: float = Field(1.5, ge=0, description="Distance of peak 0 (the lowest, easiest) from the origin. Not in the paper; chosen so GRPO collapses (see IdeaEnv).")
+    radius_max: float = Field(8.0, ge=0, description="Distance of the last (highest) peak from the origin; radii are evenly spaced in between. Not in the paper.")
+    exec_lambda: float = Field(1.0, gt=0, description="λ in p_exec = clip(1/(1+λ‖x‖), 0.05, 0.95) (paper eq. 2; value not given there, chosen so expected reward falls with complexity).")
+    noise_std: float = Field(0.3, ge=0, description="σ of the execution noise ε, paid only on success (paper §5: 0.3).")
+    peak_seed: int = Field(0, ge=0, description="Seed of the peak directions; independent of run.seed so all runs face one landscape.")
+
+
+class PolicyConfig(_Section):
+    kind: Literal["gaussian"] = Field("gaussian", description="Policy. `gaussian`: prompt embeddings, two-layer ReLU trunk, Gaussian heads (paper §5).")
+    n_prompts: int = Field(8, ge=1, description="Learnable prompts P; each step samples one group per prompt (paper §5: 8).")
+    embed_dim: int = Field(64, ge=1, description="Prompt embedding size (paper §5: 64).")
+    hidden: int = Field(128, ge=1, description="Trunk width (paper §5: 128).")
+    log_std_init: float = Field(0.0, description="Initial log σ of the Gaussian head (σ = 1).")
+    log_std_min: float = Field(-5.0, description="Lower clamp of log σ.")
+    log_std_max: float = Field(2.0, description="Upper clamp of log σ (2, as in common SAC implementations; bounds MaxEnt-GRPO's expansion).")
+
+    @model_validator(mode="after")
+    def _std_bounds(self) -> PolicyConfig:
+        if not self.log_std_min < self.log_std_max:
+            raise ValueError("log_std_min must be < log_std_max")
+        if not self.log_std_min <= self.log_std_init <= self.log_std_max:
+            raise ValueError("log_std_init must lie in [log_std_min, log_std_max]")
+        return self
+
+
+class GRPOConfig(_Section):
+    group_size: int = Field(16, ge=2, description="Ideas sampled per prompt, G (paper §5: 16).")
+    steps_per_epoch: int = Field(8, ge=1, description="GRPO updates per epoch; each samples a fresh batch of n_prompts × group_size ideas. Not in the paper.")
+    lr: float = Field(3e-4, gt=0, description="Adam learning rate (paper §5: 3e-4).")
+    clip: float = Field(0.2, gt=0, lt=1, description="PPO clipping range ε (paper §5: 0.2).")
+    kl_coef: float = Field(0.01, ge=0, description="Coefficient of the k3 KL estimate to the frozen initial policy (paper §5: 0.01).")
+    updates_per_batch: int = Field(1, ge=1, description="Gradient steps on each sampled batch (TRL's num_iterations; 1 = on-policy, ratio 1 at the step).")
+    adv_eps: float = Field(1e-6, gt=0, description="ε added to the group std in advantage normalisation.")
+    max_bad_reward_fraction: float = Field(0.5, ge=0, le=1, description="A step whose batch has more than this fraction of NaN/inf rewards stops the run; fewer are counted, warned about and left out of the update.")
+
+
+class QDConfig(_Section):
+    enabled: bool = Field(False, description="QD-GRPO: add archive bonuses to rewards before normalising (paper §4.1, eq. 3).")
+    beta_new: float = Field(0.5, ge=0, description="Bonus for an idea that opens an empty archive cell, β_new (paper: 0.5).")
+    beta_imp: float = Field(0.3, ge=0, description="Bonus for an idea that beats its cell's elite, β_imp (paper: 0.3).")
+
+
+class EntropyConfig(_Section):
+    enabled: bool = Field(False, description="Adaptive entropy bonus α·H (MaxEnt-GRPO, paper §4.2, eq. 4).")
+    target: float = Field(1.0, description="Target entropy H* in nats per idea dimension (paper: 1.0; a unit Gaussian has 1.419).")
+    alpha_init: float = Field(0.0, ge=0, description="Initial α.")
+    alpha_lr: float = Field(0.05, ge=0, description="Dual-descent step size for α (not in the paper).")
+
+
+class NoveltyConfig(_Section):
+    enabled: bool = Field(False, description="k-NN novelty reward (MaxEnt-GRPO, paper §4.2, eq. 5).")
+    coef: float = Field(0.3, ge=0, description="Novelty coefficient γ (paper: 0.3).")
+    k: int = Field(5, ge=1, description="Neighbours averaged (paper: 5).")
+    capacity: int = Field(512, ge=1, description="Rolling memory size (paper: 512).")
+
+
+class MaxEntConfig(_Section):
+    entropy: EntropyConfig = Field(default_factory=EntropyConfig, description="Adaptive entropy bonus.")
+    novelty: NoveltyConfig = Field(default_factory=NoveltyConfig, description="Novelty reward.")
+    complexity_bins: int = Field(1, ge=1, description="Length-conditional normalisation: advantages are normalised within this many complexity bins per group (paper eq. 6: L = 3; 1 = plain GRPO).")
+
+
+class ArchiveConfig(_Section):
+    cells_per_dim: int = Field(10, ge=1, description="MAP-Elites grid is cells_per_dim × cells_per_dim over behaviour space (paper: 10). Kept for every method so coverage is always reported; bonuses need qd.enabled.")
+    shared: bool = Field(False, description="One archive and novelty memory for the whole population (true) or one per member (false; the paper's QD-GRPO is one policy with its own archive).")
+
+
+class PopulationConfig(_Section):
+    size: int = Field(1, ge=1, description="Population size K (paper Pop-GRPO: 5).")
+    shared_init: bool = Field(True, description="All members start from the same initial weights (as fine-tuning one pretrained model does), so their soup is meaningful; false draws an independent init per member.")
+
+
+class SchedulerConfig(_Section):
+    enabled: bool = Field(False, description="Pop-GRPO selection/merge/perturb rounds (paper §4.3).")
+    interval_epochs: int = Field(10, ge=1, description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off.")
+    top_m: int = Field(3, ge=1, description="Members averaged into the soup, M (paper: 3).")
+    perturb_sigma: float = Field(0.01, ge=0, description="σ_p of the Gaussian perturbation each member adds to the soup when re-seeded (paper: 0.01).")
+
+
+class Config(_Section):
+    """A whole run. Sections mirror the paper: GRPO, QD, MaxEnt, population/scheduler."""
+
+    run: RunConfig = Field(default_factory=RunConfig, description="Run identity, seed, length.")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="The environment.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The policy.")
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO optimisation.")
+    qd: QDConfig = Field(default_factory=QDConfig, description="QD-GRPO archive bonuses.")
+    maxent: MaxEntConfig = Field(default_factory=MaxEntConfig, description="MaxEnt-GRPO shapers.")
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="The MAP-Elites archive and novelty memory.")
+    population: PopulationConfig = Field(default_factory=PopulationConfig, description="The population.")
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="Pop-GRPO scheduler.")
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Config:
+        if self.scheduler.enabled and self.scheduler.top_m > self.population.size:
+            raise ValueError(
+                f"scheduler.top_m ({self.scheduler.top_m}) must be <= population.size "
+                f"({self.population.size}): cannot average more members than exist"
+            )
+        if self.maxent.complexity_bins > self.grpo.group_size:
+            raise ValueError(
+                f"maxent.complexity_bins ({self.maxent.complexity_bins}) must be <= "
+                f"grpo.group_size ({self.grpo.group_size})"
+            )
+        if self.env.radius_max < self.env.radius_min:
+            raise ValueError("env.radius_max must be >= env.radius_min")
+        return self
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+# ---- loading ---------------------------------------------------------------------------
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``"grpo.lr=1e-3"`` → ``(["grpo", "lr"], 0.001)``; the value is parsed as YAML."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects key=value, got {item!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: cannot parse value {raw!r}: {exc}") from None
+    return key.strip().split("."), value
+
+
+def _apply_override(data: dict, path: list[str], value: Any) -> None:
+    node = data
+    for i, part in enumerate(path[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {'.'.join(path)}: {'.'.join(path[: i + 1])} is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> str:
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(config)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
+            msg = f"{msg} (got {err['input']!r})"
+        parts.append(f"{field}: {msg}")
+    return f"invalid config{source}: " + "; ".join(parts)
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
+    """Load YAML (or defaults when ``path`` is None), apply ``key=value`` overrides, validate.
+
+    Raises:
+        ConfigError: with a one-line message naming the field at fault.
+    """
+    data = _read_yaml(Path(path)) if path is not None else {}
+    data = copy.deepcopy(data)
+    for item in overrides:
+        key_path, value = parse_override(item)
+        _apply_override(data, key_path, value)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        source = f" ({path})" if path is not None else ""
+        raise ConfigError(_format_validation_error(exc, source)) from None
+
+
+def preset_path(name: str) -> Path:
+    """Path of a shipped preset (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
+    return PRESET_DIR / f"{name}.yaml"
+
+
+# ---- documentation ---------------------------------------------------------------------
+def config_markdown() -> str:
+    """The config reference as a Markdown table, generated from the field descriptions."""
+    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            ann = field.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                walk(ann, f"{prefix}{name}.")
+                continue
+            default = field.get_default(call_default_factory=True)
+            lines.append(f"| `{prefix}{name}` | `{default}` | {field.description} |")
+
+    walk(Config, "")
+    return "\n".join(lines) + "\n"

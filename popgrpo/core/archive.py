@@ -1,0 +1,215 @@
+"""MAP-Elites archive over behaviour space (QD-GRPO, main paper §4.1).
+
+Built on pyribs' :class:`ribs.archives.GridArchive`, which stores the elites, maps
+behaviours to cells (clipping outside values to the edge cells), keeps coverage / QD-score
+statistics and exports the elites. One thing pyribs does differently from what QD-GRPO
+needs: its batch ``add`` computes every status against the archive as it was *before* the
+batch (two ideas opening the same cell both get "new"). QD-GRPO rewards ideas one by one
+(Algorithm 1), so a later idea in a batch must see the earlier ones. We compute those
+in-order statuses here, exactly and vectorised, and hand pyribs only the ideas that were
+stored; its per-cell argmax (first one on ties) then leaves the same elites a one-by-one
+insertion would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from ribs.archives import GridArchive
+
+__all__ = ["MapElitesArchive", "STATUS_NOT_ADDED", "STATUS_IMPROVED", "STATUS_NEW"]
+
+STATUS_NOT_ADDED = 0
+STATUS_IMPROVED = 1
+STATUS_NEW = 2
+
+
+class MapElitesArchive:
+    """A grid of ``cells_per_dim ** len(ranges)`` cells, each holding its best idea.
+
+    Args:
+        cells_per_dim: cells along each behaviour axis (K = 10 in the paper).
+        ranges: ``(low, high)`` per behaviour axis; values outside go to the edge cell.
+        idea_dim: dimension of stored ideas; inferred from the first ``add`` when ``None``.
+    """
+
+    def __init__(
+        self,
+        cells_per_dim: int = 10,
+        ranges: Sequence[tuple[float, float]] = ((0.0, 1.0), (0.0, 1.0)),
+        idea_dim: int | None = None,
+    ) -> None:
+        if cells_per_dim < 1:
+            raise ValueError(f"cells_per_dim must be >= 1, got {cells_per_dim}")
+        self.cells_per_dim = int(cells_per_dim)
+        self.ranges = tuple((float(lo), float(hi)) for lo, hi in ranges)
+        for lo, hi in self.ranges:
+            if not hi > lo:
+                raise ValueError(f"each range needs high > low, got {self.ranges}")
+        self._grid: GridArchive | None = None
+        if idea_dim is not None:
+            self._grid = self._make_grid(idea_dim)
+
+    def _make_grid(self, idea_dim: int) -> GridArchive:
+        return GridArchive(
+            solution_dim=int(idea_dim),
+            dims=[self.cells_per_dim] * len(self.ranges),
+            ranges=self.ranges,
+            dtype=np.float64,
+        )
+
+    @property
+    def n_cells(self) -> int:
+        return self.cells_per_dim ** len(self.ranges)
+
+    def cell_of(self, behaviours: np.ndarray) -> np.ndarray:
+        """``[N, B]`` behaviours → ``[N]`` flat cell indices (edge cells for outside values)."""
+        grid = self._grid or self._make_grid(1)
+        return grid.index_of(np.asarray(behaviours, dtype=np.float64))
+
+    def add(self, behaviours, rewards, ideas) -> np.ndarray:
+        """Insert a batch in order; return one status per idea.
+
+        Args:
+            behaviours: ``[N, B]`` behaviour descriptors.
+            rewards: ``[N]`` finite rewards (the caller drops NaN/inf first).
+            ideas: ``[N, d]`` the ideas themselves.
+
+        Returns:
+            ``int`` array ``[N]``: 2 = opened an empty cell, 1 = beat the cell's elite
+            (strictly), 0 = not stored. Idea ``i`` is judged against the archive plus ideas
+            ``0..i-1`` of this batch.
+        """
+        behaviours = _as_numpy(behaviours)
+        rewards = _as_numpy(rewards).reshape(-1)
+        ideas = _as_numpy(ideas)
+        n = rewards.shape[0]
+        if behaviours.shape[0] != n or ideas.shape[0] != n:
+            raise ValueError(
+                f"batch sizes differ: behaviours {behaviours.shape}, rewards {rewards.shape}, "
+                f"ideas {ideas.shape}"
+            )
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        if not np.all(np.isfinite(rewards)):
+            raise ValueError("archive rewards must be finite; filter NaN/inf before adding")
+        if self._grid is None:
+            self._grid = self._make_grid(ideas.shape[1])
+
+        cells = self._grid.index_of(behaviours)
+        occupied, current = self._grid._store.retrieve(cells)  # noqa: SLF001 - read-only lookup
+        elite_reward = np.where(occupied, current["objective"], -np.inf)
+        status = _in_order_status(cells, rewards, occupied, elite_reward)
+
+        stored = status > STATUS_NOT_ADDED
+        if stored.any():
+            self._grid.add(ideas[stored], rewards[stored], behaviours[stored])
+        return status
+
+    # ---- statistics -------------------------------------------------------------------
+    @property
+    def coverage(self) -> float:
+        """Fraction of cells holding an elite, in [0, 1]."""
+        return 0.0 if self._grid is None else float(self._grid.stats.coverage)
+
+    @property
+    def qd_score(self) -> float:
+        """Sum of the elites' rewards."""
+        return 0.0 if self._grid is None else float(self._grid.stats.qd_score)
+
+    @property
+    def best_reward(self) -> float:
+        """Highest elite reward; ``-inf`` when empty."""
+        if self._grid is None or self._grid.empty:
+            return float("-inf")
+        return float(self._grid.stats.obj_max)
+
+    def __len__(self) -> int:
+        return 0 if self._grid is None else len(self._grid)
+
+    def elites(self) -> dict[str, np.ndarray]:
+        """The elites as arrays: ``cell [E]``, ``behaviour [E, B]``, ``reward [E]``, ``idea [E, d]``.
+
+        Sorted by cell index, so two archives with the same elites export identically.
+        """
+        if self._grid is None or self._grid.empty:
+            b = len(self.ranges)
+            return {
+                "cell": np.zeros(0, dtype=np.int64),
+                "behaviour": np.zeros((0, b)),
+                "reward": np.zeros(0),
+                "idea": np.zeros((0, 0)),
+            }
+        data = self._grid.data(["index", "measures", "objective", "solution"])
+        order = np.argsort(data["index"])
+        return {
+            "cell": data["index"][order].astype(np.int64),
+            "behaviour": data["measures"][order],
+            "reward": data["objective"][order],
+            "idea": data["solution"][order],
+        }
+
+    def heatmap(self) -> np.ndarray:
+        """``[cells_per_dim, cells_per_dim]`` elite rewards (NaN where empty); 2-D archives only."""
+        if len(self.ranges) != 2:
+            raise ValueError("heatmap needs a 2-D behaviour space")
+        grid = np.full(self.n_cells, np.nan)
+        elites = self.elites()
+        grid[elites["cell"]] = elites["reward"]
+        return grid.reshape(self.cells_per_dim, self.cells_per_dim)
+
+    # ---- persistence ------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"cells_per_dim": self.cells_per_dim, "ranges": self.ranges, **self.elites()}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> MapElitesArchive:
+        archive = cls(state["cells_per_dim"], state["ranges"])
+        if len(state["reward"]):
+            archive.add(state["behaviour"], state["reward"], state["idea"])
+        return archive
+
+
+def _in_order_status(
+    cells: np.ndarray, rewards: np.ndarray, occupied: np.ndarray, elite_reward: np.ndarray
+) -> np.ndarray:
+    """Statuses of a one-by-one insertion, computed without a Python loop.
+
+    Ideas are grouped by cell (stable, so batch order is kept inside a cell). Within a
+    cell, idea i is stored iff its reward beats both the pre-batch elite and every earlier
+    batch idea of that cell. The running maximum over earlier ideas is taken on integer
+    dense ranks offset by the cell's segment number, so it is exact (no float tricks) and
+    restarts at each cell.
+    """
+    n = rewards.shape[0]
+    order = np.lexsort((np.arange(n), cells))
+    sorted_cells = cells[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = sorted_cells[1:] != sorted_cells[:-1]
+    segment = np.cumsum(first) - 1
+    _, rank = np.unique(rewards[order], return_inverse=True)  # equal rewards, equal rank
+    key = segment * (n + 1) + rank + 1
+    running = np.maximum.accumulate(key)
+    previous = np.empty(n, dtype=key.dtype)
+    previous[0] = 0
+    previous[1:] = running[:-1]
+    prev_rank = np.where(first, -1, previous - segment * (n + 1) - 1)
+
+    r = rewards[order]
+    beats_batch = rank > prev_rank
+    beats_elite = r > elite_reward[order]
+    status_sorted = np.zeros(n, dtype=np.int64)
+    opens = first & ~occupied[order]
+    status_sorted[opens] = STATUS_NEW
+    improves = ~opens & beats_batch & beats_elite
+    status_sorted[improves] = STATUS_IMPROVED
+    status = np.empty(n, dtype=np.int64)
+    status[order] = status_sorted
+    return status
+
+
+def _as_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)

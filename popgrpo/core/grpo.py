@@ -1,0 +1,105 @@
+"""GRPO's math: group-relative advantages, the clipped surrogate and the KL penalty.
+
+Shapes: ``P`` prompts (groups), ``G`` ideas per group. Everything here is pure torch and
+differentiable where a loss is returned; nothing holds state.
+
+References: Shao et al. 2024 (DeepSeekMath, GRPO); Schulman et al. 2017 (PPO clipping);
+main paper eqs. 3 and 6 for the shaped variants.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "group_advantages",
+    "binned_advantages",
+    "clipped_surrogate",
+    "kl_penalty",
+]
+
+
+def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Normalise rewards within each group: ``(r - mean) / (std + eps)``.
+
+    Args:
+        rewards: ``[P, G]`` rewards, one row per prompt group.
+        eps: added to the standard deviation.
+
+    Returns:
+        ``[P, G]`` advantages. ``std`` is Bessel-corrected (torch's default, as in TRL's
+        GRPO). A group whose rewards are all equal gets all-zero advantages (its numerator
+        is exactly zero), so it contributes no gradient.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [P, G], got shape {tuple(rewards.shape)}")
+    if rewards.shape[1] < 2:
+        return torch.zeros_like(rewards)
+    mean = rewards.mean(dim=1, keepdim=True)
+    std = rewards.std(dim=1, keepdim=True)
+    return (rewards - mean) / (std + eps)
+
+
+def binned_advantages(
+    returns: torch.Tensor, complexity: torch.Tensor, bins: int = 3, eps: float = 1e-6
+) -> torch.Tensor:
+    """Length-conditional normalisation (MaxEnt-GRPO, main paper eq. 6).
+
+    Within each group, ideas are ranked by complexity and split into ``bins`` equal-count
+    bins (``torch.tensor_split`` sizes: the first ``G % bins`` bins hold one idea more);
+    returns are normalised inside each bin with :func:`group_advantages`. A bin holding a
+    single idea gets advantage 0. Ties in complexity are broken by position (stable sort).
+
+    Args:
+        returns: ``[P, G]`` shaped returns (reward plus any bonuses).
+        complexity: ``[P, G]`` complexity of each idea (e.g. its L2 norm).
+        bins: number of complexity bins ``L``; ``bins=1`` is plain :func:`group_advantages`.
+
+    Returns:
+        ``[P, G]`` advantages, in the original idea order.
+    """
+    if returns.shape != complexity.shape or returns.dim() != 2:
+        raise ValueError(
+            f"returns and complexity must both be [P, G]; got {tuple(returns.shape)} "
+            f"and {tuple(complexity.shape)}"
+        )
+    if bins < 1:
+        raise ValueError(f"bins must be >= 1, got {bins}")
+    order = torch.argsort(complexity, dim=1, stable=True)
+    sorted_returns = torch.gather(returns, 1, order)
+    pieces = [group_advantages(chunk, eps) for chunk in torch.tensor_split(sorted_returns, bins, dim=1)]
+    sorted_adv = torch.cat(pieces, dim=1)
+    advantages = torch.empty_like(returns)
+    advantages.scatter_(1, order, sorted_adv)
+    return advantages
+
+
+def clipped_surrogate(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float = 0.2
+) -> torch.Tensor:
+    """PPO/GRPO clipped surrogate, returned as a loss to minimise (mean over ideas).
+
+    ``loss = -mean(min(ρ A, clip(ρ, 1 - clip, 1 + clip) A))`` with ``ρ = exp(logp - old_logp)``.
+
+    Args:
+        logp: ``[...]`` log-probabilities under the current policy (carries gradient).
+        old_logp: same shape, under the policy that sampled the ideas (no gradient).
+        advantages: same shape.
+        clip: the clipping range ε.
+    """
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * advantages
+    return -torch.minimum(unclipped, clipped).mean()
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-idea KL estimate to the frozen reference policy, the "k3" estimator.
+
+    ``k3 = exp(ref - logp) - (ref - logp) - 1``, evaluated on ideas sampled from the
+    current policy. It is unbiased for KL(π || π_ref), never negative, and is the estimator
+    GRPO uses (DeepSeekMath eq. 4; TRL's ``per_token_kl``). The caller multiplies its mean by
+    the KL coefficient (0.01 in the main paper, §5).
+    """
+    delta = ref_logp - logp
+    return torch.exp(delta) - delta - 1.0

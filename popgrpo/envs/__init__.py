@@ -1,0 +1,39 @@
+"""Environments: what an idea is worth, where it sits in behaviour space, how complex it is.
+
+Bring your own by implementing :class:`Environment`; the runtime needs nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["Environment", "make_env"]
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """What a GRPO member asks of an environment. All methods are batched over dim 0."""
+
+    idea_dim: int
+    behaviour_dim: int
+
+    def reward(self, ideas: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """``[N, d]`` ideas → ``[N]`` (possibly stochastic) execution rewards."""
+
+    def behaviour(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N, behaviour_dim]`` descriptors in [0, 1]."""
+
+    def complexity(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` complexity (the thinking-length proxy)."""
+
+
+def make_env(cfg) -> Environment:
+    """Build the environment named by an :class:`popgrpo.config.EnvConfig`."""
+    if cfg.kind == "idea":
+        from popgrpo.envs.idea import IdeaEnv
+
+        fields = cfg.model_dump(exclude={"kind"})
+        return IdeaEnv(**fields)
+    raise ValueError(f"unknown env.kind {cfg.kind!r}")

@@ -1,0 +1,102 @@
+"""The simulated idea-generation environment of the main paper (§3, §5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+__all__ = ["IdeaEnv"]
+
+
+class IdeaEnv:
+    """Ideas are vectors in R^d; executing one succeeds with a probability that falls with
+    its complexity, and pays its quality plus noise when it does.
+
+    What the paper fixes (§3, §5):
+        * ``d = 16``; 8 quality peaks, peak ``i`` with maximum quality ``0.5 + 0.3·i`` and
+          width ``2.0 + 0.5·i``.
+        * ``p_exec(x) = clip(1 / (1 + λ‖x‖), 0.05, 0.95)`` (eq. 2).
+        * ``R(x) = Q(x)·B + ε·B`` with ``B ~ Bernoulli(p_exec(x))`` and ``ε ~ N(0, 0.3²)``.
+        * behaviour ``b(x) = (sigmoid(‖x‖ − 3), atan2(x[1], x[0]) / 2π + 0.5)``.
+        * complexity ``‖x‖``.
+
+    What the paper leaves open, and what we chose (fixed before comparing methods, the
+    same for every method; all are constructor arguments and config fields):
+        * **Peak shape**: Gaussian bumps, ``Q(x) = max_i q_i · exp(−‖x − c_i‖² / (2 w_i²))``
+          (``max``, not a sum, so each region has one identifiable best peak).
+        * **Peak centres**: ``c_i = r_i · u_i`` with ``u_i`` uniform random unit vectors drawn
+          from ``peak_seed`` (independent of the training seed, so every run and method
+          faces the same landscape) and radii ``r_i`` evenly spaced from ``radius_min`` to
+          ``radius_max``. Better peaks lie farther out: higher ceilings need more complex
+          ideas, which is the paper's premise.
+        * **λ = exec_lambda**: set so that the *expected* reward ``q_i · p_exec(c_i)`` falls
+          with ``i`` while the *maximum* reward ``q_i`` rises. Expected-reward maximisation
+          (GRPO) therefore drifts to the simple, reliable peaks and shrinks its spread —
+          diversity and complexity fall — while discovery needs the far peaks.
+    """
+
+    behaviour_dim = 2
+
+    def __init__(
+        self,
+        dim: int = 16,
+        n_peaks: int = 8,
+        quality_base: float = 0.5,
+        quality_step: float = 0.3,
+        width_base: float = 2.0,
+        width_step: float = 0.5,
+        radius_min: float = 1.5,
+        radius_max: float = 8.0,
+        exec_lambda: float = 1.0,
+        p_exec_min: float = 0.05,
+        p_exec_max: float = 0.95,
+        noise_std: float = 0.3,
+        peak_seed: int = 0,
+    ) -> None:
+        if dim < 2:
+            raise ValueError(f"dim must be >= 2 (behaviour uses x[0], x[1]), got {dim}")
+        if n_peaks < 1:
+            raise ValueError(f"n_peaks must be >= 1, got {n_peaks}")
+        self.idea_dim = dim
+        self.exec_lambda = exec_lambda
+        self.p_exec_min, self.p_exec_max = p_exec_min, p_exec_max
+        self.noise_std = noise_std
+        i = torch.arange(n_peaks, dtype=torch.float32)
+        self.peak_quality = quality_base + quality_step * i
+        self.peak_width = width_base + width_step * i
+        rng = np.random.default_rng(peak_seed)
+        directions = rng.standard_normal((n_peaks, dim))
+        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+        radii = np.linspace(radius_min, radius_max, n_peaks)
+        self.peak_centres = torch.as_tensor(directions * radii[:, None], dtype=torch.float32)
+
+    def quality(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` noiseless quality ``Q(x)``."""
+        sq_dist = torch.cdist(ideas, self.peak_centres).pow(2)  # [N, peaks]
+        bumps = self.peak_quality * torch.exp(-sq_dist / (2.0 * self.peak_width.pow(2)))
+        return bumps.max(dim=1).values
+
+    def p_exec(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` execution success probability (eq. 2)."""
+        p = 1.0 / (1.0 + self.exec_lambda * ideas.norm(dim=1))
+        return p.clamp(self.p_exec_min, self.p_exec_max)
+
+    def reward(self, ideas: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` stochastic execution reward ``Q·B + ε·B``."""
+        ideas = ideas.detach()
+        success = torch.bernoulli(self.p_exec(ideas), generator=generator)
+        noise = self.noise_std * torch.randn(ideas.shape[0], generator=generator)
+        return (self.quality(ideas) + noise) * success
+
+    def behaviour(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N, 2]``: (complexity squashed to (0, 1), direction in [0, 1])."""
+        ideas = ideas.detach()
+        squashed_norm = torch.sigmoid(ideas.norm(dim=1) - 3.0)
+        angle = torch.atan2(ideas[:, 1], ideas[:, 0]) / (2.0 * math.pi) + 0.5
+        return torch.stack([squashed_norm, angle], dim=1)
+
+    def complexity(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` L2 norm."""
+        return ideas.detach().norm(dim=1)

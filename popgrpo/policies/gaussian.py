@@ -1,0 +1,83 @@
+"""The paper's policy (§5): prompt embeddings → two-layer ReLU trunk → Gaussian heads."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from popgrpo.core.entropy import gaussian_entropy
+
+__all__ = ["PromptGaussianPolicy"]
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class PromptGaussianPolicy(nn.Module):
+    """``π(x | c) = N(μ(c), diag σ(c)²)`` over ideas in R^d.
+
+    Learnable prompt embeddings (``n_prompts × embed_dim``, 8 × 64 in the paper), a two-layer
+    trunk (``hidden`` = 128 units, ReLU) and two linear heads for the mean and the log
+    standard deviation. The heads start near zero (mean ≈ 0, log σ ≈ ``log_std_init``), so an
+    untrained policy proposes ideas around the origin with norm ≈ √d. ``log σ`` is clamped to
+    ``[log_std_min, log_std_max]`` to keep the Gaussian proper under strong entropy bonuses.
+    """
+
+    def __init__(
+        self,
+        idea_dim: int = 16,
+        n_prompts: int = 8,
+        embed_dim: int = 64,
+        hidden: int = 128,
+        log_std_init: float = 0.0,
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.n_prompts = n_prompts
+        self.idea_dim = idea_dim
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        self.prompt_embedding = nn.Parameter(torch.empty(n_prompts, embed_dim))
+        self.trunk = nn.Sequential(
+            nn.Linear(embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
+        self.mean_head = nn.Linear(hidden, idea_dim)
+        self.log_std_head = nn.Linear(hidden, idea_dim)
+        self._init_parameters(log_std_init, generator)
+
+    @torch.no_grad()
+    def _init_parameters(self, log_std_init: float, generator: torch.Generator | None) -> None:
+        """Seeded init (``generator``), so members built from one seed start identical."""
+        self.prompt_embedding.normal_(0.0, 1.0, generator=generator)
+        for layer in (*self.trunk[::2], self.mean_head, self.log_std_head):
+            bound = 1.0 / math.sqrt(layer.in_features)  # torch's default Linear init range
+            layer.weight.uniform_(-bound, bound, generator=generator)
+            layer.bias.uniform_(-bound, bound, generator=generator)
+        self.mean_head.weight.mul_(0.01)
+        self.mean_head.bias.zero_()
+        self.log_std_head.weight.mul_(0.01)
+        self.log_std_head.bias.fill_(log_std_init)
+
+    def forward(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[P]`` prompt ids → mean ``[P, d]`` and log-std ``[P, d]``."""
+        h = self.trunk(self.prompt_embedding[prompts])
+        log_std = self.log_std_head(h).clamp(self.log_std_min, self.log_std_max)
+        return self.mean_head(h), log_std
+
+    @torch.no_grad()
+    def sample(self, prompts: torch.Tensor, group_size: int, generator: torch.Generator) -> torch.Tensor:
+        mean, log_std = self(prompts)
+        noise = torch.randn((prompts.shape[0], group_size, self.idea_dim), generator=generator)
+        return mean[:, None, :] + log_std.exp()[:, None, :] * noise
+
+    def log_prob(self, prompts: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self(prompts)
+        z = (ideas - mean[:, None, :]) / log_std.exp()[:, None, :]
+        return (-0.5 * z.pow(2) - log_std[:, None, :] - _LOG_SQRT_2PI).sum(dim=-1)
+
+    def entropy(self, prompts: torch.Tensor) -> torch.Tensor:
+        """Per-dimension entropy in nats (see :func:`popgrpo.core.entropy.gaussian_entropy`)."""
+        _, log_std = self(prompts)
+        return gaussian_entropy(log_std)

@@ -1,0 +1,76 @@
+"""Executors: where members live. The scheduler talks to this interface only.
+
+:class:`LocalExecutor` keeps every member in this process. The Ray executor (members packed
+into actors, a named archive actor) implements the same methods, so the scheduler loop,
+the lineage log and the run directory are identical whichever runs the members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import torch
+
+from popgrpo.algorithms.archive_service import LocalArchive
+from popgrpo.algorithms.member import Member
+from popgrpo.config import Config
+from popgrpo.envs import make_env
+
+__all__ = ["Executor", "LocalExecutor", "make_archives"]
+
+
+class Executor(Protocol):
+    n_members: int
+
+    def train(self, n_epochs: int) -> list[list[dict]]:
+        """Every member trains ``n_epochs``; per member, one metrics row per epoch."""
+
+    def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
+        """State dicts of the given members, in that order."""
+
+    def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
+        """Every member loads ``base`` plus its own perturbation."""
+
+    def archives(self) -> list[LocalArchive]:
+        """The archive(s): one when shared, one per member otherwise."""
+
+    def close(self) -> None: ...
+
+
+def make_archives(config: Config) -> list[LocalArchive]:
+    """One shared archive, or one per member, as ``archive.shared`` says."""
+    n = 1 if config.archive.shared else config.population.size
+    nov = config.maxent.novelty
+    return [LocalArchive(config.archive.cells_per_dim, nov.capacity, nov.k) for _ in range(n)]
+
+
+class LocalExecutor:
+    """All members in this process, trained one after another."""
+
+    def __init__(self, config: Config) -> None:
+        torch.set_num_threads(config.run.torch_threads)
+        self.config = config
+        self.n_members = config.population.size
+        self._archives = make_archives(config)
+        env = make_env(config.env)
+        self.members = [
+            Member(k, config, self._archives[0 if config.archive.shared else k], env)
+            for k in range(self.n_members)
+        ]
+
+    def train(self, n_epochs: int) -> list[list[dict]]:
+        return [member.train_epochs(n_epochs) for member in self.members]
+
+    def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
+        return [self.members[k].get_weights() for k in member_ids]
+
+    def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
+        for member in self.members:
+            member.reseed(base, sigma, round_index)
+
+    def archives(self) -> list[LocalArchive]:
+        return self._archives
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,67 @@
+"""Everything a run writes lives under its run directory.
+
+``config.yaml`` (resolved), ``metrics.parquet`` (one row per member per epoch),
+``lineage.jsonl`` (one line per scheduler round), ``summary.json`` (Table-1 numbers),
+``training_dynamics.png``. Files are replaced atomically (write, then rename), so a run
+that dies mid-write leaves the previous complete version, never half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from popgrpo.algorithms.member import METRIC_COLUMNS
+from popgrpo.config import Config
+
+__all__ = ["RunDirectory", "metrics_schema"]
+
+
+def metrics_schema() -> pa.Schema:
+    ints = {"epoch", "member", "archive_new", "archive_improved", "bad_rewards", "ideas"}
+    return pa.schema([(c, pa.int64() if c in ints else pa.float64()) for c in METRIC_COLUMNS])
+
+
+class RunDirectory:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def create(self) -> RunDirectory:
+        if (self.path / "metrics.parquet").exists():
+            raise FileExistsError(f"{self.path} already holds a run; choose another --out")
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def _replace(self, name: str, data: bytes | str) -> Path:
+        target = self.path / name
+        tmp = target.with_name(f".{name}.tmp")
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, target)
+        return target
+
+    def write_config(self, config: Config) -> Path:
+        return self._replace("config.yaml", config.to_yaml())
+
+    def write_metrics(self, rows: list[dict]) -> Path:
+        table = pa.Table.from_pylist(rows, schema=metrics_schema())
+        target = self.path / "metrics.parquet"
+        tmp = target.with_name(".metrics.parquet.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, target)
+        return target
+
+    def append_lineage(self, record: dict) -> None:
+        with open(self.path / "lineage.jsonl", "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def write_summary(self, summary: dict) -> Path:
+        return self._replace("summary.json", json.dumps(summary, indent=2) + "\n")
+
+    def read_metrics(self):
+        return pq.read_table(self.path / "metrics.parquet").to_pandas()
