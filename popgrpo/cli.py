@@ -44,7 +44,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         summary = train(config, run_dir, progress=not args.quiet)
     except FileExistsError as exc:
         raise ConfigError(str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 - reported, logged, exit 1
+    except Exception as exc:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "error.log").write_text(traceback.format_exc())
         print(f"popgrpo: run failed: {exc} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
@@ -68,8 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
 
     train = sub.add_parser("train", help="train a run (default: the Pop-GRPO preset)")
-    train.add_argument("--config", help="YAML file or preset name (grpo, qd_grpo, maxent_grpo, pop_grpo); default pop_grpo")
-    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. --set grpo.lr=1e-3 (repeatable)")
+    train.add_argument(
+        "--config", help="YAML file or preset name (grpo, qd_grpo, maxent_grpo, pop_grpo); default pop_grpo"
+    )
+    train.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. --set grpo.lr=1e-3 (repeatable)"
+    )
     train.add_argument("--out", help="run directory (default runs/<run.name>-<timestamp>)")
     train.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
     train.add_argument("--quiet", action="store_true", help="no progress bar")

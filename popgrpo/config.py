@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["Config", "ConfigError", "load_config", "parse_override", "config_markdown"]
+__all__ = ["Config", "ConfigError", "config_markdown", "load_config", "parse_override"]
 
 PRESET_DIR = Path(__file__).resolve().parent.parent / "jobs" / "configs"
 
@@ -35,36 +35,77 @@ class _Section(BaseModel):
 
 
 class RunConfig(_Section):
-    name: str = Field("popgrpo", description="Run name: prefix of the default run directory and the `run` metric tag.")
-    seed: int = Field(42, ge=0, description="Root seed. Every member, archive and perturbation draws from seeds spawned from it (numpy SeedSequence): same seed, same numbers. Paper §5 uses 42, 142, 242, 342, 442.")
+    name: str = Field(
+        "popgrpo", description="Run name: prefix of the default run directory and the progress-bar label."
+    )
+    seed: int = Field(
+        42,
+        ge=0,
+        description="Root seed. Every member, archive and perturbation draws from seeds spawned from it (numpy SeedSequence): same seed, same numbers. Paper §5 uses 42, 142, 242, 342, 442.",
+    )
     epochs: int = Field(120, ge=1, description="Training epochs per member (paper §5: 120).")
-    summary_window: int = Field(10, ge=1, description="Table-1 numbers in summary.json average the last this-many epochs (paper: 10).")
-    torch_threads: int = Field(1, ge=1, description="torch intra-op threads per process. 1 is fastest for the paper's small policy; raise it for large policies.")
+    summary_window: int = Field(
+        10, ge=1, description="Table-1 numbers in summary.json average the last this-many epochs (paper: 10)."
+    )
+    torch_threads: int = Field(
+        1,
+        ge=1,
+        description="torch intra-op threads per process. 1 is fastest for the paper's small policy; raise it for large policies.",
+    )
 
 
 class EnvConfig(_Section):
-    kind: Literal["idea"] = Field("idea", description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv).")
+    kind: Literal["idea"] = Field(
+        "idea", description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv)."
+    )
     dim: int = Field(16, ge=2, description="Idea dimension d (paper §5: 16).")
     n_peaks: int = Field(8, ge=1, description="Number of quality peaks (paper §5: 8).")
-    quality_base: float = Field(0.5, description="Peak i has maximum quality quality_base + quality_step·i (paper §5: 0.5 + 0.3·i).")
+    quality_base: float = Field(
+        0.5, description="Peak i has maximum quality quality_base + quality_step·i (paper §5: 0.5 + 0.3·i)."
+    )
     quality_step: float = Field(0.3, description="See quality_base.")
-    width_base: float = Field(2.0, gt=0, description="Peak i has width width_base + width_step·i, the σ of its Gaussian bump (paper §5: 2.0 + 0.5·i).")
+    width_base: float = Field(
+        2.0,
+        gt=0,
+        description="Peak i has width width_base + width_step·i, the σ of its Gaussian bump (paper §5: 2.0 + 0.5·i).",
+    )
     width_step: float = Field(0.5, ge=0, description="See width_base.")
-    radius_min: float = Field(1.5, ge=0, description="Distance of peak 0 (the lowest, easiest) from the origin. Not in the paper; chosen so GRPO collapses (see IdeaEnv).")
-    radius_max: float = Field(8.0, ge=0, description="Distance of the last (highest) peak from the origin; radii are evenly spaced in between. Not in the paper.")
-    exec_lambda: float = Field(1.0, gt=0, description="λ in p_exec = clip(1/(1+λ‖x‖), 0.05, 0.95) (paper eq. 2; value not given there, chosen so expected reward falls with complexity).")
+    radius_min: float = Field(
+        1.5,
+        ge=0,
+        description="Distance of peak 0 (the lowest, easiest) from the origin. Not in the paper; chosen so GRPO collapses (see IdeaEnv).",
+    )
+    radius_max: float = Field(
+        8.0,
+        ge=0,
+        description="Distance of the last (highest) peak from the origin; radii are evenly spaced in between. Not in the paper.",
+    )
+    exec_lambda: float = Field(
+        1.0,
+        gt=0,
+        description="λ in p_exec = clip(1/(1+λ‖x‖), 0.05, 0.95) (paper eq. 2; value not given there, chosen so expected reward falls with complexity).",
+    )
     noise_std: float = Field(0.3, ge=0, description="σ of the execution noise ε, paid only on success (paper §5: 0.3).")
-    peak_seed: int = Field(0, ge=0, description="Seed of the peak directions; independent of run.seed so all runs face one landscape.")
+    peak_seed: int = Field(
+        0, ge=0, description="Seed of the peak directions; independent of run.seed so all runs face one landscape."
+    )
 
 
 class PolicyConfig(_Section):
-    kind: Literal["gaussian"] = Field("gaussian", description="Policy. `gaussian`: prompt embeddings, two-layer ReLU trunk, Gaussian heads (paper §5).")
-    n_prompts: int = Field(8, ge=1, description="Learnable prompts P; each step samples one group per prompt (paper §5: 8).")
+    kind: Literal["gaussian"] = Field(
+        "gaussian",
+        description="Policy. `gaussian`: prompt embeddings, two-layer ReLU trunk, Gaussian heads (paper §5).",
+    )
+    n_prompts: int = Field(
+        8, ge=1, description="Learnable prompts P; each step samples one group per prompt (paper §5: 8)."
+    )
     embed_dim: int = Field(64, ge=1, description="Prompt embedding size (paper §5: 64).")
     hidden: int = Field(128, ge=1, description="Trunk width (paper §5: 128).")
     log_std_init: float = Field(0.0, description="Initial log σ of the Gaussian head (σ = 1).")
     log_std_min: float = Field(-5.0, description="Lower clamp of log σ.")
-    log_std_max: float = Field(2.0, description="Upper clamp of log σ (2, as in common SAC implementations; bounds MaxEnt-GRPO's expansion).")
+    log_std_max: float = Field(
+        2.0, description="Upper clamp of log σ (2, as in common SAC implementations; bounds MaxEnt-GRPO's expansion)."
+    )
 
     @model_validator(mode="after")
     def _std_bounds(self) -> PolicyConfig:
@@ -77,24 +118,45 @@ class PolicyConfig(_Section):
 
 class GRPOConfig(_Section):
     group_size: int = Field(16, ge=2, description="Ideas sampled per prompt, G (paper §5: 16).")
-    steps_per_epoch: int = Field(8, ge=1, description="GRPO updates per epoch; each samples a fresh batch of n_prompts × group_size ideas. Not in the paper.")
+    steps_per_epoch: int = Field(
+        8,
+        ge=1,
+        description="GRPO updates per epoch; each samples a fresh batch of n_prompts × group_size ideas. Not in the paper.",
+    )
     lr: float = Field(3e-4, gt=0, description="Adam learning rate (paper §5: 3e-4).")
     clip: float = Field(0.2, gt=0, lt=1, description="PPO clipping range ε (paper §5: 0.2).")
-    kl_coef: float = Field(0.01, ge=0, description="Coefficient of the k3 KL estimate to the frozen initial policy (paper §5: 0.01).")
-    updates_per_batch: int = Field(1, ge=1, description="Gradient steps on each sampled batch (TRL's num_iterations; 1 = on-policy, ratio 1 at the step).")
+    kl_coef: float = Field(
+        0.01, ge=0, description="Coefficient of the k3 KL estimate to the frozen initial policy (paper §5: 0.01)."
+    )
+    updates_per_batch: int = Field(
+        1,
+        ge=1,
+        description="Gradient steps on each sampled batch (TRL's num_iterations; 1 = on-policy, ratio 1 at the step).",
+    )
     adv_eps: float = Field(1e-6, gt=0, description="ε added to the group std in advantage normalisation.")
-    max_bad_reward_fraction: float = Field(0.5, ge=0, le=1, description="A step whose batch has more than this fraction of NaN/inf rewards stops the run; fewer are counted, warned about and left out of the update.")
+    max_bad_reward_fraction: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="A step whose batch has more than this fraction of NaN/inf rewards stops the run; fewer are counted, warned about and left out of the update.",
+    )
 
 
 class QDConfig(_Section):
-    enabled: bool = Field(False, description="QD-GRPO: add archive bonuses to rewards before normalising (paper §4.1, eq. 3).")
-    beta_new: float = Field(0.5, ge=0, description="Bonus for an idea that opens an empty archive cell, β_new (paper: 0.5).")
+    enabled: bool = Field(
+        False, description="QD-GRPO: add archive bonuses to rewards before normalising (paper §4.1, eq. 3)."
+    )
+    beta_new: float = Field(
+        0.5, ge=0, description="Bonus for an idea that opens an empty archive cell, β_new (paper: 0.5)."
+    )
     beta_imp: float = Field(0.3, ge=0, description="Bonus for an idea that beats its cell's elite, β_imp (paper: 0.3).")
 
 
 class EntropyConfig(_Section):
     enabled: bool = Field(False, description="Adaptive entropy bonus α·H (MaxEnt-GRPO, paper §4.2, eq. 4).")
-    target: float = Field(1.0, description="Target entropy H* in nats per idea dimension (paper: 1.0; a unit Gaussian has 1.419).")
+    target: float = Field(
+        1.0, description="Target entropy H* in nats per idea dimension (paper: 1.0; a unit Gaussian has 1.419)."
+    )
     alpha_init: float = Field(0.0, ge=0, description="Initial α.")
     alpha_lr: float = Field(0.05, ge=0, description="Dual-descent step size for α (not in the paper).")
 
@@ -109,24 +171,44 @@ class NoveltyConfig(_Section):
 class MaxEntConfig(_Section):
     entropy: EntropyConfig = Field(default_factory=EntropyConfig, description="Adaptive entropy bonus.")
     novelty: NoveltyConfig = Field(default_factory=NoveltyConfig, description="Novelty reward.")
-    complexity_bins: int = Field(1, ge=1, description="Length-conditional normalisation: advantages are normalised within this many complexity bins per group (paper eq. 6: L = 3; 1 = plain GRPO).")
+    complexity_bins: int = Field(
+        1,
+        ge=1,
+        description="Length-conditional normalisation: advantages are normalised within this many complexity bins per group (paper eq. 6: L = 3; 1 = plain GRPO).",
+    )
 
 
 class ArchiveConfig(_Section):
-    cells_per_dim: int = Field(10, ge=1, description="MAP-Elites grid is cells_per_dim × cells_per_dim over behaviour space (paper: 10). Kept for every method so coverage is always reported; bonuses need qd.enabled.")
-    shared: bool = Field(False, description="One archive and novelty memory for the whole population (true) or one per member (false; the paper's QD-GRPO is one policy with its own archive).")
+    cells_per_dim: int = Field(
+        10,
+        ge=1,
+        description="MAP-Elites grid is cells_per_dim × cells_per_dim over behaviour space (paper: 10). Kept for every method so coverage is always reported; bonuses need qd.enabled.",
+    )
+    shared: bool = Field(
+        False,
+        description="One archive and novelty memory for the whole population (true) or one per member (false; the paper's QD-GRPO is one policy with its own archive).",
+    )
 
 
 class PopulationConfig(_Section):
     size: int = Field(1, ge=1, description="Population size K (paper Pop-GRPO: 5).")
-    shared_init: bool = Field(True, description="All members start from the same initial weights (as fine-tuning one pretrained model does), so their soup is meaningful; false draws an independent init per member.")
+    shared_init: bool = Field(
+        True,
+        description="All members start from the same initial weights (as fine-tuning one pretrained model does), so their soup is meaningful; false draws an independent init per member.",
+    )
 
 
 class SchedulerConfig(_Section):
     enabled: bool = Field(False, description="Pop-GRPO selection/merge/perturb rounds (paper §4.3).")
-    interval_epochs: int = Field(10, ge=1, description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off.")
+    interval_epochs: int = Field(
+        10, ge=1, description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off."
+    )
     top_m: int = Field(3, ge=1, description="Members averaged into the soup, M (paper: 3).")
-    perturb_sigma: float = Field(0.01, ge=0, description="σ_p of the Gaussian perturbation each member adds to the soup when re-seeded (paper: 0.01).")
+    perturb_sigma: float = Field(
+        0.01,
+        ge=0,
+        description="σ_p of the Gaussian perturbation each member adds to the soup when re-seeded (paper: 0.01).",
+    )
 
 
 class Config(_Section):
@@ -138,7 +220,9 @@ class Config(_Section):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO optimisation.")
     qd: QDConfig = Field(default_factory=QDConfig, description="QD-GRPO archive bonuses.")
     maxent: MaxEntConfig = Field(default_factory=MaxEntConfig, description="MaxEnt-GRPO shapers.")
-    archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="The MAP-Elites archive and novelty memory.")
+    archive: ArchiveConfig = Field(
+        default_factory=ArchiveConfig, description="The MAP-Elites archive and novelty memory."
+    )
     population: PopulationConfig = Field(default_factory=PopulationConfig, description="The population.")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="Pop-GRPO scheduler.")
 

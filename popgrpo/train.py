@@ -15,7 +15,7 @@ from popgrpo.telemetry.plots import plot_training_dynamics
 from popgrpo.telemetry.run_dir import RunDirectory
 from popgrpo.telemetry.summary import summarise
 
-__all__ = ["train", "default_run_dir"]
+__all__ = ["default_run_dir", "train"]
 
 
 def default_run_dir(config: Config, root: str | Path = "runs") -> Path:

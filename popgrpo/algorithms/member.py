@@ -36,7 +36,7 @@ from popgrpo.core.seeding import torch_generator
 from popgrpo.envs import Environment, make_env
 from popgrpo.policies import Policy, make_policy
 
-__all__ = ["Member", "BadRewardError", "METRIC_COLUMNS", "initial_weights"]
+__all__ = ["METRIC_COLUMNS", "BadRewardError", "Member", "initial_weights"]
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,9 @@ class Member:
             )
         log.warning("member %d: %d NaN/inf rewards left out of this update", self.member_id, n_bad)
 
-    def _shape_returns(self, flat: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    def _shape_returns(
+        self, flat: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor
+    ) -> tuple[torch.Tensor, dict]:
         """Reward plus archive bonus (eq. 3) and novelty (eq. 5); ``[P, G]``."""
         cfg = self.config
         returns = torch.where(finite, rewards, torch.zeros_like(rewards))
@@ -180,10 +182,14 @@ class Member:
             statuses[keep] = self.archive.update(behaviours[keep], rewards.reshape(-1).numpy()[keep], flat_np[keep])
         status_t = torch.from_numpy(statuses).reshape(rewards.shape)
         if cfg.qd.enabled:
-            returns = returns + cfg.qd.beta_new * (status_t == STATUS_NEW) + cfg.qd.beta_imp * (status_t == STATUS_IMPROVED)
+            returns = (
+                returns + cfg.qd.beta_new * (status_t == STATUS_NEW) + cfg.qd.beta_imp * (status_t == STATUS_IMPROVED)
+            )
         novelty_mean = math.nan
         if cfg.maxent.novelty.enabled:
-            novelty = torch.from_numpy(np.asarray(self.archive.novelty(flat_np), dtype=np.float32)).reshape(rewards.shape)
+            novelty = torch.from_numpy(np.asarray(self.archive.novelty(flat_np), dtype=np.float32)).reshape(
+                rewards.shape
+            )
             returns = returns + cfg.maxent.novelty.coef * novelty
             novelty_mean = float(novelty.mean())
         info = {

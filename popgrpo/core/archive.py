@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from ribs.archives import GridArchive
 
-__all__ = ["MapElitesArchive", "STATUS_NOT_ADDED", "STATUS_IMPROVED", "STATUS_NEW"]
+__all__ = ["STATUS_IMPROVED", "STATUS_NEW", "STATUS_NOT_ADDED", "MapElitesArchive"]
 
 STATUS_NOT_ADDED = 0
 STATUS_IMPROVED = 1
@@ -87,8 +87,7 @@ class MapElitesArchive:
         n = rewards.shape[0]
         if behaviours.shape[0] != n or ideas.shape[0] != n:
             raise ValueError(
-                f"batch sizes differ: behaviours {behaviours.shape}, rewards {rewards.shape}, "
-                f"ideas {ideas.shape}"
+                f"batch sizes differ: behaviours {behaviours.shape}, rewards {rewards.shape}, ideas {ideas.shape}"
             )
         if n == 0:
             return np.zeros(0, dtype=np.int64)
@@ -98,7 +97,7 @@ class MapElitesArchive:
             self._grid = self._make_grid(ideas.shape[1])
 
         cells = self._grid.index_of(behaviours)
-        occupied, current = self._grid._store.retrieve(cells)  # noqa: SLF001 - read-only lookup
+        occupied, current = self._grid._store.retrieve(cells)
         elite_reward = np.where(occupied, current["objective"], -np.inf)
         status = _in_order_status(cells, rewards, occupied, elite_reward)
 

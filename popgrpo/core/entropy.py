@@ -6,7 +6,7 @@ import math
 
 import torch
 
-__all__ = ["gaussian_entropy", "alpha_dual_step", "AdaptiveAlpha"]
+__all__ = ["AdaptiveAlpha", "alpha_dual_step", "gaussian_entropy"]
 
 _HALF_LOG_2PI_E = 0.5 * math.log(2.0 * math.pi * math.e)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "group_advantages",
     "binned_advantages",
     "clipped_surrogate",
+    "group_advantages",
     "kl_penalty",
 ]
 
@@ -60,8 +60,7 @@ def binned_advantages(
     """
     if returns.shape != complexity.shape or returns.dim() != 2:
         raise ValueError(
-            f"returns and complexity must both be [P, G]; got {tuple(returns.shape)} "
-            f"and {tuple(complexity.shape)}"
+            f"returns and complexity must both be [P, G]; got {tuple(returns.shape)} and {tuple(complexity.shape)}"
         )
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins}")

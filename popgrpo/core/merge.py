@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-__all__ = ["soup", "perturb", "wise_ft"]
+__all__ = ["perturb", "soup", "wise_ft"]
 
 StateDict = Mapping[str, torch.Tensor]
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-__all__ = ["pairwise_diversity", "complexity", "pass_at_k"]
+__all__ = ["complexity", "pairwise_diversity", "pass_at_k"]
 
 
 def pairwise_diversity(ideas: torch.Tensor, eps: float = 1e-12) -> float:

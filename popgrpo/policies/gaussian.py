@@ -40,9 +40,7 @@ class PromptGaussianPolicy(nn.Module):
         self.idea_dim = idea_dim
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
         self.prompt_embedding = nn.Parameter(torch.empty(n_prompts, embed_dim))
-        self.trunk = nn.Sequential(
-            nn.Linear(embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
-        )
+        self.trunk = nn.Sequential(nn.Linear(embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
         self.mean_head = nn.Linear(hidden, idea_dim)
         self.log_std_head = nn.Linear(hidden, idea_dim)
         self._init_parameters(log_std_init, generator)

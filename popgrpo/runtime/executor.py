@@ -55,8 +55,7 @@ class LocalExecutor:
         self._archives = make_archives(config)
         env = make_env(config.env)
         self.members = [
-            Member(k, config, self._archives[0 if config.archive.shared else k], env)
-            for k in range(self.n_members)
+            Member(k, config, self._archives[0 if config.archive.shared else k], env) for k in range(self.n_members)
         ]
 
     def train(self, n_epochs: int) -> list[list[dict]]:

@@ -7,12 +7,17 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
 __all__ = ["plot_training_dynamics"]
 
-PANELS = (("reward_mean", "mean reward"), ("reward_max", "max reward"), ("diversity", "diversity"), ("complexity", "complexity"))
+PANELS = (
+    ("reward_mean", "mean reward"),
+    ("reward_max", "max reward"),
+    ("diversity", "diversity"),
+    ("complexity", "complexity"),
+)
 
 
 def plot_training_dynamics(metrics: pd.DataFrame, path: str | Path, title: str = "") -> Path:

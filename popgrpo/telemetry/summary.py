@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["summarise", "population_by_epoch", "TABLE1_KEYS"]
+__all__ = ["TABLE1_KEYS", "population_by_epoch", "summarise"]
 
-TABLE1_KEYS = {"mean_reward": "reward_mean", "max_reward": "reward_max", "diversity": "diversity", "complexity": "complexity"}
+TABLE1_KEYS = {
+    "mean_reward": "reward_mean",
+    "max_reward": "reward_max",
+    "diversity": "diversity",
+    "complexity": "complexity",
+}
 
 
 def population_by_epoch(metrics: pd.DataFrame) -> pd.DataFrame:

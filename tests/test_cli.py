@@ -1,0 +1,89 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from popgrpo.algorithms.member import METRIC_COLUMNS
+
+SHORT = ["--set", "run.epochs=4", "--set", "grpo.steps_per_epoch=2", "--set", "scheduler.interval_epochs=2"]
+
+
+def popgrpo(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "popgrpo", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def test_train_writes_a_complete_run_directory(tmp_path: Path):
+    out = tmp_path / "run"
+    res = popgrpo("train", "--config", "pop_grpo", *SHORT, "--out", str(out), "--seed", "7")
+    assert res.returncode == 0, res.stderr
+    for name in ("config.yaml", "metrics.parquet", "summary.json", "training_dynamics.png", "lineage.jsonl"):
+        assert (out / name).is_file(), name
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    assert list(metrics.columns) == list(METRIC_COLUMNS)
+    assert len(metrics) == 5 * 4 and sorted(metrics["member"].unique()) == [0, 1, 2, 3, 4]
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"mean_reward", "max_reward", "diversity", "complexity"} <= summary.keys()
+    last = metrics[metrics["epoch"] >= 0].groupby("epoch").mean()
+    assert summary["diversity"] == pytest.approx(last["diversity"].mean())
+    lineage = [json.loads(line) for line in (out / "lineage.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in lineage] == [0]  # 2 rounds; the last one merges nothing
+    assert len(lineage[0]["selected"]) == 3
+    assert "seed: 7" in (out / "config.yaml").read_text()
+    assert (out / "training_dynamics.png").read_bytes()[:4] == b"\x89PNG"
+    assert "epoch" in res.stderr  # progress bar
+
+
+def test_same_seed_same_numbers(tmp_path: Path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for out in (a, b):
+        assert popgrpo("train", "--config", "grpo", *SHORT, "--out", str(out), "--quiet").returncode == 0
+    assert (a / "summary.json").read_text() == (b / "summary.json").read_text()
+    pd.testing.assert_frame_equal(pd.read_parquet(a / "metrics.parquet"), pd.read_parquet(b / "metrics.parquet"))
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--set", "grpo.lr=abc"], "grpo.lr"),
+        (["--set", "grpo.nonsense=1"], "grpo.nonsense: unknown key"),
+        (["--set", "population.size=-1"], "population.size"),
+        (["--set", "scheduler.top_m=9"], "top_m"),
+        (["--config", "does/not/exist.yaml"], "not found"),
+        (["--config", "no_such_preset"], "not found"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, args, needle):
+    res = popgrpo("train", *args, "--out", str(tmp_path / "r"))
+    assert res.returncode == 2
+    assert needle in res.stderr
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_existing_run_directory_is_refused(tmp_path: Path):
+    out = tmp_path / "r"
+    assert popgrpo("train", "--config", "grpo", *SHORT, "--out", str(out), "--quiet").returncode == 0
+    res = popgrpo("train", "--config", "grpo", *SHORT, "--out", str(out), "--quiet")
+    assert res.returncode == 2 and "already holds a run" in res.stderr
+
+
+def test_runtime_failure_exits_1_and_keeps_a_log(tmp_path: Path):
+    # log_std pinned at its maximum makes ideas huge but finite; make rewards NaN instead by
+    # breaking the environment's noise: inf * 0 → NaN on failed executions.
+    out = tmp_path / "r"
+    res = popgrpo("train", "--config", "grpo", *SHORT, "--set", "env.noise_std=.inf", "--out", str(out), "--quiet")
+    assert res.returncode == 1
+    assert "run failed" in res.stderr and "max_bad_reward_fraction" in res.stderr
+    assert "BadRewardError" in (out / "error.log").read_text()
+    assert (out / "config.yaml").is_file()
+
+
+def test_config_command_prints_resolved_yaml():
+    res = popgrpo("config", "--config", "qd_grpo", "--set", "qd.beta_new=0.9")
+    assert res.returncode == 0
+    assert "beta_new: 0.9" in res.stdout
