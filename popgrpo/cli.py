@@ -40,9 +40,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from popgrpo.train import default_run_dir, train
 
     run_dir = Path(args.out) if args.out else default_run_dir(config)
+    if args.executor == "local":
+        from popgrpo.runtime.executor import LocalExecutor as factory
+    else:
+        from popgrpo.runtime.ray_executor import ClusterTooSmallError, RayExecutor
+
+        def factory(cfg):
+            try:
+                return RayExecutor(cfg, address=args.address)
+            except ClusterTooSmallError as exc:
+                raise ConfigError(str(exc)) from None
+
     try:
-        summary = train(config, run_dir, progress=not args.quiet)
-    except FileExistsError as exc:
+        summary = train(config, run_dir, executor_factory=factory, progress=not args.quiet)
+    except (FileExistsError, ConfigError) as exc:
         raise ConfigError(str(exc)) from None
     except Exception as exc:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,6 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", help="run directory (default runs/<run.name>-<timestamp>)")
     train.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--executor",
+        choices=("ray", "local"),
+        default="ray",
+        help="ray (default): members on Ray actors, embedded local Ray unless --address or RAY_ADDRESS; "
+        "local: every member in this process, no Ray",
+    )
+    train.add_argument(
+        "--address", help="Ray cluster address to attach to (default: embedded local Ray, or the job's cluster)"
+    )
     train.set_defaults(func=_cmd_train)
 
     cfg = sub.add_parser("config", help="print the resolved config, or the field reference")

@@ -190,8 +190,25 @@ class ArchiveConfig(_Section):
     )
 
 
+class ResourcesConfig(_Section):
+    num_cpus: float = Field(
+        1.0,
+        ge=0,
+        description="CPUs reserved by each member actor on Ray (fractional allowed: 0.25 packs four actors per core).",
+    )
+    num_gpus: float = Field(0.0, ge=0, description="GPUs reserved by each member actor on Ray (fractional allowed).")
+
+
 class PopulationConfig(_Section):
     size: int = Field(1, ge=1, description="Population size K (paper Pop-GRPO: 5).")
+    members_per_actor: int = Field(
+        1,
+        ge=1,
+        description="Members packed into one Ray actor; they train one after another inside it. Raise it to fit large populations on few cores (e.g. K = 256 on 2 cores).",
+    )
+    resources: ResourcesConfig = Field(
+        default_factory=ResourcesConfig, description="Resources per member actor on Ray."
+    )
     shared_init: bool = Field(
         True,
         description="All members start from the same initial weights (as fine-tuning one pretrained model does), so their soup is meaningful; false draws an independent init per member.",

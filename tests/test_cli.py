@@ -8,7 +8,16 @@ import pytest
 
 from popgrpo.algorithms.member import METRIC_COLUMNS
 
-SHORT = ["--set", "run.epochs=4", "--set", "grpo.steps_per_epoch=2", "--set", "scheduler.interval_epochs=2"]
+SHORT = [
+    "--executor",
+    "local",
+    "--set",
+    "run.epochs=4",
+    "--set",
+    "grpo.steps_per_epoch=2",
+    "--set",
+    "scheduler.interval_epochs=2",
+]
 
 
 def popgrpo(*args, cwd=None):
@@ -87,3 +96,30 @@ def test_config_command_prints_resolved_yaml():
     res = popgrpo("config", "--config", "qd_grpo", "--set", "qd.beta_new=0.9")
     assert res.returncode == 0
     assert "beta_new: 0.9" in res.stdout
+
+
+@pytest.mark.ray
+def test_default_executor_is_embedded_ray_with_the_same_numbers(tmp_path: Path):
+    args = ["train", "--config", "pop_grpo", *SHORT[2:], "--quiet"]
+    on_ray = popgrpo(*args, "--out", str(tmp_path / "ray"))
+    assert on_ray.returncode == 0, on_ray.stderr
+    local = popgrpo(*args, "--executor", "local", "--out", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    assert (tmp_path / "ray" / "summary.json").read_text() == (tmp_path / "local" / "summary.json").read_text()
+    assert (tmp_path / "ray" / "lineage.jsonl").read_text() == (tmp_path / "local" / "lineage.jsonl").read_text()
+
+
+@pytest.mark.ray
+def test_population_that_cannot_fit_the_cluster_exits_2(tmp_path: Path):
+    res = popgrpo(
+        "train",
+        "--config",
+        "pop_grpo",
+        "--set",
+        "population.resources.num_gpus=1",
+        "--out",
+        str(tmp_path / "r"),
+        "--quiet",
+    )
+    assert res.returncode == 2
+    assert "needs 5 GPUs" in res.stderr and "members_per_actor" in res.stderr

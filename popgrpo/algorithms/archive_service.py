@@ -19,11 +19,16 @@ __all__ = ["ArchiveService", "LocalArchive"]
 
 
 class ArchiveService(Protocol):
-    def update(self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray) -> np.ndarray:
-        """Insert a batch in order; ``[N]`` statuses (2 new, 1 improved, 0 not stored)."""
+    def step(
+        self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray, keep: np.ndarray, novelty: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """One GRPO step's archive work, in one call (one round trip when remote).
 
-    def novelty(self, ideas: np.ndarray) -> np.ndarray:
-        """Score ``[N, d]`` ideas against the memory, then add them; ``[N]`` scores."""
+        Inserts the ideas where ``keep`` is true (finite rewards) in order and returns ``[N]``
+        statuses (2 new, 1 improved, 0 not stored or not kept). With ``novelty`` it also scores
+        all ``[N, d]`` ideas against the memory and then adds them, returning ``[N]`` scores;
+        otherwise ``None``.
+        """
 
     def stats(self) -> dict[str, float]:
         """``coverage``, ``qd_score``, ``best_reward``, ``elites``."""
@@ -36,14 +41,16 @@ class LocalArchive:
         self.archive = MapElitesArchive(cells_per_dim)
         self.memory = NoveltyMemory(novelty_capacity, novelty_k)
 
-    def update(self, behaviours, rewards, ideas) -> np.ndarray:
-        return self.archive.add(behaviours, rewards, ideas)
-
-    def novelty(self, ideas) -> np.ndarray:
-        ideas_t = torch.as_tensor(np.asarray(ideas), dtype=torch.float32)
-        scores = self.memory.score(ideas_t)
-        self.memory.add(ideas_t)
-        return scores.numpy()
+    def step(self, behaviours, rewards, ideas, keep, novelty: bool):
+        statuses = np.zeros(len(keep), dtype=np.int64)
+        if keep.any():
+            statuses[keep] = self.archive.add(behaviours[keep], rewards[keep], ideas[keep])
+        scores = None
+        if novelty:
+            ideas_t = torch.as_tensor(np.asarray(ideas), dtype=torch.float32)
+            scores = self.memory.score(ideas_t).numpy()
+            self.memory.add(ideas_t)
+        return statuses, scores
 
     def stats(self) -> dict[str, float]:
         return {

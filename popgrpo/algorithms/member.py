@@ -175,23 +175,23 @@ class Member:
         cfg = self.config
         returns = torch.where(finite, rewards, torch.zeros_like(rewards))
         keep = finite.reshape(-1).numpy()
-        flat_np = flat.numpy()
-        statuses = np.zeros(keep.shape[0], dtype=np.int64)
-        if keep.any():
-            behaviours = self.env.behaviour(flat).numpy()
-            statuses[keep] = self.archive.update(behaviours[keep], rewards.reshape(-1).numpy()[keep], flat_np[keep])
+        statuses, novelty = self.archive.step(
+            self.env.behaviour(flat).numpy(),
+            rewards.reshape(-1).numpy(),
+            flat.numpy(),
+            keep,
+            cfg.maxent.novelty.enabled,
+        )
         status_t = torch.from_numpy(statuses).reshape(rewards.shape)
         if cfg.qd.enabled:
             returns = (
                 returns + cfg.qd.beta_new * (status_t == STATUS_NEW) + cfg.qd.beta_imp * (status_t == STATUS_IMPROVED)
             )
         novelty_mean = math.nan
-        if cfg.maxent.novelty.enabled:
-            novelty = torch.from_numpy(np.asarray(self.archive.novelty(flat_np), dtype=np.float32)).reshape(
-                rewards.shape
-            )
-            returns = returns + cfg.maxent.novelty.coef * novelty
-            novelty_mean = float(novelty.mean())
+        if novelty is not None:
+            novelty_t = torch.from_numpy(np.asarray(novelty, dtype=np.float32)).reshape(rewards.shape)
+            returns = returns + cfg.maxent.novelty.coef * novelty_t
+            novelty_mean = float(novelty_t.mean())
         info = {
             "archive_new": int((statuses == STATUS_NEW).sum()),
             "archive_improved": int((statuses == STATUS_IMPROVED).sum()),

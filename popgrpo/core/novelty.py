@@ -73,7 +73,7 @@ class NoveltyMemory:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> NoveltyMemory:
-        ideas = np.asarray(state["ideas"], dtype=np.float32)
+        ideas = np.array(state["ideas"], dtype=np.float32)  # a copy: arrays from Ray are read-only
         memory = cls(int(state["capacity"]), int(state["k"]))
         if ideas.size:
             memory.add(torch.from_numpy(ideas))
