@@ -32,14 +32,20 @@ def _resolve_config_path(value: str | None) -> Path:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    overrides = list(args.set or [])
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    config = load_config(_resolve_config_path(args.config), overrides)
+    if args.resume:
+        if args.config or args.set or args.seed is not None or args.out:
+            raise ConfigError("--resume continues a run with its own config.yaml; drop --config/--set/--seed/--out")
+        config, run_dir = None, Path(args.resume)
+    else:
+        overrides = list(args.set or [])
+        if args.seed is not None:
+            overrides.append(f"run.seed={args.seed}")
+        config = load_config(_resolve_config_path(args.config), overrides)
     # Imported after validation so a bad config fails fast, before torch loads.
-    from popgrpo.train import default_run_dir, train
+    from popgrpo.train import ResumeError, default_run_dir, resume, train
 
-    run_dir = Path(args.out) if args.out else default_run_dir(config)
+    if config is not None:
+        run_dir = Path(args.out) if args.out else default_run_dir(config)
     if args.executor == "local":
         from popgrpo.runtime.executor import LocalExecutor as factory
     else:
@@ -52,8 +58,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 raise ConfigError(str(exc)) from None
 
     try:
-        summary = train(config, run_dir, executor_factory=factory, progress=not args.quiet)
-    except (FileExistsError, ConfigError) as exc:
+        if config is None:
+            summary = resume(run_dir, executor_factory=factory, progress=not args.quiet)
+        else:
+            summary = train(config, run_dir, executor_factory=factory, progress=not args.quiet)
+    except (FileExistsError, ConfigError, ResumeError) as exc:
         raise ConfigError(str(exc)) from None
     except Exception as exc:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -87,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--out", help="run directory (default runs/<run.name>-<timestamp>)")
     train.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last complete round")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument(
         "--executor",

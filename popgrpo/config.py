@@ -47,6 +47,11 @@ class RunConfig(_Section):
     summary_window: int = Field(
         10, ge=1, description="Table-1 numbers in summary.json average the last this-many epochs (paper: 10)."
     )
+    checkpoint_keep: int = Field(
+        2,
+        ge=1,
+        description="Round checkpoints kept under checkpoints/ (older ones are deleted); resume uses the newest complete one.",
+    )
     torch_threads: int = Field(
         1,
         ge=1,

@@ -1,21 +1,29 @@
-"""Run one training job end to end: executor → rounds → run directory."""
+"""Run one training job end to end, or resume one: executor → rounds → run directory."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tqdm import tqdm
 
-from popgrpo.config import Config
+from popgrpo.config import Config, load_config
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
+from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.telemetry.plots import plot_training_dynamics
 from popgrpo.telemetry.run_dir import RunDirectory
 from popgrpo.telemetry.summary import summarise
 
-__all__ = ["default_run_dir", "train"]
+__all__ = ["ResumeError", "default_run_dir", "resume", "train"]
+
+ExecutorFactory = Callable[[Config], Executor]
+
+
+class ResumeError(ValueError):
+    """The directory cannot be resumed (not a run directory, or already finished)."""
 
 
 def default_run_dir(config: Config, root: str | Path = "runs") -> Path:
@@ -25,37 +33,81 @@ def default_run_dir(config: Config, root: str | Path = "runs") -> Path:
 def train(
     config: Config,
     run_dir: str | Path,
-    executor_factory: Callable[[Config], Executor] = LocalExecutor,
+    executor_factory: ExecutorFactory = LocalExecutor,
     progress: bool = True,
 ) -> dict:
     """Train ``config`` and write its run directory; return the summary.
 
-    Metrics and lineage are written after every round, so an interrupted run keeps what it
-    finished. Raises whatever the members raise (e.g. BadRewardError) after saving.
+    After every round the metrics, the lineage line and a checkpoint are written, so an
+    interrupted run keeps what it finished and :func:`resume` can continue it.
     """
     out = RunDirectory(run_dir).create()
     out.write_config(config)
-    rows: list[dict] = []
-    bar = tqdm(total=config.run.epochs, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5)
-    best_max = float("-inf")
+    return _run(config, out, executor_factory, progress, start_round=0, rows=[], restore=None)
 
-    def on_round(round_index: int, member_rows: list[list[dict]], record: dict | None) -> None:
+
+def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecutor, progress: bool = True) -> dict:
+    """Continue an interrupted run from its last complete round; finish with the same epochs.
+
+    Metrics and lineage written after that round (by the run that died) are dropped and
+    recomputed, so the finished run equals an uninterrupted one with the same seed.
+    """
+    out = RunDirectory(run_dir)
+    if not (out.path / "config.yaml").is_file():
+        raise ResumeError(f"{out.path} is not a popgrpo run directory (no config.yaml)")
+    config = load_config(out.path / "config.yaml")
+    if (out.path / "summary.json").exists():
+        raise ResumeError(f"{out.path} has already finished (summary.json exists)")
+    checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
+    info = checkpointer.latest()
+    rows: list[dict] = []
+    start_round, restore = 0, None
+    if info is not None:
+        start_round, restore = info["round"] + 1, checkpointer.load(info)
+        if (out.path / "metrics.parquet").exists():
+            rows = [r for r in out.read_metrics().to_dict("records") if r["epoch"] < info["epoch_end"]]
+    out.truncate_lineage(max_round=info["round"] if info else -1)
+    return _run(config, out, executor_factory, progress, start_round=start_round, rows=rows, restore=restore)
+
+
+def _run(
+    config: Config,
+    out: RunDirectory,
+    executor_factory: ExecutorFactory,
+    progress: bool,
+    start_round: int,
+    rows: list[dict],
+    restore: tuple[list[dict], list[dict]] | None,
+) -> dict:
+    checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
+    done = len({r["epoch"] for r in rows})
+    bar = tqdm(
+        total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
+    )
+    best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
+    executor = executor_factory(config)
+
+    def on_round(round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None) -> None:
         nonlocal best_max
         new = [row for per_member in member_rows for row in per_member]
         rows.extend(new)
         out.write_metrics(rows)
         if record is not None:
             out.append_lineage(record)
+        checkpointer.save(
+            round_index, epoch_end, executor.member_states(), [a.state_dict() for a in executor.archives()]
+        )
         best_max = max([best_max, *(r["reward_max"] for r in new)])
-        last_epoch = max(r["epoch"] for r in new)
-        last = [r for r in new if r["epoch"] == last_epoch]
+        last = [r for r in new if r["epoch"] == epoch_end - 1]
         diversity = sum(r["diversity"] for r in last) / len(last)
         bar.update(len(member_rows[0]))
         bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
 
-    executor = executor_factory(config)
     try:
-        run_rounds(config, executor, on_round)
+        if restore is not None:
+            executor.load_member_states(restore[0])
+            executor.load_archive_states(restore[1])
+        run_rounds(config, executor, on_round, start_round=start_round)
     finally:
         bar.close()
         executor.close()
@@ -64,3 +116,7 @@ def train(
     out.write_summary(summary)
     plot_training_dynamics(metrics, out.path / "training_dynamics.png", title=config.run.name)
     return summary
+
+
+def read_summary(run_dir: str | Path) -> dict:
+    return json.loads((Path(run_dir) / "summary.json").read_text())

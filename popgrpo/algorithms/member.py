@@ -251,3 +251,30 @@ class Member:
         generator = torch_generator(self.config.run.seed, _STREAM_PERTURB, self.member_id, round_index)
         self.policy.load_state_dict(perturb(base, sigma, generator))
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.grpo.lr)
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit for bit: weights, Adam, α, RNG, counters.
+
+        The reference policy is not included: it is rebuilt from the run seed.
+        """
+        return {
+            "member_id": self.member_id,
+            "policy": self.get_weights(),
+            "optimizer": self.optimizer.state_dict(),
+            "alpha": self.alpha.value,
+            "generator": self.generator.get_state(),
+            "epochs_done": self.epochs_done,
+            "bad_rewards_total": self.bad_rewards_total,
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if state["member_id"] != self.member_id:
+            raise ValueError(f"checkpoint of member {state['member_id']} loaded into member {self.member_id}")
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.grpo.lr)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.alpha.value = float(state["alpha"])
+        self.generator.set_state(state["generator"])
+        self.epochs_done = int(state["epochs_done"])
+        self.bad_rewards_total = int(state["bad_rewards_total"])

@@ -114,8 +114,12 @@ class MapElitesArchive:
 
     @property
     def qd_score(self) -> float:
-        """Sum of the elites' rewards."""
-        return 0.0 if self._grid is None else float(self._grid.stats.qd_score)
+        """Sum of the elites' rewards, summed in cell order.
+
+        Not pyribs' running total: that one depends on the insertion history in its last
+        bits, and an archive restored from a checkpoint must report exactly the same number.
+        """
+        return float(np.sum(self.elites()["reward"]))
 
     @property
     def best_reward(self) -> float:

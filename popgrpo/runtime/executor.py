@@ -35,6 +35,15 @@ class Executor(Protocol):
     def archives(self) -> list[LocalArchive]:
         """The archive(s): one when shared, one per member otherwise."""
 
+    def member_states(self) -> list[dict]:
+        """Every member's :meth:`Member.state_dict`, in member order."""
+
+    def load_member_states(self, states: Sequence[dict]) -> None:
+        """Restore every member from :meth:`member_states` output."""
+
+    def load_archive_states(self, states: Sequence[dict]) -> None:
+        """Restore the archive(s) from ``[a.state_dict() for a in archives()]``."""
+
     def close(self) -> None: ...
 
 
@@ -70,6 +79,17 @@ class LocalExecutor:
 
     def archives(self) -> list[LocalArchive]:
         return self._archives
+
+    def member_states(self) -> list[dict]:
+        return [m.state_dict() for m in self.members]
+
+    def load_member_states(self, states: Sequence[dict]) -> None:
+        for member, state in zip(self.members, states, strict=True):
+            member.load_state_dict(state)
+
+    def load_archive_states(self, states: Sequence[dict]) -> None:
+        for archive, state in zip(self._archives, states, strict=True):
+            archive.load_state_dict(state)
 
     def close(self) -> None:
         pass

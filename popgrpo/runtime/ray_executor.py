@@ -89,6 +89,10 @@ class ArchiveActor:
     def state_dicts(self) -> list[dict]:
         return [a.state_dict() for a in self.archives]
 
+    def load_state_dicts(self, states: list[dict]) -> None:
+        for archive, state in zip(self.archives, states, strict=True):
+            archive.load_state_dict(state)
+
 
 class _RemoteArchive:
     """ArchiveService that forwards each step to the archive actor (one round trip)."""
@@ -123,6 +127,13 @@ class MemberGroup:
     def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
         for m in self.members.values():
             m.reseed(base, sigma, round_index)
+
+    def states(self) -> dict[int, dict]:
+        return {k: m.state_dict() for k, m in self.members.items()}
+
+    def load_states(self, states: Mapping[int, dict]) -> None:
+        for k, state in states.items():
+            self.members[k].load_state_dict(state)
 
 
 class RayExecutor:
@@ -178,6 +189,23 @@ class RayExecutor:
             local.load_state_dict(state)
             archives.append(local)
         return archives
+
+    def member_states(self) -> list[dict]:
+        states: dict[int, dict] = {}
+        for part in ray.get([a.states.remote() for a in self._actors]):
+            states.update(part)
+        return [states[k] for k in range(self.n_members)]
+
+    def load_member_states(self, states: Sequence[dict]) -> None:
+        ray.get(
+            [
+                a.load_states.remote({k: states[k] for k in group})
+                for a, group in zip(self._actors, self._groups, strict=True)
+            ]
+        )
+
+    def load_archive_states(self, states: Sequence[dict]) -> None:
+        ray.get(self.archive.load_state_dicts.remote(list(states)))
 
     def close(self) -> None:
         for actor in [*self._actors, self.archive]:

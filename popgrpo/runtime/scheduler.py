@@ -54,16 +54,19 @@ def plan_round(round_index: int, epoch_end: int, last_rows: list[dict], config: 
 def run_rounds(
     config: Config,
     executor: Executor,
-    on_round: Callable[[int, list[list[dict]], dict | None], None],
+    on_round: Callable[[int, int, list[list[dict]], dict | None], None],
+    start_round: int = 0,
 ) -> None:
-    """Train all rounds. After each, ``on_round(round, rows_per_member, lineage_record)``.
+    """Train rounds ``start_round, …``; after each, ``on_round(round, epoch_end, rows_per_member, record)``.
 
     The lineage record is ``None`` when the scheduler is off or after the final round
-    (nothing is merged once training is over).
+    (nothing is merged once training is over). ``start_round > 0`` continues a resumed run
+    whose members already hold the state at the end of round ``start_round − 1``.
     """
     lengths = round_lengths(config.run.epochs, config.scheduler.interval_epochs)
-    epoch_end = 0
-    for round_index, n_epochs in enumerate(lengths):
+    epoch_end = sum(lengths[:start_round])
+    for round_index in range(start_round, len(lengths)):
+        n_epochs = lengths[round_index]
         rows = executor.train(n_epochs)
         epoch_end += n_epochs
         record = None
@@ -73,7 +76,7 @@ def run_rounds(
             weights = executor.get_weights(plan.selected)
             executor.reseed(soup(weights), config.scheduler.perturb_sigma, round_index + 1)
             record = plan.record
-        on_round(round_index, rows, record)
+        on_round(round_index, epoch_end, rows, record)
 
 
 def _json_float(x: float) -> float | None:

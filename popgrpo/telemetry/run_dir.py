@@ -60,6 +60,14 @@ class RunDirectory:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def truncate_lineage(self, max_round: int) -> None:
+        """Keep only the lineage lines of rounds ``<= max_round`` (for a resumed run)."""
+        path = self.path / "lineage.jsonl"
+        if not path.exists():
+            return
+        kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["round"] <= max_round]
+        self._replace("lineage.jsonl", "".join(f"{line}\n" for line in kept))
+
     def write_summary(self, summary: dict) -> Path:
         return self._replace("summary.json", json.dumps(summary, indent=2) + "\n")
 

@@ -62,7 +62,7 @@ def test_pop_grpo_rounds_soup_the_top_m_and_reseed_everyone():
     executor.get_weights = lambda ids: fetched.append(real_get(ids)) or fetched[-1]
     seen = []
 
-    def on_round(round_index, rows, record):
+    def on_round(round_index, epoch_end, rows, record):
         seen.append((round_index, rows, record, [m.get_weights() for m in executor.members]))
 
     run_rounds(cfg, executor, on_round)

@@ -16,7 +16,7 @@ def _run(executor_cls, cfg):
     executor = executor_cls(cfg)
     rows, lineage = [], []
 
-    def on_round(i, member_rows, record):
+    def on_round(i, epoch_end, member_rows, record):
         rows.extend(r for per in member_rows for r in per)
         lineage.append(record)
 

@@ -1,0 +1,99 @@
+"""An interrupted run resumes from its last complete round and equals an uninterrupted one."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ARGS = [
+    "--config",
+    "pop_grpo",
+    "--set",
+    "run.epochs=20",
+    "--set",
+    "scheduler.interval_epochs=2",
+    "--set",
+    "grpo.steps_per_epoch=6",
+    "--set",
+    "population.size=4",
+    "--set",
+    "maxent.novelty.enabled=true",
+    "--set",
+    "qd.enabled=true",
+    "--quiet",
+]
+
+
+def _cmd(*args):
+    return [sys.executable, "-m", "popgrpo", "train", *args]
+
+
+def _env():
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
+        "RAY_TMPDIR": tempfile.mkdtemp(prefix="pgres-", dir="/tmp")
+    }
+
+
+def _kill_after_round(out: Path, round_index: int) -> None:
+    proc = subprocess.Popen(
+        _cmd(*ARGS, "--executor", "local", "--out", str(out)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    latest = out / "checkpoints" / "latest.json"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if latest.exists() and json.loads(latest.read_text())["round"] >= round_index:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"run ended before it could be interrupted: {proc.stderr.read().decode()}")
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full") / "run"
+    res = subprocess.run(_cmd(*ARGS, "--executor", "local", "--out", str(out)), capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_killed_run_resumes_to_the_same_numbers(tmp_path: Path, uninterrupted: Path, executor: str):
+    out = tmp_path / "run"
+    _kill_after_round(out, round_index=2)
+    assert not (out / "summary.json").exists()
+    env = _env()
+    try:
+        res = subprocess.run(
+            _cmd("--resume", str(out), "--executor", executor, "--quiet"), capture_output=True, text=True, env=env
+        )
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert res.returncode == 0, res.stderr
+    assert (out / "summary.json").read_text() == (uninterrupted / "summary.json").read_text()
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / "metrics.parquet"), pd.read_parquet(uninterrupted / "metrics.parquet")
+    )
+    assert (out / "lineage.jsonl").read_text() == (uninterrupted / "lineage.jsonl").read_text()
+    elites = pd.read_parquet(out / "archive.parquet")
+    pd.testing.assert_frame_equal(elites, pd.read_parquet(uninterrupted / "archive.parquet"))
+    assert sorted(elites["archive"].unique()) == [0, 1, 2, 3]
+
+
+def test_checkpoints_are_pruned_and_resume_refuses_finished_runs(uninterrupted: Path):
+    rounds = sorted(p.name for p in (uninterrupted / "checkpoints").glob("round_*"))
+    assert rounds == ["round_0008", "round_0009"]  # checkpoint_keep = 2
+    assert len(list((uninterrupted / "checkpoints" / "round_0009").glob("member_*.pt"))) == 4
+    res = subprocess.run(_cmd("--resume", str(uninterrupted)), capture_output=True, text=True)
+    assert res.returncode == 2 and "already finished" in res.stderr
+    res = subprocess.run(_cmd("--resume", str(uninterrupted), "--set", "run.epochs=3"), capture_output=True, text=True)
+    assert res.returncode == 2 and "--resume" in res.stderr
