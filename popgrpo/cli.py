@@ -49,12 +49,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.executor == "local":
         from popgrpo.runtime.executor import LocalExecutor as factory
     else:
-        from popgrpo.runtime.ray_executor import ClusterTooSmallError, RayExecutor
+        from popgrpo.runtime.ray_executor import RayExecutor, SetupError
 
-        def factory(cfg):
+        def factory(cfg, run_dir):
             try:
-                return RayExecutor(cfg, address=args.address)
-            except ClusterTooSmallError as exc:
+                return RayExecutor(cfg, run_dir=run_dir, address=args.address)
+            except SetupError as exc:
                 raise ConfigError(str(exc)) from None
 
     try:

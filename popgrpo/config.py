@@ -189,6 +189,10 @@ class ArchiveConfig(_Section):
         ge=1,
         description="MAP-Elites grid is cells_per_dim × cells_per_dim over behaviour space (paper: 10). Kept for every method so coverage is always reported; bonuses need qd.enabled.",
     )
+    redis_url: str | None = Field(
+        None,
+        description="Redis URL (redis://[:password@]host:port/db) for archive write-through: every accepted elite is stored before its status returns, so a restarted archive actor loses nothing. Password from the URL or $POPGRPO_REDIS_PASSWORD. None: restore from the last round snapshot only.",
+    )
     shared: bool = Field(
         False,
         description="One archive and novelty memory for the whole population (true) or one per member (false; the paper's QD-GRPO is one policy with its own archive).",
@@ -213,6 +217,11 @@ class PopulationConfig(_Section):
     )
     resources: ResourcesConfig = Field(
         default_factory=ResourcesConfig, description="Resources per member actor on Ray."
+    )
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        description="Times a member actor may die (process killed, node lost) within one round before the run fails; each death rebuilds the actor from the last round checkpoint and replays the round.",
     )
     shared_init: bool = Field(
         True,

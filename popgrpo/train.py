@@ -19,7 +19,7 @@ from popgrpo.telemetry.summary import summarise
 
 __all__ = ["ResumeError", "default_run_dir", "resume", "train"]
 
-ExecutorFactory = Callable[[Config], Executor]
+ExecutorFactory = Callable[[Config, Path], Executor]  # (config, run_dir) -> executor
 
 
 class ResumeError(ValueError):
@@ -85,7 +85,7 @@ def _run(
         total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
     )
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
-    executor = executor_factory(config)
+    executor = executor_factory(config, out.path)
 
     def on_round(round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None) -> None:
         nonlocal best_max
@@ -94,9 +94,11 @@ def _run(
         out.write_metrics(rows)
         if record is not None:
             out.append_lineage(record)
-        checkpointer.save(
-            round_index, epoch_end, executor.member_states(), [a.state_dict() for a in executor.archives()]
-        )
+        checkpointer.save(round_index, epoch_end, *executor.snapshot())
+        for event in executor.events:
+            out.append_event({"round": round_index, **event})
+            tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
+        executor.events.clear()
         best_max = max([best_max, *(r["reward_max"] for r in new)])
         last = [r for r in new if r["epoch"] == epoch_end - 1]
         diversity = sum(r["diversity"] for r in last) / len(last)
@@ -113,6 +115,7 @@ def _run(
         executor.close()
     metrics = out.read_metrics()
     summary = summarise(metrics, config.run.summary_window)
+    summary["restarts"] = out.count_events("member_actor_restarted")
     out.write_summary(summary)
     plot_training_dynamics(metrics, out.path / "training_dynamics.png", title=config.run.name)
     return summary

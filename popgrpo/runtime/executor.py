@@ -22,6 +22,8 @@ __all__ = ["Executor", "LocalExecutor", "make_archives"]
 
 class Executor(Protocol):
     n_members: int
+    restarts: int  # member actors rebuilt after dying (always 0 in-process)
+    events: list[dict]  # failures and recoveries not yet reported; the driver drains it
 
     def train(self, n_epochs: int) -> list[list[dict]]:
         """Every member trains ``n_epochs``; per member, one metrics row per epoch."""
@@ -37,6 +39,12 @@ class Executor(Protocol):
 
     def member_states(self) -> list[dict]:
         """Every member's :meth:`Member.state_dict`, in member order."""
+
+    def snapshot(self) -> tuple[list[dict], list[dict]]:
+        """``(member_states, archive_states)`` at a round's end, for the checkpoint.
+
+        Executors that can lose members also keep it as the point a rebuilt member restarts from.
+        """
 
     def load_member_states(self, states: Sequence[dict]) -> None:
         """Restore every member from :meth:`member_states` output."""
@@ -57,10 +65,12 @@ def make_archives(config: Config) -> list[LocalArchive]:
 class LocalExecutor:
     """All members in this process, trained one after another."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, run_dir=None) -> None:
         torch.set_num_threads(config.run.torch_threads)
         self.config = config
         self.n_members = config.population.size
+        self.restarts = 0
+        self.events: list[dict] = []
         self._archives = make_archives(config)
         env = make_env(config.env)
         self.members = [
@@ -82,6 +92,9 @@ class LocalExecutor:
 
     def member_states(self) -> list[dict]:
         return [m.state_dict() for m in self.members]
+
+    def snapshot(self) -> tuple[list[dict], list[dict]]:
+        return self.member_states(), [a.state_dict() for a in self._archives]
 
     def load_member_states(self, states: Sequence[dict]) -> None:
         for member, state in zip(self.members, states, strict=True):

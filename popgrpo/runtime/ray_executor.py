@@ -14,6 +14,7 @@ novelty together), because QD-GRPO's bonuses need the statuses before the update
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import uuid
@@ -21,16 +22,32 @@ from collections.abc import Mapping, Sequence
 
 import ray
 import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member
 from popgrpo.config import Config
+from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.executor import make_archives
 
-__all__ = ["ArchiveActor", "ClusterTooSmallError", "MemberGroup", "RayExecutor", "connect", "start_local_ray"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ArchiveActor",
+    "ClusterTooSmallError",
+    "MemberGroup",
+    "RayExecutor",
+    "SetupError",
+    "connect",
+    "start_local_ray",
+]
 
 
-class ClusterTooSmallError(RuntimeError):
+class SetupError(RuntimeError):
+    """The run cannot start as configured on this cluster (the CLI exits 2 with the message)."""
+
+
+class ClusterTooSmallError(SetupError):
     """The population's resource request can never be met by the cluster."""
 
 
@@ -73,15 +90,59 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     return False
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
 class ArchiveActor:
-    """Owns the run's archive(s) and novelty memories: one shared, or one per member."""
+    """Owns the run's archive(s) and novelty memories: one shared, or one per member.
 
-    def __init__(self, config_json: str) -> None:
-        self.archives = make_archives(Config.model_validate_json(config_json))
+    Ray restarts it if its process dies, and retries the calls that were in flight. A
+    restarted actor rebuilds its state from the run directory's last round snapshot (it is
+    pinned to the driver's node, where the run directory is) and then, with
+    ``archive.redis_url``, from Redis, which holds every elite ever accepted. Without Redis,
+    elites accepted since the last round's snapshot are lost; with it, nothing accepted is.
+    The novelty memories always come from the snapshot.
+    """
+
+    def __init__(self, config_json: str, run_dir: str | None, run_key: str, redis_password: str | None) -> None:
+        config = Config.model_validate_json(config_json)
+        self.archives = make_archives(config)
+        self.store = None
+        if config.archive.redis_url:
+            from popgrpo.runtime.archive_store import RedisArchiveStore
+
+            self.store = RedisArchiveStore(config.archive.redis_url, run_key, redis_password)
+        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self.restored = {"snapshot_round": None, "redis_elites": 0}
+        if self.restarted:
+            self._restore(run_dir)
+
+    def _restore(self, run_dir: str | None) -> None:
+        from popgrpo.telemetry.checkpoint import Checkpointer
+
+        info = Checkpointer(run_dir).latest() if run_dir else None
+        if info is not None:
+            for archive, state in zip(self.archives, Checkpointer(run_dir).load_archives(info), strict=True):
+                archive.load_state_dict(state)
+            self.restored["snapshot_round"] = info["round"]
+        if self.store is not None:
+            for archive_id, archive in enumerate(self.archives):
+                elites = self.store.read(archive_id)
+                if len(elites["reward"]):
+                    archive.archive.add(elites["behaviour"], elites["reward"], elites["idea"])
+                    self.restored["redis_elites"] += len(elites["reward"])
+
+    def restore_info(self) -> dict:
+        return {"restarted": self.restarted, **self.restored}
 
     def step(self, archive_id: int, behaviours, rewards, ideas, keep, novelty: bool):
-        return self.archives[archive_id].step(behaviours, rewards, ideas, keep, novelty)
+        statuses, scores = self.archives[archive_id].step(behaviours, rewards, ideas, keep, novelty)
+        if self.store is not None:
+            stored = statuses > 0
+            if stored.any():
+                archive = self.archives[archive_id].archive
+                self.store.write(
+                    archive_id, archive.cell_of(behaviours[stored]), rewards[stored], behaviours[stored], ideas[stored]
+                )
+        return statuses, scores
 
     def stats(self, archive_id: int) -> dict[str, float]:
         return self.archives[archive_id].stats()
@@ -90,8 +151,17 @@ class ArchiveActor:
         return [a.state_dict() for a in self.archives]
 
     def load_state_dicts(self, states: list[dict]) -> None:
-        for archive, state in zip(self.archives, states, strict=True):
-            archive.load_state_dict(state)
+        self.load_states(dict(enumerate(states)))
+
+    def load_states(self, states: Mapping[int, dict]) -> None:
+        """Set individual archives (a resume, or a lost member's private archive rolled back)."""
+        for archive_id, state in states.items():
+            self.archives[archive_id].load_state_dict(state)
+            if self.store is not None:
+                self.store.replace(archive_id, self.archives[archive_id].archive.elites())
+
+    def pid(self) -> int:
+        return os.getpid()
 
 
 class _RemoteArchive:
@@ -128,6 +198,9 @@ class MemberGroup:
         for m in self.members.values():
             m.reseed(base, sigma, round_index)
 
+    def pid(self) -> int:
+        return os.getpid()
+
     def states(self) -> dict[int, dict]:
         return {k: m.state_dict() for k, m in self.members.items()}
 
@@ -139,7 +212,7 @@ class MemberGroup:
 class RayExecutor:
     """Members on Ray actors; the same interface as :class:`LocalExecutor`."""
 
-    def __init__(self, config: Config, address: str | None = None) -> None:
+    def __init__(self, config: Config, run_dir: str | None = None, address: str | None = None) -> None:
         self.config = config
         self.n_members = config.population.size
         per_actor = config.population.members_per_actor
@@ -156,18 +229,90 @@ class RayExecutor:
             raise
         config_json = config.model_dump_json()
         self.run_id = uuid.uuid4().hex[:8]
-        self.archive = ArchiveActor.options(name=f"popgrpo-archive-{config.run.name}-{self.run_id}").remote(config_json)
-        self._actors = [
-            MemberGroup.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus).remote(config_json, group, self.archive)
-            for group in self._groups
-        ]
+        redis_password = None
+        if config.archive.redis_url:
+            redis_password = resolve_redis_password(config.archive.redis_url)
+            self._check_redis(config.archive.redis_url, redis_password)
+        self.archive = ArchiveActor.options(
+            name=f"popgrpo-archive-{config.run.name}-{self.run_id}",
+            # On the driver's node: a restarted archive actor reads the run directory's snapshot.
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+        ).remote(config_json, str(run_dir) if run_dir else None, f"{config.run.name}-{self.run_id}", redis_password)
+        self._archive_pid = ray.get(self.archive.pid.remote())
+        self._config_json = config_json
+        self._actors = [self._new_group(group) for group in self._groups]
         self._actor_of = {k: a for a, group in zip(self._actors, self._groups, strict=True) for k in group}
+        # Where a replacement actor restarts from: None = the initial state a new actor has.
+        self._restore_members: list[dict] | None = None
+        self._restore_archives: list[dict] = [a.state_dict() for a in make_archives(config)]
+        self.restarts = 0
+        self.events: list[dict] = []
+
+    def _check_redis(self, url: str, password: str | None) -> None:
+        """Reach Redis from the driver first: an archive actor that cannot would restart forever."""
+        from urllib.parse import urlsplit
+
+        from popgrpo.runtime.archive_store import RedisArchiveStore
+
+        try:
+            RedisArchiveStore(url, "probe", password).client.close()
+        except Exception as exc:
+            parts = urlsplit(url)
+            where = f"{parts.hostname}:{parts.port or 6379}"  # never echo the password
+            if self._started_ray:
+                ray.shutdown()
+            raise SetupError(f"archive.redis_url: cannot use Redis at {where}: {type(exc).__name__}: {exc}") from None
+
+    def _new_group(self, group: Sequence[int]):
+        res = self.config.population.resources
+        return MemberGroup.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus).remote(
+            self._config_json, group, self.archive
+        )
 
     def train(self, n_epochs: int) -> list[list[dict]]:
+        """All groups train; a group whose actor dies is rebuilt and replays the round.
+
+        The replacement actor loads the members' states from the last round checkpoint
+        (held by this driver) and, with private archives, those members' archives are rolled
+        back to the same point, so the replay produces exactly the numbers the lost actor
+        would have. A node lost from the cluster is the same case: the new actor lands on a
+        surviving node.
+        """
+        refs = {g: actor.train.remote(n_epochs) for g, actor in enumerate(self._actors)}
         results: dict[int, list[dict]] = {}
-        for part in ray.get([a.train.remote(n_epochs) for a in self._actors]):
-            results.update(part)
+        attempts = dict.fromkeys(refs, 0)
+        while refs:
+            ready, _ = ray.wait(list(refs.values()), num_returns=1)
+            g = next(g for g, ref in refs.items() if ref == ready[0])
+            del refs[g]
+            try:
+                results.update(ray.get(ready[0]))
+            except ray.exceptions.ActorDiedError as exc:
+                attempts[g] += 1
+                limit = self.config.population.max_restarts
+                if attempts[g] > limit:
+                    raise RuntimeError(
+                        f"member actor {g} (members {self._groups[g]}) died {attempts[g]} times in one round "
+                        f"(population.max_restarts={limit}); giving up"
+                    ) from exc
+                self._replace_group(g, reason=str(exc).splitlines()[0])
+                refs[g] = self._actors[g].train.remote(n_epochs)
         return [results[k] for k in range(self.n_members)]
+
+    def _replace_group(self, g: int, reason: str) -> None:
+        group = self._groups[g]
+        self.restarts += 1
+        self.events.append({"event": "member_actor_restarted", "actor": g, "members": group, "reason": reason})
+        log.warning("member actor %d (members %s) died: %s; restarting it from the last checkpoint", g, group, reason)
+        ray.kill(self._actors[g], no_restart=True)
+        actor = self._new_group(group)
+        if self._restore_members is not None:
+            ray.get(actor.load_states.remote({k: self._restore_members[k] for k in group}))
+        if not self.config.archive.shared:
+            ray.get(self.archive.load_states.remote({k: self._restore_archives[k] for k in group}))
+        self._actors[g] = actor
+        for k in group:
+            self._actor_of[k] = actor
 
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         by_actor: dict = {}
@@ -196,7 +341,24 @@ class RayExecutor:
             states.update(part)
         return [states[k] for k in range(self.n_members)]
 
+    def snapshot(self) -> tuple[list[dict], list[dict]]:
+        """Member and archive states for the round checkpoint; also the restart point of lost actors."""
+        self._restore_members = self.member_states()
+        self._restore_archives = ray.get(self.archive.state_dicts.remote())
+        pid = ray.get(self.archive.pid.remote())
+        if pid != self._archive_pid:  # Ray restarted it during the round
+            self._archive_pid = pid
+            info = ray.get(self.archive.restore_info.remote())
+            self.events.append(
+                {
+                    "event": "archive_actor_restarted",
+                    "reason": f"restored from round {info['snapshot_round']} snapshot and {info['redis_elites']} Redis elites",
+                }
+            )
+        return self._restore_members, self._restore_archives
+
     def load_member_states(self, states: Sequence[dict]) -> None:
+        self._restore_members = list(states)
         ray.get(
             [
                 a.load_states.remote({k: states[k] for k in group})
@@ -205,6 +367,7 @@ class RayExecutor:
         )
 
     def load_archive_states(self, states: Sequence[dict]) -> None:
+        self._restore_archives = list(states)
         ray.get(self.archive.load_state_dicts.remote(list(states)))
 
     def close(self) -> None:

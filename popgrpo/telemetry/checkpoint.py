@@ -85,5 +85,7 @@ class Checkpointer:
     def load(self, info: dict) -> tuple[list[dict], list[dict]]:
         folder = self.root / info["path"]
         members = [torch.load(folder / f"member_{k:04d}.pt", weights_only=False) for k in range(int(info["members"]))]
-        archives = torch.load(folder / "archive.pt", weights_only=False)
-        return members, archives
+        return members, self.load_archives(info)
+
+    def load_archives(self, info: dict) -> list[dict]:
+        return torch.load(self.root / info["path"] / "archive.pt", weights_only=False)

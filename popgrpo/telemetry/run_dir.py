@@ -60,6 +60,17 @@ class RunDirectory:
             fh.flush()
             os.fsync(fh.fileno())
 
+    def append_event(self, event: dict) -> None:
+        """A failure or recovery, one JSON line in ``events.jsonl``: never silent."""
+        with open(self.path / "events.jsonl", "a") as fh:
+            fh.write(json.dumps(event) + "\n")
+
+    def count_events(self, kind: str) -> int:
+        path = self.path / "events.jsonl"
+        if not path.exists():
+            return 0
+        return sum(json.loads(line)["event"] == kind for line in path.read_text().splitlines() if line)
+
     def truncate_lineage(self, max_round: int) -> None:
         """Keep only the lineage lines of rounds ``<= max_round`` (for a resumed run)."""
         path = self.path / "lineage.jsonl"

@@ -1,0 +1,171 @@
+"""Fault tolerance on a real Ray: members killed mid-round, nodes lost, archive actor killed."""
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import ray
+import torch
+
+from popgrpo.config import load_config, preset_path
+from popgrpo.runtime.executor import LocalExecutor
+from popgrpo.runtime.ray_executor import RayExecutor, SetupError
+from popgrpo.runtime.scheduler import run_rounds
+from popgrpo.train import train
+from tests.services import RedisServer
+
+pytestmark = pytest.mark.ray
+
+
+def _cfg(*extra):
+    return load_config(
+        preset_path("pop_grpo"),
+        [
+            "population.size=4",
+            "population.members_per_actor=2",
+            "population.resources.num_cpus=0.5",
+            "run.epochs=6",
+            "scheduler.interval_epochs=2",
+            "grpo.steps_per_epoch=8",
+            "qd.enabled=true",
+            "maxent.novelty.enabled=true",
+            *extra,
+        ],
+    )
+
+
+def _run(executor, cfg, during_round=None):
+    """Run all rounds like the driver does (snapshot after each); return rows and lineage."""
+    rows, lineage = [], []
+
+    def on_round(i, epoch_end, member_rows, record):
+        rows.extend(r for per in member_rows for r in per)
+        lineage.append(record)
+        executor.snapshot()
+        if during_round is not None and i == 0:
+            during_round(executor)
+
+    try:
+        run_rounds(cfg, executor, on_round)
+        return rows, lineage
+    finally:
+        executor.close()
+
+
+def _kill_soon(pid, delay=0.3):
+    done = threading.Event()
+
+    def kill():
+        os.kill(pid, signal.SIGKILL)
+        done.set()
+
+    threading.Timer(delay, kill).start()
+    return done
+
+
+def test_member_process_sigkilled_mid_round_replays_to_the_same_numbers(ray_local):
+    cfg = _cfg()
+    reference = _run(LocalExecutor(cfg), cfg)
+    executor = RayExecutor(cfg)
+    killed = []
+
+    def during_round(ex):  # round 1 starts right after this returns
+        pid = ray.get(ex._actors[0].pid.remote())
+        killed.append(_kill_soon(pid))
+
+    rows, lineage = _run(executor, cfg, during_round)
+    assert killed and killed[0].is_set()
+    assert executor.restarts == 1
+    assert rows == reference[0]
+    assert lineage == reference[1]
+
+
+# ---- the archive actor ---------------------------------------------------------------------
+
+
+def _elite_map(state):
+    elites = state["archive"]
+    return dict(zip(np.asarray(elites["cell"]).tolist(), np.asarray(elites["reward"]).tolist(), strict=True))
+
+
+def _covers(final: dict, before: dict) -> bool:
+    """Every cell elite ``before`` had is still there, with a reward at least as high."""
+    return all(cell in final and final[cell] >= reward for cell, reward in before.items())
+
+
+def _train_and_kill_archive(tmp_path, cfg, monkeypatch):
+    """Train through the real driver; SIGKILL the archive actor in the middle of round 1."""
+    captured = {}
+
+    def factory(config, run_dir):
+        captured["executor"] = RayExecutor(config, run_dir=run_dir)
+        return captured["executor"]
+
+    def killer():
+        latest = tmp_path / "run" / "checkpoints" / "latest.json"
+        while not (latest.exists() and json.loads(latest.read_text())["round"] >= 0):
+            time.sleep(0.005)
+        time.sleep(0.3)  # well inside round 1
+        ex = captured["executor"]
+        captured["snapshot"] = torch.load(latest.parent / "round_0000" / "archive.pt", weights_only=False)
+        captured["before_kill"] = ray.get(ex.archive.state_dicts.remote())
+        os.kill(ray.get(ex.archive.pid.remote()), signal.SIGKILL)
+        captured["killed"] = True
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    summary = train(cfg, tmp_path / "run", executor_factory=factory, progress=False)
+    thread.join(timeout=5)
+    assert captured.get("killed")
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["archive_actor_restarted"]
+    final = pd.read_parquet(tmp_path / "run" / "archive.parquet")
+    final_maps = [dict(zip(g["cell"].tolist(), g["reward"].tolist(), strict=True)) for _, g in final.groupby("archive")]
+    return summary, captured, final_maps, events
+
+
+def test_archive_actor_killed_without_redis_restores_the_last_snapshot(tmp_path, ray_local, monkeypatch):
+    cfg = _cfg("run.epochs=8", "grpo.steps_per_epoch=16")
+    summary, captured, final_maps, events = _train_and_kill_archive(tmp_path, cfg, monkeypatch)
+    assert summary["epochs"] == 8
+    assert "round 0 snapshot" in events[0]["reason"]
+    for final, snap in zip(final_maps, captured["snapshot"], strict=True):
+        assert _covers(final, _elite_map(snap))
+
+
+def test_archive_actor_killed_with_redis_loses_no_accepted_elite(tmp_path, ray_local, monkeypatch):
+    redis_server = RedisServer(str(tmp_path))
+    try:
+        monkeypatch.setenv("POPGRPO_REDIS_PASSWORD", redis_server.password)  # the URL carries none
+        cfg = _cfg("run.epochs=8", "grpo.steps_per_epoch=16", f"archive.redis_url={redis_server.url}")
+        summary, captured, final_maps, events = _train_and_kill_archive(tmp_path, cfg, monkeypatch)
+        assert summary["epochs"] == 8
+        assert "Redis elites" in events[0]["reason"] and " 0 Redis" not in events[0]["reason"]
+        for final, before in zip(final_maps, captured["before_kill"], strict=True):
+            assert _covers(final, _elite_map(before))  # everything accepted up to the kill
+        import redis
+
+        client = redis.Redis(host="127.0.0.1", port=redis_server.port, password=redis_server.password)
+        keys = sorted(k.decode() for k in client.keys("popgrpo:*"))
+        assert len(keys) == 4
+        assert sum(client.hlen(k) for k in keys) == sum(len(m) for m in final_maps)
+    finally:
+        redis_server.stop()
+
+
+def test_bad_redis_password_fails_at_start(tmp_path, ray_local):
+    redis_server = RedisServer(str(tmp_path))
+    try:
+        cfg = _cfg(f"archive.redis_url=redis://:wrongpass42@127.0.0.1:{redis_server.port}/0")
+        with pytest.raises(SetupError, match=re.escape("archive.redis_url: cannot use Redis at 127.0.0.1")) as err:
+            RayExecutor(cfg)
+        assert "wrongpass42" not in str(err.value)
+        assert ray.is_initialized()  # the test's own cluster is left alone
+    finally:
+        redis_server.stop()
