@@ -90,3 +90,10 @@ def test_every_field_documented_once_and_readme_in_sync():
     assert all(r.split("|")[3].strip() not in ("", "None") for r in rows)
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert table in readme, "README config reference is stale: regenerate with `popgrpo config --markdown`"
+
+
+def test_readme_metrics_table_in_sync():
+    from popgrpo.telemetry.live import metrics_markdown
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert metrics_markdown() in readme, "README metrics table is stale: regenerate from popgrpo.telemetry.live"

@@ -17,8 +17,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import ray
 import torch
@@ -29,6 +31,7 @@ from popgrpo.algorithms.member import Member
 from popgrpo.config import Config
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.executor import make_archives
+from popgrpo.telemetry.live import LiveMetrics
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ __all__ = [
     "RayExecutor",
     "SetupError",
     "connect",
+    "force_loopback",
     "start_local_ray",
 ]
 
@@ -51,22 +55,43 @@ class ClusterTooSmallError(SetupError):
     """The population's resource request can never be met by the cluster."""
 
 
-def start_local_ray(num_cpus: int | None = None, temp_dir: str | None = None, **kwargs):
-    """Start an embedded single-node Ray bound to 127.0.0.1 only.
+def force_loopback() -> None:
+    """Make every Ray process this one starts bind to 127.0.0.1, nothing else.
 
     ``ray.init(_node_ip_address="127.0.0.1")`` alone is not enough on Linux: Ray rewrites a
-    loopback node address to the machine's interface address so that other nodes could
-    join. An embedded Ray never has other nodes, so we switch that rewrite off the way Ray
-    does on macOS/Windows (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``): the environment
-    variable reaches Ray's child processes, the module constant this process.
+    loopback node address to the machine's interface address so that other machines could
+    join. Nodes started from this process (an embedded Ray, or a test's
+    ``ray.cluster_utils.Cluster``) never have other machines, so we switch that rewrite off
+    the way Ray does on macOS/Windows (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``): the
+    environment variable reaches Ray's child processes, the module constant this process.
+    Never used when attaching to a real cluster.
     """
     import ray._private.ray_constants as ray_constants
 
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def start_local_ray(
+    num_cpus: int | None = None,
+    temp_dir: str | None = None,
+    include_dashboard: bool = True,
+    dashboard_port: int | None = None,
+    **kwargs,
+):
+    """Start an embedded single-node Ray bound to 127.0.0.1 only (see :func:`force_loopback`).
+
+    The dashboard (and with it the per-node metrics agent that serves ``popgrpo_*`` metrics
+    to Prometheus) listens on 127.0.0.1 too.
+    """
+    force_loopback()
+    if include_dashboard:
+        kwargs.update(dashboard_host="127.0.0.1")
+        if dashboard_port is not None:
+            kwargs.update(dashboard_port=dashboard_port)
     return ray.init(
         num_cpus=num_cpus,
-        include_dashboard=False,
+        include_dashboard=include_dashboard,
         _node_ip_address="127.0.0.1",
         _temp_dir=temp_dir,
         configure_logging=False,
@@ -79,12 +104,14 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
 
     ``address=None`` inside a Ray job (or with ``RAY_ADDRESS`` set) attaches to that
     cluster; otherwise it starts an embedded loopback-only Ray (:func:`start_local_ray`)
-    with ``num_cpus`` logical CPUs (members then share the physical cores).
+    with ``num_cpus`` logical CPUs (members then share the physical cores), its dashboard on
+    ``$POPGRPO_RAY_DASHBOARD_PORT`` (default 8265).
     """
     if ray.is_initialized():
         return False
     if address is None and not os.environ.get("RAY_ADDRESS"):
-        start_local_ray(num_cpus)
+        port = os.environ.get("POPGRPO_RAY_DASHBOARD_PORT")
+        start_local_ray(num_cpus, dashboard_port=int(port) if port else None)
         return True
     ray.init(address=address, configure_logging=False)
     return False
@@ -181,15 +208,23 @@ class _RemoteArchive:
 class MemberGroup:
     """Several members packed into one actor (``population.members_per_actor``)."""
 
-    def __init__(self, config_json: str, member_ids: Sequence[int], archive_handle) -> None:
+    def __init__(self, config_json: str, member_ids: Sequence[int], archive_handle, run_tag: str) -> None:
         config = Config.model_validate_json(config_json)
         torch.set_num_threads(config.run.torch_threads)
+        self.metrics = LiveMetrics(run_tag)
         self.members = {
             k: Member(k, config, _RemoteArchive(archive_handle, 0 if config.archive.shared else k)) for k in member_ids
         }
 
     def train(self, n_epochs: int) -> dict[int, list[dict]]:
-        return {k: m.train_epochs(n_epochs) for k, m in self.members.items()}
+        """Epoch by epoch across the packed members, publishing live metrics after each."""
+        rows: dict[int, list[dict]] = {k: [] for k in self.members}
+        for _ in range(n_epochs):
+            for k, member in self.members.items():
+                (row,) = member.train_epochs(1)
+                rows[k].append(row)
+                self.metrics.record_epoch(row)
+        return rows
 
     def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
         return {k: self.members[k].get_weights() for k in member_ids}
@@ -200,6 +235,9 @@ class MemberGroup:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
     def states(self) -> dict[int, dict]:
         return {k: m.state_dict() for k, m in self.members.items()}
@@ -229,6 +267,9 @@ class RayExecutor:
             raise
         config_json = config.model_dump_json()
         self.run_id = uuid.uuid4().hex[:8]
+        self.run_tag = Path(run_dir).name if run_dir else f"{config.run.name}-{self.run_id}"
+        self.metrics = LiveMetrics(self.run_tag)
+        self._round = -1
         redis_password = None
         if config.archive.redis_url:
             redis_password = resolve_redis_password(config.archive.redis_url)
@@ -241,9 +282,11 @@ class RayExecutor:
         self._archive_pid = ray.get(self.archive.pid.remote())
         self._config_json = config_json
         self._actors = [self._new_group(group) for group in self._groups]
-        self._actor_of = {k: a for a, group in zip(self._actors, self._groups, strict=True) for k in group}
-        # Where a replacement actor restarts from: None = the initial state a new actor has.
+        self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
+        # Where a rebuilt actor restarts from (None: the initial state a new actor has), and
+        # the state-changing calls made since, which it replays.
         self._restore_members: list[dict] | None = None
+        self._since_restore: list[tuple[str, Callable[[int], tuple]]] = []
         self._restore_archives: list[dict] = [a.state_dict() for a in make_archives(config)]
         self.restarts = 0
         self.events: list[dict] = []
@@ -266,66 +309,101 @@ class RayExecutor:
     def _new_group(self, group: Sequence[int]):
         res = self.config.population.resources
         return MemberGroup.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus).remote(
-            self._config_json, group, self.archive
+            self._config_json, group, self.archive, self.run_tag
         )
 
-    def train(self, n_epochs: int) -> list[list[dict]]:
-        """All groups train; a group whose actor dies is rebuilt and replays the round.
+    # ---- calls that survive lost actors ----------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        args_for: Callable[[int], tuple],
+        groups: Sequence[int] | None = None,
+        replayable: bool = False,
+    ) -> dict[int, object]:
+        """Call ``method`` on the given groups' actors; rebuild and retry any that are lost.
 
-        The replacement actor loads the members' states from the last round checkpoint
-        (held by this driver) and, with private archives, those members' archives are rolled
-        back to the same point, so the replay produces exactly the numbers the lost actor
-        would have. A node lost from the cluster is the same case: the new actor lands on a
-        surviving node.
+        A lost actor (process killed, node gone) is rebuilt from the restore point (the last
+        :meth:`snapshot`), replays the state-changing calls made since then (``train``,
+        ``reseed``), and the call is retried. Replays are exact: a member's results depend
+        only on its state and its own random stream. ``replayable`` calls are recorded for
+        later replays.
         """
-        refs = {g: actor.train.remote(n_epochs) for g, actor in enumerate(self._actors)}
-        results: dict[int, list[dict]] = {}
+        groups = range(len(self._actors)) if groups is None else groups
+        refs = {g: getattr(self._actors[g], method).remote(*args_for(g)) for g in groups}
+        results: dict[int, object] = {}
         attempts = dict.fromkeys(refs, 0)
         while refs:
             ready, _ = ray.wait(list(refs.values()), num_returns=1)
             g = next(g for g, ref in refs.items() if ref == ready[0])
             del refs[g]
             try:
-                results.update(ray.get(ready[0]))
-            except ray.exceptions.ActorDiedError as exc:
+                results[g] = ray.get(ready[0])
+            except ray.exceptions.RayActorError as exc:  # died, or its node is gone
                 attempts[g] += 1
                 limit = self.config.population.max_restarts
                 if attempts[g] > limit:
                     raise RuntimeError(
-                        f"member actor {g} (members {self._groups[g]}) died {attempts[g]} times in one round "
+                        f"member actor {g} (members {self._groups[g]}) was lost {attempts[g]} times in one call "
                         f"(population.max_restarts={limit}); giving up"
                     ) from exc
-                self._replace_group(g, reason=str(exc).splitlines()[0])
-                refs[g] = self._actors[g].train.remote(n_epochs)
-        return [results[k] for k in range(self.n_members)]
+                self._rebuild_group(g, reason=str(exc).splitlines()[0])
+                refs[g] = getattr(self._actors[g], method).remote(*args_for(g))
+        if replayable:
+            self._since_restore.append((method, args_for))
+        return results
 
-    def _replace_group(self, g: int, reason: str) -> None:
+    def _rebuild_group(self, g: int, reason: str) -> None:
         group = self._groups[g]
         self.restarts += 1
+        self.metrics.record_restart()
         self.events.append({"event": "member_actor_restarted", "actor": g, "members": group, "reason": reason})
-        log.warning("member actor %d (members %s) died: %s; restarting it from the last checkpoint", g, group, reason)
+        log.warning("member actor %d (members %s) lost: %s; rebuilding it from the last round", g, group, reason)
         ray.kill(self._actors[g], no_restart=True)
-        actor = self._new_group(group)
-        if self._restore_members is not None:
-            ray.get(actor.load_states.remote({k: self._restore_members[k] for k in group}))
-        if not self.config.archive.shared:
-            ray.get(self.archive.load_states.remote({k: self._restore_archives[k] for k in group}))
-        self._actors[g] = actor
-        for k in group:
-            self._actor_of[k] = actor
+        # Until Ray has noticed a lost node, a new actor may still be placed on it and die
+        # there too: retry with backoff until one comes up on a live node.
+        delay = 0.5
+        for attempt in range(self.config.population.max_restarts + 1):
+            actor = self._new_group(group)
+            try:
+                if self._restore_members is not None:
+                    ray.get(actor.load_states.remote({k: self._restore_members[k] for k in group}))
+                else:
+                    ray.get(actor.pid.remote())
+                if not self.config.archive.shared:
+                    ray.get(self.archive.load_states.remote({k: self._restore_archives[k] for k in group}))
+                for method, args_for in self._since_restore:
+                    ray.get(getattr(actor, method).remote(*args_for(g)))
+            except ray.exceptions.RayActorError:
+                ray.kill(actor, no_restart=True)
+                if attempt == self.config.population.max_restarts:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+                continue
+            self._actors[g] = actor
+            return
+
+    # ---- the Executor interface --------------------------------------------------------------
+    def train(self, n_epochs: int) -> list[list[dict]]:
+        self._round += 1
+        self.metrics.record_round(self._round)
+        results: dict[int, list[dict]] = {}
+        for part in self._call("train", lambda g: (n_epochs,), replayable=True).values():
+            results.update(part)
+        return [results[k] for k in range(self.n_members)]
 
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
-        by_actor: dict = {}
+        wanted: dict[int, list[int]] = {}
         for k in member_ids:
-            by_actor.setdefault(self._actor_of[k], []).append(k)
+            wanted.setdefault(self._group_of[k], []).append(k)
         weights: dict[int, dict] = {}
-        for part in ray.get([a.get_weights.remote(ks) for a, ks in by_actor.items()]):
+        for part in self._call("get_weights", lambda g: (wanted[g],), groups=list(wanted)).values():
             weights.update(part)
         return [weights[k] for k in member_ids]
 
     def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
         ref = ray.put(dict(base))  # one copy in the object store, shared by every actor
-        ray.get([a.reseed.remote(ref, sigma, round_index) for a in self._actors])
+        self._call("reseed", lambda g: (ref, sigma, round_index), replayable=True)
 
     def archives(self) -> list[LocalArchive]:
         archives = []
@@ -337,7 +415,7 @@ class RayExecutor:
 
     def member_states(self) -> list[dict]:
         states: dict[int, dict] = {}
-        for part in ray.get([a.states.remote() for a in self._actors]):
+        for part in self._call("states", lambda g: ()).values():
             states.update(part)
         return [states[k] for k in range(self.n_members)]
 
@@ -345,9 +423,11 @@ class RayExecutor:
         """Member and archive states for the round checkpoint; also the restart point of lost actors."""
         self._restore_members = self.member_states()
         self._restore_archives = ray.get(self.archive.state_dicts.remote())
+        self._since_restore = []
         pid = ray.get(self.archive.pid.remote())
         if pid != self._archive_pid:  # Ray restarted it during the round
             self._archive_pid = pid
+            self.metrics.record_restart()
             info = ray.get(self.archive.restore_info.remote())
             self.events.append(
                 {
@@ -358,13 +438,10 @@ class RayExecutor:
         return self._restore_members, self._restore_archives
 
     def load_member_states(self, states: Sequence[dict]) -> None:
+        self._round = states[0]["epochs_done"] // self.config.scheduler.interval_epochs - 1
         self._restore_members = list(states)
-        ray.get(
-            [
-                a.load_states.remote({k: states[k] for k in group})
-                for a, group in zip(self._actors, self._groups, strict=True)
-            ]
-        )
+        self._since_restore = []
+        self._call("load_states", lambda g: ({k: states[k] for k in self._groups[g]},))
 
     def load_archive_states(self, states: Sequence[dict]) -> None:
         self._restore_archives = list(states)

@@ -1,19 +1,31 @@
 import shutil
 import tempfile
+from types import SimpleNamespace
 
 import pytest
+
+from tests.services import free_port
 
 ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="package")
 def ray_local():
-    """A real single-node Ray, loopback only, own temp dir; shut down by its own handle."""
-    temp_dir = tempfile.mkdtemp(prefix="pgray-", dir="/tmp")  # short: Ray's socket paths are length-limited
+    """A real single-node Ray with its dashboard and metrics agent: loopback only, own temp
+    dir and ports, metrics reported every 0.5 s; shut down by its own handle."""
     from popgrpo.runtime.ray_executor import start_local_ray
 
-    ctx = start_local_ray(num_cpus=2, temp_dir=temp_dir, log_to_driver=False)
+    temp_dir = tempfile.mkdtemp(prefix="pgray-", dir="/tmp")  # short: Ray's socket paths are length-limited
+    metrics_port = free_port()
+    ctx = start_local_ray(
+        num_cpus=2,
+        temp_dir=temp_dir,
+        log_to_driver=False,
+        dashboard_port=free_port(),
+        _metrics_export_port=metrics_port,
+        _system_config={"metrics_report_interval_ms": 500},
+    )
     assert ctx.address_info["gcs_address"].startswith("127.0.0.1:")
-    yield ctx
+    yield SimpleNamespace(ctx=ctx, metrics_port=metrics_port)
     ray.shutdown()
     shutil.rmtree(temp_dir, ignore_errors=True)

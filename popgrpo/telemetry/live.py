@@ -1,0 +1,101 @@
+"""Live metrics through ``ray.util.metrics``: the Ray dashboard, Prometheus and Grafana see them.
+
+:data:`METRICS` is the one list of what is exported (the README's table is generated from
+it and a test scrapes a real run for every entry). Names start with ``popgrpo_``; Ray's
+Prometheus exporter adds its ``ray_`` prefix, so Prometheus and Grafana see
+``ray_popgrpo_reward_mean`` and so on. Every series carries the tag ``run`` (the run
+directory's name); per-member series also carry ``member``.
+
+Member metrics are set inside the member actors after every epoch (live within a round);
+the round gauge and the restarts counter are set by the driver-side executor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["METRICS", "LiveMetrics", "metrics_markdown"]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    kind: str  # "gauge" or "counter"
+    description: str
+    tags: tuple[str, ...]
+    row_key: str | None = None  # the metrics.parquet column it mirrors, if any
+
+
+_MEMBER = ("run", "member")
+METRICS: dict[str, MetricSpec] = {
+    "popgrpo_reward_mean": MetricSpec(
+        "gauge", "Mean execution reward of the member's latest epoch.", _MEMBER, "reward_mean"
+    ),
+    "popgrpo_reward_max": MetricSpec(
+        "gauge", "Best reward per step, averaged over the member's latest epoch.", _MEMBER, "reward_max"
+    ),
+    "popgrpo_diversity": MetricSpec(
+        "gauge", "Mean pairwise cosine distance of the member's ideas (latest epoch).", _MEMBER, "diversity"
+    ),
+    "popgrpo_complexity": MetricSpec(
+        "gauge", "Mean idea complexity (L2 norm) of the member's latest epoch.", _MEMBER, "complexity"
+    ),
+    "popgrpo_entropy": MetricSpec(
+        "gauge", "Policy entropy, nats per idea dimension (latest epoch).", _MEMBER, "entropy"
+    ),
+    "popgrpo_alpha": MetricSpec(
+        "gauge", "Adaptive entropy coefficient alpha (MaxEnt-GRPO; 0 when off).", _MEMBER, "alpha"
+    ),
+    "popgrpo_archive_coverage": MetricSpec(
+        "gauge",
+        "Fraction of archive cells filled (the member's archive, or the shared one).",
+        _MEMBER,
+        "archive_coverage",
+    ),
+    "popgrpo_archive_qd_score": MetricSpec("gauge", "Sum of the archive's elite rewards.", _MEMBER, "archive_qd_score"),
+    "popgrpo_ideas_total": MetricSpec(
+        "counter", "Ideas evaluated (sampled and rewarded) by the member.", _MEMBER, "ideas"
+    ),
+    "popgrpo_round": MetricSpec("gauge", "Scheduler round in progress (0-based).", ("run",)),
+    "popgrpo_restarts_total": MetricSpec(
+        "counter", "Actors rebuilt or restarted after a failure (member actors, archive actor).", ("run",)
+    ),
+}
+
+
+class LiveMetrics:
+    """Records :data:`METRICS` for one run. Create it in the process that reports."""
+
+    def __init__(self, run: str) -> None:
+        from ray.util.metrics import Counter, Gauge
+
+        self.run = run
+        self._m = {
+            name: (Gauge if spec.kind == "gauge" else Counter)(name, description=spec.description, tag_keys=spec.tags)
+            for name, spec in METRICS.items()
+        }
+
+    def record_epoch(self, row: dict) -> None:
+        tags = {"run": self.run, "member": str(row["member"])}
+        for name, spec in METRICS.items():
+            if spec.row_key is None:
+                continue
+            value = float(row[spec.row_key])
+            if value != value:  # NaN (e.g. no finite reward this epoch): leave the last value
+                continue
+            if spec.kind == "gauge":
+                self._m[name].set(value, tags=tags)
+            elif value > 0:
+                self._m[name].inc(value, tags=tags)
+
+    def record_round(self, round_index: int) -> None:
+        self._m["popgrpo_round"].set(round_index, tags={"run": self.run})
+
+    def record_restart(self) -> None:
+        self._m["popgrpo_restarts_total"].inc(1, tags={"run": self.run})
+
+
+def metrics_markdown() -> str:
+    lines = ["| metric (Prometheus: `ray_` + name) | type | tags | meaning |", "| --- | --- | --- | --- |"]
+    for name, spec in METRICS.items():
+        lines.append(f"| `{name}` | {spec.kind} | {', '.join(spec.tags)} | {spec.description} |")
+    return "\n".join(lines) + "\n"
