@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.services import free_port
+
 ARGS = [
     "--config",
     "pop_grpo",
@@ -38,7 +40,8 @@ def _cmd(*args):
 
 def _env():
     return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
-        "RAY_TMPDIR": tempfile.mkdtemp(prefix="pgres-", dir="/tmp")
+        "RAY_TMPDIR": tempfile.mkdtemp(prefix="pgres-", dir="/tmp"),
+        "POPGRPO_RAY_DASHBOARD_PORT": str(free_port()),
     }
 
 

@@ -47,7 +47,7 @@ class LocalArchive:
             statuses[keep] = self.archive.add(behaviours[keep], rewards[keep], ideas[keep])
         scores = None
         if novelty:
-            ideas_t = torch.as_tensor(np.asarray(ideas), dtype=torch.float32)
+            ideas_t = torch.tensor(np.asarray(ideas), dtype=torch.float32)  # a copy: Ray's arrays are read-only
             scores = self.memory.score(ideas_t).numpy()
             self.memory.add(ideas_t)
         return statuses, scores

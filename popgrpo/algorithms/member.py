@@ -182,14 +182,14 @@ class Member:
             keep,
             cfg.maxent.novelty.enabled,
         )
-        status_t = torch.from_numpy(statuses).reshape(rewards.shape)
+        status_t = torch.as_tensor(np.array(statuses)).reshape(rewards.shape)  # a copy: Ray's arrays are read-only
         if cfg.qd.enabled:
             returns = (
                 returns + cfg.qd.beta_new * (status_t == STATUS_NEW) + cfg.qd.beta_imp * (status_t == STATUS_IMPROVED)
             )
         novelty_mean = math.nan
         if novelty is not None:
-            novelty_t = torch.from_numpy(np.asarray(novelty, dtype=np.float32)).reshape(rewards.shape)
+            novelty_t = torch.tensor(np.asarray(novelty), dtype=torch.float32).reshape(rewards.shape)
             returns = returns + cfg.maxent.novelty.coef * novelty_t
             novelty_mean = float(novelty_t.mean())
         info = {

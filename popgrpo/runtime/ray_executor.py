@@ -137,10 +137,10 @@ class ArchiveActor:
             from popgrpo.runtime.archive_store import RedisArchiveStore
 
             self.store = RedisArchiveStore(config.archive.redis_url, run_key, redis_password)
-        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        # A fresh run has no snapshot yet and a Redis key of its own, so this restores
+        # nothing; after Ray restarts this actor it brings back what the run had.
         self.restored = {"snapshot_round": None, "redis_elites": 0}
-        if self.restarted:
-            self._restore(run_dir)
+        self._restore(run_dir)
 
     def _restore(self, run_dir: str | None) -> None:
         from popgrpo.telemetry.checkpoint import Checkpointer
@@ -158,7 +158,7 @@ class ArchiveActor:
                     self.restored["redis_elites"] += len(elites["reward"])
 
     def restore_info(self) -> dict:
-        return {"restarted": self.restarted, **self.restored}
+        return dict(self.restored)
 
     def step(self, archive_id: int, behaviours, rewards, ideas, keep, novelty: bool):
         statuses, scores = self.archives[archive_id].step(behaviours, rewards, ideas, keep, novelty)

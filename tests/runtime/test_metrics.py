@@ -47,9 +47,15 @@ def test_every_listed_metric_is_exported_during_a_run(ray_local, tmp_path):
     rows = []
     try:
         run_rounds(cfg, executor, lambda i, e, r, rec: (rows.extend(x for p in r for x in p), executor.snapshot()))
-        deadline = time.time() + 20  # let the last report arrive
-        names = set(METRICS) - {"popgrpo_restarts_total"}
-        while time.time() < deadline and not names <= {n for n, _ in seen}:
+        total_ideas = sum(r["ideas"] for r in rows)
+        deadline = time.time() + 30  # let the last reports arrive
+
+        def ideas_reported():
+            return sum(
+                v for (n, labels), v in seen.items() if n == "popgrpo_ideas_total" and 'run="metrics-run"' in labels
+            )
+
+        while time.time() < deadline and ideas_reported() < total_ideas:
             time.sleep(0.5)
         executor.metrics.record_restart()  # the counter is exported once something failed
         deadline = time.time() + 20

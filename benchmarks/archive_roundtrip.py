@@ -1,0 +1,46 @@
+"""Cost of the per-step archive round trip: one member's GRPO step, in-process vs on Ray.
+
+    python -m benchmarks.archive_roundtrip [--epochs 20]
+
+Both executors train the same member (same seed, same numbers); the only difference on Ray
+is that each step's archive work is a call to the archive actor. Start-up is excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+from popgrpo.config import load_config, preset_path
+from popgrpo.runtime.executor import LocalExecutor
+
+
+def time_train(executor, epochs: int, steps: int) -> float:
+    executor.train(1)  # warm-up: imports, first allocations
+    start = time.perf_counter()
+    executor.train(epochs)
+    return (time.perf_counter() - start) / (epochs * steps) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=20)
+    args = parser.parse_args()
+    from popgrpo.runtime.ray_executor import RayExecutor, start_local_ray
+
+    start_local_ray(num_cpus=2, temp_dir=tempfile.mkdtemp(prefix="pgb-", dir="/tmp"), include_dashboard=False)
+    print("| preset | in-process ms/step | Ray ms/step | Ray / in-process |")
+    print("| --- | --- | --- | --- |")
+    for preset in ("grpo", "qd_grpo", "maxent_grpo"):
+        cfg = load_config(preset_path(preset), [f"run.epochs={args.epochs + 1}"])
+        steps = cfg.grpo.steps_per_epoch
+        local = time_train(LocalExecutor(cfg), args.epochs, steps)
+        ray_executor = RayExecutor(cfg)
+        remote = time_train(ray_executor, args.epochs, steps)
+        ray_executor.close()
+        print(f"| {preset} | {local:.2f} | {remote:.2f} | {remote / local:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
