@@ -60,3 +60,15 @@ class RedisServer:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+def ray_subprocess_env(prefix: str = "pgsub-") -> dict[str, str]:
+    """Environment for a ``popgrpo`` subprocess whose embedded Ray must be the test's own:
+    a fresh short temp root (``RAY_TMPDIR``; Ray's socket paths are length-limited), a free
+    dashboard port, and no inherited ``RAY_ADDRESS``. The caller removes ``env["RAY_TMPDIR"]``."""
+    import tempfile
+
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
+        "RAY_TMPDIR": tempfile.mkdtemp(prefix=prefix, dir="/tmp"),
+        "POPGRPO_RAY_DASHBOARD_PORT": str(free_port()),
+    }

@@ -1,16 +1,14 @@
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from popgrpo.algorithms.member import METRIC_COLUMNS
-from tests.services import free_port
+from tests.services import ray_subprocess_env
 
 SHORT = [
     "--executor",
@@ -26,17 +24,13 @@ SHORT = [
 
 def popgrpo(*args, cwd=None):
     """The real command. Embedded Ray (the default executor) gets its own temp root and port."""
-    ray_tmp = tempfile.mkdtemp(prefix="pgcli-", dir="/tmp")  # short: Ray's socket paths are length-limited
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
-        "RAY_TMPDIR": ray_tmp,
-        "POPGRPO_RAY_DASHBOARD_PORT": str(free_port()),
-    }
+    env = ray_subprocess_env("pgcli-")
     try:
         return subprocess.run(
             [sys.executable, "-m", "popgrpo", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env
         )
     finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
 def test_train_writes_a_complete_run_directory(tmp_path: Path):

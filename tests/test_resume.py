@@ -1,19 +1,17 @@
 """An interrupted run resumes from its last complete round and equals an uninterrupted one."""
 
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.services import free_port
+from tests.services import ray_subprocess_env
 
 ARGS = [
     "--config",
@@ -36,13 +34,6 @@ ARGS = [
 
 def _cmd(*args):
     return [sys.executable, "-m", "popgrpo", "train", *args]
-
-
-def _env():
-    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {
-        "RAY_TMPDIR": tempfile.mkdtemp(prefix="pgres-", dir="/tmp"),
-        "POPGRPO_RAY_DASHBOARD_PORT": str(free_port()),
-    }
 
 
 def _kill_after_round(out: Path, round_index: int) -> None:
@@ -74,7 +65,7 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path: Path, uninterrupted: P
     out = tmp_path / "run"
     _kill_after_round(out, round_index=2)
     assert not (out / "summary.json").exists()
-    env = _env()
+    env = ray_subprocess_env("pgres-")
     try:
         res = subprocess.run(
             _cmd("--resume", str(out), "--executor", executor, "--quiet"), capture_output=True, text=True, env=env
