@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -80,12 +79,12 @@ def _run(
     restore: tuple[list[dict], list[dict]] | None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
+    executor = executor_factory(config, out.path)  # before the progress bar: start-up may fail
     done = len({r["epoch"] for r in rows})
     bar = tqdm(
         total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
     )
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
-    executor = executor_factory(config, out.path)
 
     def on_round(round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None) -> None:
         nonlocal best_max
@@ -119,7 +118,3 @@ def _run(
     out.write_summary(summary)
     plot_training_dynamics(metrics, out.path / "training_dynamics.png", title=config.run.name)
     return summary
-
-
-def read_summary(run_dir: str | Path) -> dict:
-    return json.loads((Path(run_dir) / "summary.json").read_text())

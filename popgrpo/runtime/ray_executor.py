@@ -145,9 +145,10 @@ class ArchiveActor:
     def _restore(self, run_dir: str | None) -> None:
         from popgrpo.telemetry.checkpoint import Checkpointer
 
-        info = Checkpointer(run_dir).latest() if run_dir else None
+        checkpointer = Checkpointer(run_dir) if run_dir else None
+        info = checkpointer.latest() if checkpointer else None
         if info is not None:
-            for archive, state in zip(self.archives, Checkpointer(run_dir).load_archives(info), strict=True):
+            for archive, state in zip(self.archives, checkpointer.load_archives(info), strict=True):
                 archive.load_state_dict(state)
             self.restored["snapshot_round"] = info["round"]
         if self.store is not None:
@@ -267,18 +268,19 @@ class RayExecutor:
             raise
         config_json = config.model_dump_json()
         self.run_id = uuid.uuid4().hex[:8]
-        self.run_tag = Path(run_dir).name if run_dir else f"{config.run.name}-{self.run_id}"
+        self.run_tag = Path(run_dir).name if run_dir else f"{config.run.name}-{self.run_id}"  # metrics tag
         self.metrics = LiveMetrics(self.run_tag)
         self._round = -1
         redis_password = None
         if config.archive.redis_url:
             redis_password = resolve_redis_password(config.archive.redis_url)
             self._check_redis(config.archive.redis_url, redis_password)
+        run_key = f"{config.run.name}-{self.run_id}"  # names the archive actor and its Redis keys
         self.archive = ArchiveActor.options(
-            name=f"popgrpo-archive-{config.run.name}-{self.run_id}",
+            name=f"popgrpo-archive-{run_key}",
             # On the driver's node: a restarted archive actor reads the run directory's snapshot.
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-        ).remote(config_json, str(run_dir) if run_dir else None, f"{config.run.name}-{self.run_id}", redis_password)
+        ).remote(config_json, str(run_dir) if run_dir else None, run_key, redis_password)
         self._archive_pid = ray.get(self.archive.pid.remote())
         self._config_json = config_json
         self._actors = [self._new_group(group) for group in self._groups]
