@@ -13,7 +13,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from popgrpo.config import load_config, preset_path  # noqa: E402
 from popgrpo.runtime.executor import LocalExecutor  # noqa: E402
 from popgrpo.runtime.ray_executor import RayExecutor, force_loopback  # noqa: E402
-from popgrpo.runtime.scheduler import run_rounds  # noqa: E402
+from tests.driving import drive  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -48,32 +48,20 @@ def test_worker_node_removed_mid_round(three_nodes):
             "grpo.steps_per_epoch=8",
         ],
     )
-    reference_rows = []
-    local = LocalExecutor(cfg)
-    run_rounds(
-        cfg, local, lambda i, e, rows, rec: (reference_rows.extend(r for p in rows for r in p), local.snapshot())
-    )
-
+    reference_rows, _ = drive(cfg, LocalExecutor(cfg))
     executor = RayExecutor(cfg)
-    nodes_of = {}
-    rows = []
+    victim = workers[0]
 
-    def on_round(i, epoch_end, member_rows, record):
-        rows.extend(r for per in member_rows for r in per)
-        executor.snapshot()
-        if i == 0:
-            # Round 1 starts when this returns; take a worker away in the middle of it.
-            victim = workers[0]
-            nodes_of["victim"] = victim.node_id
-            threading.Timer(0.3, lambda: cluster.remove_node(victim, allow_graceful=False)).start()
+    def remove_worker_during_round_1(_executor):
+        threading.Timer(0.3, lambda: cluster.remove_node(victim, allow_graceful=False)).start()
 
     try:
-        run_rounds(cfg, executor, on_round)
+        rows, _ = drive(cfg, executor, remove_worker_during_round_1)
         placements = set(ray.get([a.node_id.remote() for a in executor._actors]))
     finally:
         executor.close()
     assert executor.restarts >= 1
     assert [e["event"] for e in executor.events].count("member_actor_restarted") == executor.restarts
-    assert nodes_of["victim"] not in placements
+    assert victim.node_id not in placements
     # the lost members replayed their round exactly (frame comparison: NaN equals NaN)
     pd.testing.assert_frame_equal(pd.DataFrame(rows), pd.DataFrame(reference_rows))

@@ -16,8 +16,8 @@ import torch
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor, SetupError
-from popgrpo.runtime.scheduler import run_rounds
 from popgrpo.train import train
+from tests.driving import drive
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.ray
@@ -41,19 +41,8 @@ def _cfg(*extra):
 
 
 def _run(executor, cfg, during_round=None):
-    """Run all rounds like the driver does (snapshot after each); return rows and lineage."""
-    rows, lineage = [], []
-
-    def on_round(i, epoch_end, member_rows, record):
-        rows.extend(r for per in member_rows for r in per)
-        lineage.append(record)
-        executor.snapshot()
-        if during_round is not None and i == 0:
-            during_round(executor)
-
     try:
-        run_rounds(cfg, executor, on_round)
-        return rows, lineage
+        return drive(cfg, executor, during_round)
     finally:
         executor.close()
 

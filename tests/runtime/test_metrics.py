@@ -10,8 +10,8 @@ import pytest
 
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
-from popgrpo.runtime.scheduler import run_rounds
 from popgrpo.telemetry.live import METRICS
+from tests.driving import drive
 
 pytestmark = pytest.mark.ray
 
@@ -44,9 +44,8 @@ def test_every_listed_metric_is_exported_during_a_run(ray_local, tmp_path):
 
     thread = threading.Thread(target=scraper, daemon=True)
     thread.start()
-    rows = []
     try:
-        run_rounds(cfg, executor, lambda i, e, r, rec: (rows.extend(x for p in r for x in p), executor.snapshot()))
+        rows, _ = drive(cfg, executor)
         total_ideas = sum(r["ideas"] for r in rows)
         deadline = time.time() + 30  # let the last reports arrive
 

@@ -7,21 +7,15 @@ import torch
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor
-from popgrpo.runtime.scheduler import run_rounds
+from tests.driving import drive
 
 pytestmark = pytest.mark.ray
 
 
 def _run(executor_cls, cfg):
     executor = executor_cls(cfg)
-    rows, lineage = [], []
-
-    def on_round(i, epoch_end, member_rows, record):
-        rows.extend(r for per in member_rows for r in per)
-        lineage.append(record)
-
     try:
-        run_rounds(cfg, executor, on_round)
+        rows, lineage = drive(cfg, executor)
         archives = executor.archives()
         weights = executor.get_weights(range(cfg.population.size))
     finally:
