@@ -11,3 +11,28 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 @pytest.fixture
 def gen():
     return torch.Generator().manual_seed(1234)
+
+
+# ---- exit without interpreter finalisation --------------------------------------------------
+# Once every test has run and the summary is printed, a native library (torch, Ray's gRPC
+# threads) can crash in its C++ destructors during interpreter shutdown: seen here once in
+# four full runs as "Segmentation fault" right after "92 passed", which turns a green run red.
+# We leave with pytest's own exit status instead, skipping only that teardown; a failing test
+# still fails the run.
+_exit_status = {"code": None}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _exit_status["code"] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    code = _exit_status["code"]
+    if code is None:
+        return
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
