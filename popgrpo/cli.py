@@ -18,7 +18,7 @@ from popgrpo.config import ConfigError, config_markdown, load_config, preset_pat
 DEFAULT_PRESET = "pop_grpo"
 
 
-def _resolve_config_path(value: str | None) -> Path:
+def resolve_config_path(value: str | None) -> Path:
     """A file path, or a preset name (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
     if value is None:
         return preset_path(DEFAULT_PRESET)
@@ -40,7 +40,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         overrides = list(args.set or [])
         if args.seed is not None:
             overrides.append(f"run.seed={args.seed}")
-        config = load_config(_resolve_config_path(args.config), overrides)
+        config = load_config(resolve_config_path(args.config), overrides)
     # Imported after validation so a bad config fails fast, before torch loads.
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 
@@ -78,7 +78,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
     if args.markdown:
         sys.stdout.write(config_markdown())
         return 0
-    path = _resolve_config_path(args.config) if args.config else None
+    path = resolve_config_path(args.config) if args.config else None
     sys.stdout.write(load_config(path, args.set or []).to_yaml())
     return 0
 
@@ -115,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("--set", action="append", metavar="KEY=VALUE")
     cfg.add_argument("--markdown", action="store_true", help="print the config reference table")
     cfg.set_defaults(func=_cmd_config)
+
+    from popgrpo.ops import dashboards, jobs
+
+    jobs.add_parsers(sub)
+    dashboards.add_parsers(sub)
     return parser
 
 

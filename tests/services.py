@@ -6,6 +6,7 @@ A test that needs a service skips with a reason when it is not installed, except
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -72,3 +73,85 @@ def ray_subprocess_env(prefix: str = "pgsub-") -> dict[str, str]:
         "RAY_TMPDIR": tempfile.mkdtemp(prefix=prefix, dir="/tmp"),
         "POPGRPO_RAY_DASHBOARD_PORT": str(free_port()),
     }
+
+
+class RayHead:
+    """A real ``ray start --head --block`` on 127.0.0.1: own temp dir, free ports, token auth on.
+
+    ``--block`` makes the ``ray start`` process own the node's processes: terminating it
+    (by its PID, never a bare ``ray stop``) shuts down what it started; its process group is
+    then killed for anything left behind. ``env`` is what a client of this head needs
+    (its token; ``RAY_ADDRESS`` unset). Pass ``extra_env`` for e.g. ``RAY_REDIS_ADDRESS``.
+    """
+
+    def __init__(self, num_cpus: int = 2, extra_env: dict[str, str] | None = None, extra_args: tuple = ()) -> None:
+        import random
+        import sys
+        import tempfile
+
+        ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+        self.temp_dir = tempfile.mkdtemp(prefix="pghead-", dir="/tmp")
+        self.gcs_port, self.dashboard_port, self.metrics_port = free_port(), free_port(), free_port()
+        token = secrets.token_hex(16)
+        base = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+        # The job's entrypoint runs `python`: this interpreter's, as on a cluster whose image has popgrpo.
+        path = os.path.dirname(sys.executable) + os.pathsep + base.get("PATH", "")
+        self.env = base | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "PATH": path}
+        worker = random.randrange(20000, 60000, 200)
+        args = [
+            ray_bin, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(self.gcs_port),
+            "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
+            "--metrics-export-port", str(self.metrics_port), "--temp-dir", self.temp_dir,
+            "--num-cpus", str(num_cpus), "--disable-usage-stats",
+            "--ray-client-server-port", str(free_port()), "--node-manager-port", str(free_port()),
+            "--object-manager-port", str(free_port()), "--runtime-env-agent-port", str(free_port()),
+            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--min-worker-port", str(worker), "--max-worker-port", str(worker + 199), *extra_args,
+        ]  # fmt: skip
+        self.log = open(os.path.join(self.temp_dir, "ray-start.log"), "w")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            args,
+            env=self.env | {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} | (extra_env or {}),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._wait_ready()
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def _wait_ready(self, timeout: float = 90) -> None:
+        import urllib.request
+
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:  # the job server answers (with auth) once the dashboard is up
+                req = urllib.request.Request(
+                    f"{self.address}/api/version", headers={"Authorization": f"Bearer {self.env['RAY_AUTH_TOKEN']}"}
+                )
+                urllib.request.urlopen(req, timeout=2)
+                return
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        with open(os.path.join(self.temp_dir, "ray-start.log")) as f:
+            raise RuntimeError(f"ray start --head did not come up:\n{f.read()[-3000:]}")
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # our own session: stragglers only
+        self.proc.wait(timeout=10)
+        self.log.close()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)

@@ -1,0 +1,1 @@
+"""Entry points that run inside a Ray job (``python -m popgrpo.jobs.train``)."""
