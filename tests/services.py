@@ -146,10 +146,8 @@ class RayHead:
 
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # our own session: stragglers only
         self.proc.wait(timeout=10)

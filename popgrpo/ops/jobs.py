@@ -188,7 +188,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             quiet=args.quiet,
         )
         try:  # the working dir is uploaded during this call, so the staging dir can go after it
-            client.submit_job(entrypoint=spec.entrypoint, runtime_env=spec.runtime_env, submission_id=spec.submission_id)
+            client.submit_job(
+                entrypoint=spec.entrypoint, runtime_env=spec.runtime_env, submission_id=spec.submission_id
+            )
         except Exception as exc:
             raise JobsError(f"submission refused: {_first_line(exc)}") from None
     print(f"submitted: {spec.submission_id}")

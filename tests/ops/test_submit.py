@@ -14,7 +14,13 @@ from tests.services import RayHead
 
 pytestmark = pytest.mark.ray
 
-SHORT = ["population.size=3", "population.members_per_actor=3", "run.epochs=6", "scheduler.interval_epochs=2", "grpo.steps_per_epoch=3"]
+SHORT = [
+    "population.size=3",
+    "population.members_per_actor=3",
+    "run.epochs=6",
+    "scheduler.interval_epochs=2",
+    "grpo.steps_per_epoch=3",
+]
 
 
 @pytest.fixture(scope="module")
