@@ -206,6 +206,11 @@ class ResourcesConfig(_Section):
         description="CPUs reserved by each member actor on Ray (fractional allowed: 0.25 packs four actors per core).",
     )
     num_gpus: float = Field(0.0, ge=0, description="GPUs reserved by each member actor on Ray (fractional allowed).")
+    wait_for_cluster_s: float = Field(
+        0.0,
+        ge=0,
+        description="On an autoscaling cluster: seconds to wait for nodes (the population's bundles are requested from the autoscaler) before failing as too small; 0 fails at once.",
+    )
 
 
 class PopulationConfig(_Section):

@@ -7,10 +7,17 @@ from popgrpo.config import Config, ConfigError, config_markdown, load_config, pr
 PRESETS = ["grpo", "qd_grpo", "maxent_grpo", "pop_grpo"]
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", [*PRESETS, "pop_grpo_scale"])
 def test_presets_load(name):
     cfg = load_config(preset_path(name))
     assert cfg.run.name == name
+
+
+def test_every_job_config_is_valid_and_the_scale_out_one_is_large():
+    for path in sorted(Path(preset_path("grpo")).parent.glob("*.yaml")):
+        load_config(path)
+    scale = load_config(preset_path("pop_grpo_scale"))
+    assert scale.population.size >= 64 and scale.population.size % scale.population.members_per_actor == 0
 
 
 def test_preset_values_follow_the_paper():

@@ -261,7 +261,7 @@ class RayExecutor:
         needed_cpus = len(self._groups) * res.num_cpus
         self._started_ray = connect(address, num_cpus=max(os.cpu_count() or 1, math.ceil(needed_cpus)))
         try:
-            _check_fits(needed_cpus, len(self._groups) * res.num_gpus)
+            _check_fits(len(self._groups), res.num_cpus, res.num_gpus, wait_s=res.wait_for_cluster_s)
         except ClusterTooSmallError:
             if self._started_ray:
                 ray.shutdown()
@@ -456,14 +456,40 @@ class RayExecutor:
             ray.shutdown()
 
 
-def _check_fits(cpus: float, gpus: float) -> None:
-    """Fail fast instead of leaving actors pending forever on a cluster that is too small."""
-    total = ray.cluster_resources()
-    for name, need in (("CPU", cpus), ("GPU", gpus)):
-        have = total.get(name, 0.0)
-        if need > have + 1e-9:
-            raise ClusterTooSmallError(
-                f"the population needs {need:g} {name}s (actors × population.resources.num_{name.lower()}s) "
-                f"but the Ray cluster has {have:g}: raise population.members_per_actor or lower "
-                f"population.resources.num_{name.lower()}s"
-            )
+def _check_fits(n_actors: int, cpus_each: float, gpus_each: float, wait_s: float = 0.0) -> None:
+    """Fail fast instead of leaving actors pending forever on a cluster that is too small.
+
+    On an autoscaling cluster the nodes may not exist yet: with ``wait_s > 0`` the
+    population's bundles are requested from the autoscaler (``request_resources``) and the
+    check is repeated until they fit or ``wait_s`` has passed.
+    """
+    need = {"CPU": n_actors * cpus_each, "GPU": n_actors * gpus_each}
+
+    def shortfall() -> str | None:
+        total = ray.cluster_resources()
+        for name, amount in need.items():
+            if amount > total.get(name, 0.0) + 1e-9:
+                return (
+                    f"the population needs {amount:g} {name}s (actors × population.resources.num_{name.lower()}s) "
+                    f"but the Ray cluster has {total.get(name, 0.0):g}"
+                )
+        return None
+
+    missing = shortfall()
+    if missing and wait_s > 0:
+        from ray.autoscaler.sdk import request_resources
+
+        bundle = {k: v for k, v in (("CPU", cpus_each), ("GPU", gpus_each)) if v > 0}
+        if bundle:
+            request_resources(bundles=[bundle] * n_actors)
+        log.warning("%s; waiting up to %gs for the cluster to grow", missing, wait_s)
+        deadline = time.monotonic() + wait_s
+        while missing and time.monotonic() < deadline:
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+            missing = shortfall()
+    if missing:
+        waited = f" after waiting {wait_s:g}s" if wait_s > 0 else ""
+        raise ClusterTooSmallError(
+            f"{missing}{waited}: raise population.members_per_actor, lower population.resources.num_cpus/num_gpus, "
+            "or on an autoscaling cluster set population.resources.wait_for_cluster_s"
+        )

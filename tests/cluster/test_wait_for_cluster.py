@@ -1,0 +1,61 @@
+"""An autoscaling cluster grows while the run waits for it (population.resources.wait_for_cluster_s)."""
+
+import shutil
+import tempfile
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from popgrpo.config import load_config, preset_path  # noqa: E402
+from popgrpo.runtime.ray_executor import ClusterTooSmallError, RayExecutor, force_loopback  # noqa: E402
+
+pytestmark = pytest.mark.ray
+
+NEEDS_3_CPUS = ["population.size=3", "population.resources.num_cpus=1", "run.epochs=2", "grpo.steps_per_epoch=2"]
+
+
+@pytest.fixture
+def one_cpu_cluster():
+    assert not ray.is_initialized(), "another test left Ray connected"
+    force_loopback()
+    temp_dir = tempfile.mkdtemp(prefix="pgwait-", dir="/tmp")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": temp_dir})
+    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+    yield cluster, temp_dir
+    ray.shutdown()
+    cluster.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_waits_for_a_node_that_joins_then_runs(one_cpu_cluster):
+    cluster, temp_dir = one_cpu_cluster
+    cfg = load_config(preset_path("grpo"), [*NEEDS_3_CPUS, "population.resources.wait_for_cluster_s=60"])
+    made: dict = {}
+    # The executor waits in a thread; the node joins from this one (Cluster.add_node installs signal handlers).
+    waiter = threading.Thread(target=lambda: made.update(executor=RayExecutor(cfg), at=time.monotonic()))
+    waiter.start()
+    time.sleep(2.0)
+    assert waiter.is_alive() and "executor" not in made  # still waiting: the cluster has 1 CPU
+    joined = time.monotonic()
+    cluster.add_node(num_cpus=2, temp_dir=temp_dir)
+    waiter.join(timeout=60)
+    executor = made["executor"]
+    try:
+        assert made["at"] >= joined
+        assert ray.cluster_resources()["CPU"] == 3
+        rows = executor.train(2)
+        assert [len(per_member) for per_member in rows] == [2, 2, 2]
+    finally:
+        executor.close()
+
+
+def test_gives_up_after_the_wait_with_a_message_naming_the_field(one_cpu_cluster):
+    cfg = load_config(preset_path("grpo"), [*NEEDS_3_CPUS, "population.resources.wait_for_cluster_s=1.5"])
+    started = time.monotonic()
+    with pytest.raises(ClusterTooSmallError, match=r"needs 3 CPUs .* has 1 after waiting 1.5s.*wait_for_cluster_s"):
+        RayExecutor(cfg)
+    assert time.monotonic() - started >= 1.5
