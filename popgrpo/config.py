@@ -111,6 +111,10 @@ class PolicyConfig(_Section):
     log_std_max: float = Field(
         2.0, description="Upper clamp of log σ (2, as in common SAC implementations; bounds MaxEnt-GRPO's expansion)."
     )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where a member computes. `auto`: CUDA when the member has a GPU (population.resources.num_gpus > 0 and CUDA works), else CPU; `cuda` fails if CUDA is missing. Random draws stay on the CPU, so a seed gives the same ideas on either device (up to float rounding).",
+    )
 
     @model_validator(mode="after")
     def _std_bounds(self) -> PolicyConfig:

@@ -36,7 +36,7 @@ from popgrpo.core.seeding import torch_generator
 from popgrpo.envs import Environment, make_env
 from popgrpo.policies import Policy, make_policy
 
-__all__ = ["METRIC_COLUMNS", "BadRewardError", "Member", "initial_weights"]
+__all__ = ["METRIC_COLUMNS", "BadRewardError", "Member", "initial_weights", "resolve_device"]
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +87,28 @@ class Member:
         env: the environment; built from ``config.env`` when omitted.
     """
 
-    def __init__(self, member_id: int, config: Config, archive: ArchiveService, env: Environment | None = None) -> None:
+    def __init__(
+        self,
+        member_id: int,
+        config: Config,
+        archive: ArchiveService,
+        env: Environment | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
         self.member_id = member_id
         self.config = config
         self.archive = archive
         self.env = env if env is not None else make_env(config.env)
+        self.device = torch.device(device)
         self.policy: Policy = make_policy(config.policy, self.env.idea_dim)
         self.policy.load_state_dict(initial_weights(config, member_id))
+        self.policy.to(self.device)
         self.reference: Policy = copy.deepcopy(self.policy).requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.grpo.lr)
         ent = config.maxent.entropy
         self.alpha = AdaptiveAlpha(ent.target, ent.alpha_init, ent.alpha_lr)
         self.generator = torch_generator(config.run.seed, _STREAM_MEMBER, member_id)
-        self.prompts = torch.arange(config.policy.n_prompts)
+        self.prompts = torch.arange(config.policy.n_prompts, device=self.device)
         self.epochs_done = 0
         self.bad_rewards_total = 0
 
@@ -120,7 +129,9 @@ class Member:
             ideas = self.policy.sample(self.prompts, G, self.generator)  # [P, G, d]
             old_logp = self.policy.log_prob(self.prompts, ideas)
             ref_logp = self.reference.log_prob(self.prompts, ideas)
-        flat = ideas.reshape(P * G, -1)
+        # The environment, the archive and the advantages work on the CPU; only the loss
+        # runs on the member's device.
+        flat = ideas.reshape(P * G, -1).cpu()
         rewards = self.env.reward(flat, self.generator).reshape(P, G).float()
         complexity = self.env.complexity(flat).reshape(P, G)
 
@@ -129,7 +140,7 @@ class Member:
         if n_bad:
             self._handle_bad_rewards(n_bad, rewards.numel())
         returns, info = self._shape_returns(flat, rewards, finite)
-        advantages = self._advantages(returns, complexity, finite)
+        advantages = self._advantages(returns, complexity, finite).to(self.device)
 
         for _ in range(cfg.grpo.updates_per_batch):
             logp = self.policy.log_prob(self.prompts, ideas)
@@ -239,7 +250,8 @@ class Member:
 
     # ---- weights, for the scheduler ----------------------------------------------------
     def get_weights(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        """CPU copies, whatever the member's device: they go to checkpoints and the object store."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
     def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
         """Load ``base`` plus this member's own Gaussian perturbation (Pop-GRPO re-seeding).
@@ -261,7 +273,7 @@ class Member:
         return {
             "member_id": self.member_id,
             "policy": self.get_weights(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": _to_cpu(self.optimizer.state_dict()),
             "alpha": self.alpha.value,
             "generator": self.generator.get_state(),
             "epochs_done": self.epochs_done,
@@ -278,3 +290,32 @@ class Member:
         self.generator.set_state(state["generator"])
         self.epochs_done = int(state["epochs_done"])
         self.bad_rewards_total = int(state["bad_rewards_total"])
+
+
+def _to_cpu(obj):
+    """``obj`` with every tensor inside it on the CPU (checkpoints load on any machine)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
+
+
+def resolve_device(setting: str, has_gpu: bool) -> tuple[torch.device, str | None]:
+    """The device a member computes on, and a warning when that is not what was asked for.
+
+    ``setting`` is ``policy.device``; ``has_gpu`` says whether the member was given a GPU (on
+    Ray: the actor's ``ray.get_gpu_ids()``; in-process: ``population.resources.num_gpus > 0``).
+    """
+    cuda = torch.cuda.is_available()
+    if setting == "cuda":
+        if not cuda:
+            raise RuntimeError("policy.device=cuda but CUDA is not available to this process (torch CPU build?)")
+        return torch.device("cuda"), None
+    if setting == "auto" and has_gpu:
+        if cuda:
+            return torch.device("cuda"), None
+        return torch.device("cpu"), "a GPU was reserved for this member but CUDA is not available; computing on CPU"
+    return torch.device("cpu"), None

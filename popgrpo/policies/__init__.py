@@ -39,6 +39,6 @@ def make_policy(cfg, idea_dim: int, generator: torch.Generator | None = None) ->
     if cfg.kind == "gaussian":
         from popgrpo.policies.gaussian import PromptGaussianPolicy
 
-        fields = cfg.model_dump(exclude={"kind"})
+        fields = cfg.model_dump(exclude={"kind", "device"})
         return PromptGaussianPolicy(idea_dim=idea_dim, generator=generator, **fields)
     raise ValueError(f"unknown policy.kind {cfg.kind!r}")

@@ -67,7 +67,8 @@ class PromptGaussianPolicy(nn.Module):
     @torch.no_grad()
     def sample(self, prompts: torch.Tensor, group_size: int, generator: torch.Generator) -> torch.Tensor:
         mean, log_std = self(prompts)
-        noise = torch.randn((prompts.shape[0], group_size, self.idea_dim), generator=generator)
+        # Drawn on the generator's (CPU) device and moved: the same stream on any device.
+        noise = torch.randn((prompts.shape[0], group_size, self.idea_dim), generator=generator).to(mean.device)
         return mean[:, None, :] + log_std.exp()[:, None, :] * noise
 
     def log_prob(self, prompts: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:

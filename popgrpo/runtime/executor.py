@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
-from popgrpo.algorithms.member import Member
+from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.config import Config
 from popgrpo.envs import make_env
 
@@ -73,8 +73,12 @@ class LocalExecutor:
         self.events: list[dict] = []
         self._archives = make_archives(config)
         env = make_env(config.env)
+        device, warning = resolve_device(config.policy.device, config.population.resources.num_gpus > 0)
+        if warning:
+            self.events.append({"event": "device_fallback", "reason": warning})
         self.members = [
-            Member(k, config, self._archives[0 if config.archive.shared else k], env) for k in range(self.n_members)
+            Member(k, config, self._archives[0 if config.archive.shared else k], env, device)
+            for k in range(self.n_members)
         ]
 
     def train(self, n_epochs: int) -> list[list[dict]]:

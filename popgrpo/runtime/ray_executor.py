@@ -27,7 +27,7 @@ import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from popgrpo.algorithms.archive_service import LocalArchive
-from popgrpo.algorithms.member import Member
+from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.config import Config
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.executor import make_archives
@@ -213,8 +213,13 @@ class MemberGroup:
         config = Config.model_validate_json(config_json)
         torch.set_num_threads(config.run.torch_threads)
         self.metrics = LiveMetrics(run_tag)
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.device, self.device_warning = resolve_device(config.policy.device, bool(self.gpu_ids))
+        if self.device_warning:
+            log.warning("members %s: %s", list(member_ids), self.device_warning)
         self.members = {
-            k: Member(k, config, _RemoteArchive(archive_handle, 0 if config.archive.shared else k)) for k in member_ids
+            k: Member(k, config, _RemoteArchive(archive_handle, 0 if config.archive.shared else k), device=self.device)
+            for k in member_ids
         }
 
     def train(self, n_epochs: int) -> dict[int, list[dict]]:
@@ -236,6 +241,10 @@ class MemberGroup:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def placement(self) -> dict:
+        """Where this actor's members compute: device, the GPUs Ray gave it, and any fallback."""
+        return {"device": str(self.device), "gpu_ids": self.gpu_ids, "warning": self.device_warning}
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -292,6 +301,10 @@ class RayExecutor:
         self._restore_archives: list[dict] = [a.state_dict() for a in make_archives(config)]
         self.restarts = 0
         self.events: list[dict] = []
+        # A member without the GPU it reserved is reported, not silently slower.
+        for group, place in zip(self._groups, ray.get([a.placement.remote() for a in self._actors]), strict=True):
+            if place["warning"]:
+                self.events.append({"event": "device_fallback", "members": group, "reason": place["warning"]})
 
     def _check_redis(self, url: str, password: str | None) -> None:
         """Reach Redis from the driver first: an archive actor that cannot would restart forever."""
