@@ -23,7 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 __all__ = ["Config", "ConfigError", "config_markdown", "load_config", "parse_override"]
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "jobs" / "configs"
+# The presets are the job configs in jobs/configs/: installed as popgrpo/presets/ by a wheel
+# (pyproject's package-dir), read in place from a source checkout or an editable install.
+_HERE = Path(__file__).resolve().parent
+PRESET_DIR = next(
+    (d for d in (_HERE / "presets", _HERE.parent / "jobs" / "configs") if d.is_dir()), _HERE.parent / "jobs" / "configs"
+)
 
 
 class ConfigError(ValueError):

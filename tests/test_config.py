@@ -7,7 +7,7 @@ from popgrpo.config import Config, ConfigError, config_markdown, load_config, pr
 PRESETS = ["grpo", "qd_grpo", "maxent_grpo", "pop_grpo"]
 
 
-@pytest.mark.parametrize("name", [*PRESETS, "pop_grpo_scale"])
+@pytest.mark.parametrize("name", [*PRESETS, "pop_grpo_scale", "combined"])
 def test_presets_load(name):
     cfg = load_config(preset_path(name))
     assert cfg.run.name == name
