@@ -117,9 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.set_defaults(func=_cmd_config)
 
     from popgrpo.ops import dashboards, jobs
+    from popgrpo.study import cli as study_cli
 
     jobs.add_parsers(sub)
     dashboards.add_parsers(sub)
+    study_cli.add_parsers(sub)
     return parser
 
 

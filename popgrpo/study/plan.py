@@ -1,0 +1,141 @@
+"""What ``popgrpo reproduce`` runs: the main paper's §5–6 studies as a list of trials.
+
+A *trial* is one training run (a preset, a few overrides, a seed). A *study* is a table or
+figure of the paper, made of trials labelled by method or by the ablated value. Trials with
+the same resolved config are run once and shared: MaxEnt-GRPO at H* = 1 is both a Table 1 row
+and a point of the entropy-target ablation.
+
+Everything here is pure (no Ray, no files), so the plan can be listed and tested alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from popgrpo.config import Config, load_config, preset_path
+
+__all__ = [
+    "ABLATIONS",
+    "METHODS",
+    "PAPER_MULTISEED",
+    "PAPER_TABLE1",
+    "SEEDS",
+    "Membership",
+    "Trial",
+    "build_plan",
+]
+
+SEEDS = (42, 142, 242, 342, 442)  # main paper §5: n = 5, seeds 42–442
+QUICK_SEEDS = (42, 142)
+EPOCHS, QUICK_EPOCHS = 120, 30
+
+# Table 1 rows: label -> preset. "combined" is the paper's §7 proposal (jobs/configs/combined.yaml).
+METHODS = {
+    "GRPO": "grpo",
+    "QD-GRPO": "qd_grpo",
+    "MaxEnt-GRPO": "maxent_grpo",
+    "Pop-GRPO": "pop_grpo",
+    "Combined (§7)": "combined",
+}
+
+# Main paper Table 1 (last 10 epochs, one seed).
+PAPER_TABLE1 = {
+    "GRPO": {"mean_reward": 0.0716, "max_reward": 0.8412, "diversity": 0.9675, "complexity": 3.4332},
+    "QD-GRPO": {"mean_reward": 0.0814, "max_reward": 0.8122, "diversity": 0.9433, "complexity": 3.4306},
+    "MaxEnt-GRPO": {"mean_reward": 0.0082, "max_reward": 0.4420, "diversity": 0.9944, "complexity": 28.861},
+    "Pop-GRPO": {"mean_reward": 0.0865, "max_reward": 0.9588, "diversity": 0.9969, "complexity": 3.7482},
+}
+# Main paper §6.4 (n = 5, mean ± std): the only multi-seed numbers it prints.
+PAPER_MULTISEED = {
+    ("Pop-GRPO", "diversity"): (0.9969, 0.0016),
+    ("MaxEnt-GRPO", "complexity"): (29.17, 0.22),
+    ("GRPO", "diversity"): (0.9507, 0.0264),
+}
+
+
+def _archive_bonus(beta: float) -> list[str]:
+    # The paper's default pair is β_new = 0.5, β_imp = 0.3: β_imp = 0.6·β_new throughout.
+    return [f"qd.beta_new={beta}", f"qd.beta_imp={round(0.6 * beta, 6)}"]
+
+
+def _population(k: int) -> list[str]:
+    return [f"population.size={k}", f"scheduler.top_m={min(3, k)}"]
+
+
+# study -> (preset, the ablated quantity's name, values, overrides for a value); main paper §6.5
+ABLATIONS = {
+    "entropy_target": (
+        "maxent_grpo",
+        "H*",
+        (0.0, 0.5, 1.0, 2.0, 4.0),
+        lambda h: [f"maxent.entropy.target={h}"],
+    ),
+    "archive_bonus": ("qd_grpo", "β", (0.0, 0.1, 0.3, 0.5, 1.0, 2.0), _archive_bonus),
+    "population_size": ("pop_grpo", "K", (1, 2, 3, 5, 8), _population),
+}
+
+
+@dataclass(frozen=True)
+class Membership:
+    study: str  # "table1" or an ABLATIONS key
+    label: str  # method name, or the ablated value as text
+    value: float | None = None  # the ablated value (None in table1)
+
+
+@dataclass
+class Trial:
+    """One training run, and every study cell it serves."""
+
+    preset: str
+    overrides: tuple[str, ...]
+    seed: int
+    memberships: list[Membership] = field(default_factory=list)
+
+    def config(self) -> Config:
+        return load_config(preset_path(self.preset), [*self.overrides, f"run.seed={self.seed}"])
+
+    @property
+    def key(self) -> str:
+        """Stable id from the resolved config: same config, same key, one run."""
+        digest = hashlib.sha256(self.config().model_dump_json().encode()).hexdigest()[:10]
+        return f"{self.preset}-s{self.seed}-{digest}"
+
+    def to_json(self) -> dict:
+        return {
+            "key": self.key,
+            "preset": self.preset,
+            "overrides": list(self.overrides),
+            "seed": self.seed,
+            "memberships": [m.__dict__ for m in self.memberships],
+        }
+
+
+def build_plan(quick: bool = False, seeds: tuple[int, ...] | None = None, epochs: int | None = None) -> list[Trial]:
+    """Every trial of Table 1, the multi-seed runs and the three ablations, deduplicated.
+
+    ``quick``: 30 epochs and seeds 42, 142 (for CI and a first look); the full plan is the
+    paper's 120 epochs and five seeds.
+    """
+    seeds = seeds or (QUICK_SEEDS if quick else SEEDS)
+    epochs = epochs or (QUICK_EPOCHS if quick else EPOCHS)
+    common = (f"run.epochs={epochs}",)
+    by_key: dict[str, Trial] = {}
+
+    def add(preset: str, overrides: list[str], seed: int, membership: Membership) -> None:
+        trial = Trial(preset, (*common, *overrides), seed)
+        trial = by_key.setdefault(trial.key, trial)
+        trial.memberships.append(membership)
+
+    for seed in seeds:
+        for label, preset in METHODS.items():
+            add(preset, [], seed, Membership("table1", label))
+        for study, (preset, _, values, overrides_for) in ABLATIONS.items():
+            for value in values:
+                add(preset, overrides_for(value), seed, Membership(study, f"{value:g}", float(value)))
+    return list(by_key.values())
+
+
+def plan_json(trials: list[Trial]) -> str:
+    return json.dumps([t.to_json() for t in trials], indent=1)

@@ -1,0 +1,138 @@
+"""``popgrpo reproduce``: every trial of :func:`popgrpo.study.plan.build_plan` as a Ray Tune experiment.
+
+One Tune trial per training run. Tune schedules them over the cluster's CPUs (one CPU
+each; a trial trains its members in-process, since Tune already spreads trials over the
+cores) and records which finished. An interrupted ``reproduce`` run again with the same
+``--out`` restores the experiment with ``Tuner.restore``: finished trials are not run
+again, and a trial cut off mid-run continues from its last round checkpoint
+(:func:`popgrpo.train.resume`), so it ends with exactly the numbers of an uninterrupted run.
+
+Layout of the out directory::
+
+    OUT/plan.json           the trials and the study cells each one serves
+    OUT/runs/<trial key>/   one popgrpo run directory per trial
+    OUT/tune/               Tune's experiment state (what makes ``restore`` possible)
+    OUT/metrics.parquet     every trial's per-epoch metrics, with trial key and seed
+    OUT/...                 tables and figures (:mod:`popgrpo.study.report`)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from popgrpo.study.plan import build_plan, plan_json
+
+__all__ = ["collect_metrics", "reproduce", "run_trial"]
+
+EXPERIMENT = "reproduce"
+
+
+def run_trial(trial: dict, runs_root: str) -> dict:
+    """Train one trial (or finish it, or read its result back); return its summary.
+
+    Pure popgrpo, no Tune: the Tune trainable is a thin wrapper, and tests call this directly.
+    """
+    from popgrpo.config import load_config, preset_path
+    from popgrpo.train import resume, train
+
+    run_dir = Path(runs_root) / trial["key"]
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        return json.loads(summary_path.read_text())
+    if (run_dir / "config.yaml").exists():
+        return resume(run_dir, progress=False)
+    config = load_config(preset_path(trial["preset"]), [*trial["overrides"], f"run.seed={trial['seed']}"])
+    return train(config, run_dir, progress=False)
+
+
+def _trainable(params: dict) -> None:
+    from ray import tune
+
+    started = time.time()
+    summary = run_trial(params["trial"], params["runs_root"])
+    tune.report(
+        {**{k: v for k, v in summary.items() if isinstance(v, int | float)}, "trial_seconds": time.time() - started}
+    )
+
+
+def reproduce(
+    out: str | Path,
+    quick: bool = False,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    verbose: int = 1,
+    seeds: tuple[int, ...] | None = None,
+    epochs: int | None = None,
+) -> dict:
+    """Run (or finish) the whole study under ``out``; return ``{"trials": n, "seconds": wall}``.
+
+    ``address``: a Ray cluster to run the trials on (default: an embedded local Ray). On a
+    multi-node cluster ``out`` must be on storage every node sees. ``seeds`` / ``epochs``
+    shrink the plan further (tests); a restored study keeps the plan it started with.
+    """
+    import ray
+    from ray import tune
+
+    from popgrpo.runtime.ray_executor import connect
+
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    plan_file = out / "plan.json"
+    if plan_file.exists():
+        saved = json.loads(plan_file.read_text())
+        if saved["quick"] != quick:
+            kind = "quick" if saved["quick"] else "full"
+            raise ValueError(
+                f"{out} holds a {kind} study: rerun with{'' if saved['quick'] else 'out'} --quick, or use another --out"
+            )
+        trials = saved["trials"]
+    else:
+        trials = json.loads(plan_json(build_plan(quick, seeds, epochs)))
+        plan_file.write_text(json.dumps({"quick": quick, "trials": trials}, indent=1))
+    runs_root = str(out / "runs")
+    started = time.time()
+    started_ray = connect(address, num_cpus=num_cpus)
+    try:
+        trainable = tune.with_resources(_trainable, {"cpu": 1})
+        experiment = out / "tune" / EXPERIMENT
+        if tune.Tuner.can_restore(str(experiment)):
+            # Finished trials keep their results; unfinished and errored ones run again.
+            tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, restart_errored=True)
+        else:
+            tuner = tune.Tuner(
+                trainable,
+                param_space={"trial": tune.grid_search(trials), "runs_root": runs_root},
+                tune_config=tune.TuneConfig(reuse_actors=True),  # a worker imports torch, ribs… once, not per trial
+                run_config=tune.RunConfig(
+                    name=EXPERIMENT,
+                    storage_path=str(out / "tune"),
+                    verbose=verbose,
+                    failure_config=tune.FailureConfig(max_failures=1),
+                ),
+            )
+        results = tuner.fit()
+        errors = [r.error for r in results if r.error is not None]
+        if errors:
+            raise RuntimeError(f"{len(errors)} trial(s) failed; first: {errors[0]}")
+    finally:
+        if started_ray:
+            ray.shutdown()
+    collect_metrics(out, trials)
+    return {"trials": len(trials), "seconds": time.time() - started}
+
+
+def collect_metrics(out: Path, plan: list[dict]) -> Path:
+    """Concatenate every trial's ``metrics.parquet`` into ``OUT/metrics.parquet`` (+ trial, seed)."""
+    import pandas as pd
+
+    frames = []
+    for t in plan:
+        frame = pd.read_parquet(Path(out) / "runs" / t["key"] / "metrics.parquet")
+        frame.insert(0, "trial", t["key"])
+        frame.insert(1, "seed", t["seed"])
+        frames.append(frame)
+    path = Path(out) / "metrics.parquet"
+    pd.concat(frames, ignore_index=True).to_parquet(path, index=False)
+    return path

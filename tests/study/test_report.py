@@ -1,0 +1,120 @@
+"""`popgrpo report` turns a small hand-made Parquet set into the tables, every figure and the claims."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from popgrpo.cli import main
+from popgrpo.config import load_config, preset_path
+from popgrpo.study.plan import ABLATIONS, METHODS, build_plan
+from popgrpo.study.report import FIGURES, check_claims, load, trial_table
+
+EPOCHS = 12
+
+
+def _synthetic_rows(trial: dict, rng: np.random.Generator) -> pd.DataFrame:
+    """Per-epoch metrics shaped so the paper's claims hold: GRPO collapses, Pop-GRPO's best member
+    beats it, MaxEnt is the most diverse and complex and earns least."""
+    preset, seed = trial["preset"], trial["seed"]
+    members = load_config(preset_path(preset), trial["overrides"]).population.size
+    epoch = np.arange(EPOCHS)
+    rows = []
+    for k in range(members):
+        collapse = 1.0 - 0.4 * epoch / EPOCHS if preset in ("grpo", "qd_grpo") else np.ones(EPOCHS)
+        maxent = preset == "maxent_grpo"
+        frame = pd.DataFrame(
+            {
+                "trial": trial["key"],
+                "seed": seed,
+                "epoch": epoch,
+                "member": k,
+                "reward_mean": 0.01 if maxent else 0.3 + 0.01 * rng.random(EPOCHS),
+                "reward_max": (0.4 if maxent else 1.5) + 0.1 * k + 0.01 * rng.random(EPOCHS),
+                "diversity": 0.999 if maxent else 0.9 * collapse,
+                "complexity": 29.0 if maxent else 3.5 * collapse,
+                "entropy": 3.4 if maxent else 1.0,
+                "archive_coverage": 0.5 + 0.3 * (preset == "qd_grpo") + 0.001 * seed / 442,
+            }
+        )
+        for q in (10, 25, 50, 75, 90):
+            frame[f"complexity_p{q}"] = frame["complexity"] * (0.5 + q / 100)
+        rows.append(frame)
+    return pd.concat(rows)
+
+
+@pytest.fixture
+def study_dir(tmp_path):
+    trials = [t.to_json() for t in build_plan(seeds=(42, 142), epochs=EPOCHS)]
+    (tmp_path / "plan.json").write_text(json.dumps({"quick": True, "trials": trials}))
+    rng = np.random.default_rng(0)
+    pd.concat([_synthetic_rows(t, rng) for t in trials]).to_parquet(tmp_path / "metrics.parquet")
+    for t in trials:  # each run directory's config and final archive, as a real run leaves them
+        run = tmp_path / "runs" / t["key"]
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(load_config(preset_path(t["preset"]), t["overrides"]).to_yaml())
+        cells = [0, 11, 57, 99]
+        pq.write_table(
+            pa.table(
+                {
+                    "archive": [0] * 4,
+                    "cell": cells,
+                    "behaviour": [[0.1, 0.2]] * 4,
+                    "reward": [0.1, 0.5, 0.9, 1.3],
+                    "idea": [[0.0] * 16] * 4,
+                }
+            ),
+            run / "archive.parquet",
+        )
+    return tmp_path
+
+
+def test_report_writes_the_tables_and_every_figure(study_dir, capsys):
+    assert main(["report", str(study_dir)]) == 0
+    printed = capsys.readouterr().out.split()
+    for name in (*FIGURES, "table1.md", "claims.md", *(f"archive_{p}.png" for p in METHODS.values())):
+        path = study_dir / name
+        assert str(path) in printed
+        assert path.stat().st_size > (1000 if name.endswith(".png") else 100), name
+    table1 = (study_dir / "table1.md").read_text()
+    for method in METHODS:
+        assert f"| {method} |" in table1
+    assert "*0.8412*" in table1  # the paper's GRPO max R printed beside ours
+    for study in ABLATIONS:
+        assert f"({ABLATIONS[study][0]}), mean ± std over seeds" in table1
+
+
+def test_trial_table_averages_the_last_ten_epochs_over_members(study_dir):
+    plan, metrics = load(study_dir)
+    table = trial_table(plan, metrics)
+    grpo = table[(table.study == "table1") & (table.label == "GRPO") & (table.seed == 42)].iloc[0]
+    raw = metrics[metrics.trial == grpo.trial]
+    expected = raw[raw.epoch >= EPOCHS - 10].diversity.mean()
+    assert grpo.diversity == pytest.approx(expected)
+    pop = table[(table.study == "table1") & (table.label == "Pop-GRPO") & (table.seed == 42)].iloc[0]
+    assert pop.population_max_reward == pytest.approx(pop.max_reward + 0.2, abs=0.02)  # best of 5 members (+0.1·k)
+    # a trial serving two cells (MaxEnt at H* = 1) appears under both, with the same numbers
+    both = table[table.trial == table[(table.study == "entropy_target") & (table.value == 1.0)].trial.iloc[0]]
+    assert set(both.study) == {"table1", "entropy_target"} and both.diversity.nunique() == 1
+
+
+def test_claim_verdicts_follow_the_numbers(study_dir):
+    plan, metrics = load(study_dir)
+    verdicts = {c.claim.split(":")[0].split(" (")[0]: c.verdict for c in check_claims(trial_table(plan, metrics))}
+    assert verdicts["GRPO's diversity and complexity fall over training"] == "reproduced"
+    assert verdicts["Pop-GRPO's max reward beats GRPO's"] in ("reproduced", "partly", "not reproduced")
+    assert verdicts["MaxEnt-GRPO has the highest diversity and complexity and the lowest reward."] == "reproduced"
+    assert verdicts["QD-GRPO covers more of the archive than GRPO."] == "reproduced"
+    # flip the data: GRPO no longer collapses, so the first claim must fail
+    metrics.loc[metrics.trial.isin(metrics[metrics.trial.str.startswith("grpo-")].trial), "diversity"] = 0.9
+    metrics.loc[metrics.trial.str.startswith("grpo-"), "complexity"] = 3.5
+    claims = check_claims(trial_table(plan, metrics))
+    assert claims[0].verdict == "not reproduced"
+
+
+def test_report_on_a_directory_without_a_study_is_a_clear_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "plan.json is missing" in capsys.readouterr().err
