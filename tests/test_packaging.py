@@ -2,19 +2,19 @@
 
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_package_directory_is_listed_in_pyproject():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "popgrpo").rglob("__init__.py")}
-    assert found | {"popgrpo.presets"} == listed
+    assert found | {"popgrpo.presets", "popgrpo.dashboards"} == listed
 
 
 @pytest.mark.integration
@@ -40,9 +40,12 @@ def test_a_built_wheel_carries_the_presets_and_resolves_them(tmp_path):
         names = set(zf.namelist())
         zf.extractall(tmp_path / "site")
     presets = {p.name for p in (ROOT / "jobs" / "configs").glob("*.yaml")}
-    assert {f"popgrpo/presets/{name}" for name in presets} <= names
+    assert {f"popgrpo/presets/{name}" for name in presets} | {"popgrpo/dashboards/popgrpo.json"} <= names
     # Imported from the unpacked wheel (as site-packages would), outside the source tree.
-    code = "from popgrpo.config import PRESET_DIR, load_config, preset_path; print(PRESET_DIR); load_config(preset_path('pop_grpo'))"
+    code = (
+        "from popgrpo.config import PRESET_DIR, load_config, preset_path; print(PRESET_DIR); "
+        "load_config(preset_path('pop_grpo')); from popgrpo.ops.dashboards import DASHBOARD_PATH; print(DASHBOARD_PATH)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -51,4 +54,5 @@ def test_a_built_wheel_carries_the_presets_and_resolves_them(tmp_path):
         text=True,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(tmp_path / "site" / "popgrpo" / "presets")
+    site = tmp_path / "site" / "popgrpo"
+    assert out.stdout.split() == [str(site / "presets"), str(site / "dashboards" / "popgrpo.json")]

@@ -58,7 +58,11 @@ __all__ = [
     "with_datasource",
 ]
 
-DASHBOARD_PATH = Path(__file__).resolve().parents[2] / "dashboards" / "popgrpo.json"
+# dashboards/ at the repository root; a wheel installs it as popgrpo/dashboards/ (pyproject).
+_PACKAGED = Path(__file__).resolve().parents[1] / "dashboards" / "popgrpo.json"
+DASHBOARD_PATH = (
+    _PACKAGED if _PACKAGED.is_file() else Path(__file__).resolve().parents[2] / "dashboards" / "popgrpo.json"
+)
 DASHBOARD_UID = "popgrpo"
 TOKEN_ENV = "GRAFANA_TOKEN"
 # Ray's generated prometheus.yml scrapes every 10 s. Grafana's "scrape interval" setting
@@ -83,13 +87,13 @@ def load_dashboard(path: Path = DASHBOARD_PATH) -> dict:
         raise ConfigError(f"dashboard file not found: {path}") from None
 
 
-def panel_targets(dashboard: dict) -> list[tuple[str, str]]:
-    """``[(panel title, PromQL expression)]`` for every query target, panels in rows included."""
+def panel_targets(dashboard: dict) -> list[tuple[str, dict]]:
+    """``[(panel title, target)]`` for every PromQL target (``target["expr"]``), rows included."""
     out = []
 
     def walk(panels):
         for panel in panels:
-            out.extend((panel.get("title", ""), t["expr"]) for t in panel.get("targets", []) if t.get("expr"))
+            out.extend((panel.get("title", ""), t) for t in panel.get("targets", []) if t.get("expr"))
             walk(panel.get("panels", []))  # a collapsed row keeps its panels inside it
 
     walk(dashboard.get("panels", []))
@@ -408,11 +412,9 @@ def _default_grafana_url() -> str:
     # GRAFANA_URL is grafana-client's own convention; RAY_GRAFANA_HOST is where a Ray head
     # reaches Grafana, often the same place.
     ray_host = os.environ.get("RAY_GRAFANA_HOST", "")
-    return (
-        os.environ.get("GRAFANA_URL")
-        or (ray_host if ray_host and ray_host != "DISABLED" else "")
-        or ("http://localhost:3000")
-    )
+    if ray_host == "DISABLED":  # Ray's switch for "no Grafana", not an address
+        ray_host = ""
+    return os.environ.get("GRAFANA_URL") or ray_host or "http://localhost:3000"
 
 
 def _cmd_install(args: argparse.Namespace) -> int:

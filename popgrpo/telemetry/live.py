@@ -12,6 +12,8 @@ the round gauge and the restarts counter are set by the driver-side executor.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
 __all__ = ["METRICS", "LiveMetrics", "metrics_markdown"]
@@ -63,9 +65,14 @@ METRICS: dict[str, MetricSpec] = {
 
 
 class LiveMetrics:
-    """Records :data:`METRICS` for one run. Create it in the process that reports."""
+    """Records :data:`METRICS` for one run. Create it in the process that reports.
 
-    def __init__(self, run: str) -> None:
+    Ray's exporter drops a gauge series about 20 s after its last ``set`` (counters stay), so a
+    round or an epoch longer than that would leave gaps in Prometheus and Grafana. A daemon
+    thread re-sets every gauge's last value each ``refresh_s`` seconds.
+    """
+
+    def __init__(self, run: str, refresh_s: float = 5.0) -> None:
         from ray.util.metrics import Counter, Gauge
 
         self.run = run
@@ -73,6 +80,23 @@ class LiveMetrics:
             name: (Gauge if spec.kind == "gauge" else Counter)(name, description=spec.description, tag_keys=spec.tags)
             for name, spec in METRICS.items()
         }
+        self._last: dict[tuple[str, tuple], float] = {}  # (gauge, sorted tags) -> last value
+        self._lock = threading.Lock()
+        self._refresh_s = refresh_s
+        threading.Thread(target=self._keep_alive, name="popgrpo-metrics", daemon=True).start()
+
+    def _set(self, name: str, value: float, tags: dict[str, str]) -> None:
+        self._m[name].set(value, tags=tags)
+        with self._lock:
+            self._last[(name, tuple(sorted(tags.items())))] = value
+
+    def _keep_alive(self) -> None:
+        while True:
+            time.sleep(self._refresh_s)
+            with self._lock:
+                last = list(self._last.items())
+            for (name, tags), value in last:
+                self._m[name].set(value, tags=dict(tags))
 
     def record_epoch(self, row: dict) -> None:
         tags = {"run": self.run, "member": str(row["member"])}
@@ -83,12 +107,12 @@ class LiveMetrics:
             if value != value:  # NaN (e.g. no finite reward this epoch): leave the last value
                 continue
             if spec.kind == "gauge":
-                self._m[name].set(value, tags=tags)
+                self._set(name, value, tags)
             elif value > 0:
                 self._m[name].inc(value, tags=tags)
 
     def record_round(self, round_index: int) -> None:
-        self._m["popgrpo_round"].set(round_index, tags={"run": self.run})
+        self._set("popgrpo_round", round_index, {"run": self.run})
 
     def record_restart(self) -> None:
         self._m["popgrpo_restarts_total"].inc(1, tags={"run": self.run})

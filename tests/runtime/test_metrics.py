@@ -76,3 +76,26 @@ def test_every_listed_metric_is_exported_during_a_run(ray_local, tmp_path):
     coverage = [v for (name, _), v in ours.items() if name == "popgrpo_archive_coverage"]
     assert coverage and all(0 < c <= 1 for c in coverage)
     assert max(v for (name, _), v in ours.items() if name == "popgrpo_round") == 2
+
+
+class _RecordingGauge:
+    def __init__(self):
+        self.sets = []
+
+    def set(self, value, tags):
+        self.sets.append((value, tags))
+
+
+def test_gauges_are_re_set_so_ray_does_not_expire_them(ray_local):
+    """Ray drops a gauge ~20 s after its last set: LiveMetrics re-sets each gauge's last value."""
+    from popgrpo.telemetry.live import LiveMetrics
+
+    live = LiveMetrics("keepalive-run", refresh_s=0.05)
+    live._m["popgrpo_round"] = gauge = _RecordingGauge()
+    live.record_round(7)
+    time.sleep(0.4)
+    assert len(gauge.sets) >= 4 and {v for v, _ in gauge.sets} == {7}
+    assert all(tags == {"run": "keepalive-run"} for _, tags in gauge.sets)
+    live.record_round(8)
+    time.sleep(0.2)
+    assert gauge.sets[-1] == (8, {"run": "keepalive-run"})
