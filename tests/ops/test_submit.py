@@ -132,3 +132,29 @@ def test_a_wrong_token_or_unknown_job_is_one_line_and_never_echoes_the_token(hea
     assert wrong not in out.stdout + out.stderr and head.env["RAY_AUTH_TOKEN"] not in out.stdout + out.stderr
     out = popgrpo(head, "jobs", "status", "popgrpo-no-such-job", "--address", head.address)
     assert out.returncode == 1 and "Traceback" not in out.stderr
+
+
+def test_the_plain_ray_job_submit_form_with_an_invalid_config_fails_with_the_field_in_its_logs(head, tmp_path):
+    """What `ray job submit -- python -m popgrpo.jobs.train --config FILE` does when FILE is invalid:
+    the config is only checked on the cluster, and the job's logs say which field is wrong."""
+    import os
+
+    import popgrpo
+
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    (stage / "bad.yaml").write_text("scheduler:\n  enabled: true\n  top_m: 0\n")
+    code = (
+        "import os, sys, time\n"
+        "from ray.job_submission import JobSubmissionClient\n"
+        f"c = JobSubmissionClient({head.address!r})\n"
+        "sid = c.submit_job(entrypoint='python -m popgrpo.jobs.train --config bad.yaml --quiet', runtime_env="
+        f"{{'working_dir': {str(stage)!r}, 'py_modules': [{os.path.dirname(popgrpo.__file__)!r}]}})\n"
+        "while not c.get_job_status(sid).is_terminal(): time.sleep(0.5)\n"
+        "print(c.get_job_status(sid).value); print(c.get_job_logs(sid))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=head.env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    status, logs = out.stdout.split("\n", 1)
+    assert status == "FAILED"
+    assert "popgrpo: invalid config (bad.yaml): scheduler.top_m" in logs and "Traceback" not in logs
