@@ -85,12 +85,21 @@ class RayHead:
     """
 
     def __init__(self, num_cpus: int = 2, extra_env: dict[str, str] | None = None, extra_args: tuple = ()) -> None:
-        import random
         import sys
         import tempfile
 
         ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
-        self.temp_dir = tempfile.mkdtemp(prefix="pghead-", dir="/tmp")
+        for _attempt in range(2):  # a port picked free can be taken before Ray binds it: retry once
+            self.temp_dir = tempfile.mkdtemp(prefix="pghead-", dir="/tmp")
+            error = self._start(ray_bin, num_cpus, extra_env, extra_args)
+            if error is None:
+                return
+        raise RuntimeError(f"ray start --head did not come up:\n{error}")
+
+    def _start(self, ray_bin: str, num_cpus: int, extra_env: dict | None, extra_args: tuple) -> str | None:
+        import random
+        import sys
+
         self.gcs_port, self.dashboard_port, self.metrics_port = free_port(), free_port(), free_port()
         token = secrets.token_hex(16)
         base = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
@@ -116,13 +125,14 @@ class RayHead:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self._wait_ready()
+        return self._wait_ready()
 
     @property
     def address(self) -> str:
         return f"http://127.0.0.1:{self.dashboard_port}"
 
-    def _wait_ready(self, timeout: float = 90) -> None:
+    def _wait_ready(self, timeout: float = 90) -> str | None:
+        """None once the job server answers; else the tail of ray start's log (the head is stopped)."""
         import urllib.request
 
         deadline = time.time() + timeout
@@ -134,12 +144,13 @@ class RayHead:
                     f"{self.address}/api/version", headers={"Authorization": f"Bearer {self.env['RAY_AUTH_TOKEN']}"}
                 )
                 urllib.request.urlopen(req, timeout=2)
-                return
+                return None
             except OSError:
                 time.sleep(0.5)
-        self.stop()
         with open(os.path.join(self.temp_dir, "ray-start.log")) as f:
-            raise RuntimeError(f"ray start --head did not come up:\n{f.read()[-3000:]}")
+            tail = f.read()[-3000:]
+        self.stop()
+        return tail
 
     def stop(self) -> None:
         import signal
