@@ -31,6 +31,27 @@ PRESET_DIR = next(
 )
 
 
+# Names a selection objective may take (scheduler.objectives): the main paper's S_k, then
+# columns of the members' metrics rows (popgrpo.algorithms.member.METRIC_COLUMNS); all maximised.
+POP_SCORE = "pop_score"
+SELECTION_METRICS = (
+    POP_SCORE,
+    "reward_max",
+    "reward_mean",
+    "diversity",
+    "complexity",
+    "entropy",
+    "novelty",
+    "archive_coverage",
+    "archive_qd_score",
+    "archive_new",
+    "pass_at_k",
+    "best_at_k",
+)
+# What the driver's held-out evaluation of weights reports (popgrpo.algorithms.evaluation).
+HELD_OUT_METRICS = (POP_SCORE, "reward_mean", "reward_max", "diversity", "pass_at_1", "pass_at_k", "best_at_k")
+
+
 class ConfigError(ValueError):
     """A configuration problem, with a one-line message naming the field."""
 
@@ -252,8 +273,104 @@ class SchedulerConfig(_Section):
     perturb_sigma: float = Field(
         0.01,
         ge=0,
-        description="σ_p of the Gaussian perturbation each member adds to the soup when re-seeded (paper: 0.01).",
+        description="σ_p of the Gaussian perturbation each member adds to the soup when re-seeded (paper: 0.01); used by scheduler.mutate=gaussian.",
     )
+    objectives: list[str] = Field(
+        default_factory=lambda: [POP_SCORE],
+        description="Selection objective per round, rotating: round r ranks members by objectives[r mod len] and reports the others as behaviour (CycleQD §3.1's cyclic quality/behaviour). One entry = no rotation. `pop_score` is the main paper's S_k = d_k·(1 + max R_k); the others are metrics columns: "
+        + ", ".join(f"`{m}`" for m in SELECTION_METRICS[1:])
+        + ".",
+    )
+    merge: Literal["soup", "weighted_soup", "greedy_soup", "wise_ft", "task_arithmetic"] = Field(
+        "soup",
+        description="How the top M become the merged model (docs/MERGING.md). `soup`: uniform mean (model soup, main paper §4.3). `weighted_soup`: weights from the selection scores (weighted_soup_temperature). `greedy_soup`: add members in score order while the held-out greedy_soup_metric improves (model soups, Wortsman et al. 2022). `wise_ft`: δ·θ_0 + (1 − δ)·soup, θ_0 the round-0 weights (WiSE-FT for reasoning §3.2). `task_arithmetic`: θ_0 + Σ_i (w_i/Σ_j w_j)·(θ_i − θ_0), w_i ~ N(μ, σ²) (CycleQD §3.2).",
+    )
+    weighted_soup_temperature: float | None = Field(
+        None,
+        gt=0,
+        description="weighted_soup: None gives weights proportional to the scores, w_k = max(S_k, 0)/Σ_j max(S_j, 0) (uniform if none is positive); T > 0 gives softmax(S/T), for objectives of any sign.",
+    )
+    greedy_soup_metric: str = Field(
+        POP_SCORE,
+        description="greedy_soup: the held-out score a candidate soup must improve, measured in the driver on eval.samples fresh ideas per prompt: "
+        + ", ".join(f"`{m}`" for m in HELD_OUT_METRICS)
+        + " (pop_score: d·(1 + max R) of the held-out ideas).",
+    )
+    wise_ft_delta: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="wise_ft: weight δ of the round-0 weights in δ·θ_0 + (1 − δ)·soup; 0 is the plain soup, 1 the round-0 weights (WiSE-FT for reasoning §3.2, eq. 2; the paper sweeps δ over [0.1, 0.9], appendix E; 0.5 is the midpoint).",
+    )
+    task_arithmetic_mu: float = Field(
+        1.0,
+        gt=0,
+        description="task_arithmetic: mean μ of the crossover weights w_i ~ N(μ, σ²) (CycleQD §3.2, appendix A.1.3: 1.0). Positive, so Σ w_i stays away from 0.",
+    )
+    task_arithmetic_sigma: float = Field(
+        0.03,
+        ge=0,
+        description="task_arithmetic: standard deviation σ of the crossover weights (CycleQD appendix A.1.3: 0.03).",
+    )
+    mutate: Literal["gaussian", "svd"] = Field(
+        "gaussian",
+        description="What each member adds to the merged model when re-seeded, drawn from its own (member, round) stream. `gaussian`: θ + σ_p·ε (main paper §4.3). `svd`: for each weight matrix of the task vector τ = θ − θ_0 = UΣVᵀ (θ_0 the member's round-0 weights), scale each singular component by w_i ~ U[0, svd_w_max]; biases and other rank-one parameters pass through (CycleQD §3.3).",
+    )
+    svd_w_max: float = Field(
+        0.3,
+        ge=0,
+        description="svd: upper bound w_max of the singular-component factors w_i ~ U[0, w_max] (CycleQD appendix A.1.3: 0.3).",
+    )
+    svd_mode: Literal["scale", "add"] = Field(
+        "scale",
+        description="svd: `scale` is CycleQD §3.3's formula, τ' = U diag(w ⊙ σ) Vᵀ (with w_max = 0.3 every component shrinks to at most 30%, pulling members towards θ_0); `add` is CycleQD's released code, τ' = τ + U diag(w ⊙ σ) Vᵀ, i.e. factors 1 + w.",
+    )
+
+    @model_validator(mode="after")
+    def _strategies(self) -> SchedulerConfig:
+        if self.merge == "task_arithmetic" and self.top_m < 2:
+            raise ValueError(
+                f"merge=task_arithmetic needs top_m >= 2 (got {self.top_m}): CycleQD's crossover combines at least two parents"
+            )
+        if not self.objectives:
+            raise ValueError("objectives must name at least one metric (e.g. [pop_score])")
+        unknown = [o for o in self.objectives if o not in SELECTION_METRICS]
+        if unknown:
+            raise ValueError(f"objectives: unknown metric(s) {unknown}; known: {', '.join(SELECTION_METRICS)}")
+        if len(set(self.objectives)) != len(self.objectives):
+            raise ValueError(f"objectives must not repeat a metric, got {self.objectives}")
+        if self.greedy_soup_metric not in HELD_OUT_METRICS:
+            raise ValueError(
+                f"greedy_soup_metric: unknown metric {self.greedy_soup_metric!r}; known: {', '.join(HELD_OUT_METRICS)}"
+            )
+        return self
+
+
+class EvalConfig(_Section):
+    success_threshold: float = Field(
+        1.0,
+        description="An idea succeeds when its reward is >= this (for pass@k). Not in the papers: 1.0 is above the two easiest peaks' qualities (0.5, 0.8) by more than the execution noise σ = 0.3.",
+    )
+    k: int = Field(
+        8,
+        ge=1,
+        description="k of pass@k and best@k (WiSE-FT for reasoning §3.1, unbiased estimators from n samples). Members report them per epoch from each group of grpo.group_size ideas (metrics columns pass_at_k, best_at_k), so k <= group_size.",
+    )
+    samples: int = Field(
+        32,
+        ge=1,
+        description="Ideas per prompt the driver samples to evaluate weights (the merged model each round; greedy_soup's candidates), from a dedicated seeded stream: n of the estimators, so k <= samples.",
+    )
+    merged: bool = Field(
+        True,
+        description="Evaluate the merged model every round (pass@1, pass@k, best@k, reward, diversity on held-out ideas) and write it to the lineage. One batch of n_prompts × samples ideas in the driver per round; training is unaffected.",
+    )
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> EvalConfig:
+        if self.k > self.samples:
+            raise ValueError(f"k ({self.k}) must be <= samples ({self.samples}): pass@k needs n >= k samples")
+        return self
 
 
 class Config(_Section):
@@ -270,6 +387,7 @@ class Config(_Section):
     )
     population: PopulationConfig = Field(default_factory=PopulationConfig, description="The population.")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="Pop-GRPO scheduler.")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="pass@k / best@k evaluation (WiSE-FT §3.1).")
 
     @model_validator(mode="after")
     def _cross_field(self) -> Config:
@@ -285,6 +403,15 @@ class Config(_Section):
             )
         if self.env.radius_max < self.env.radius_min:
             raise ValueError("env.radius_max must be >= env.radius_min")
+        if self.eval.k > self.grpo.group_size:
+            raise ValueError(
+                f"eval.k ({self.eval.k}) must be <= grpo.group_size ({self.grpo.group_size}): "
+                "members estimate pass@k from each group of G ideas"
+            )
+        if "novelty" in self.scheduler.objectives and not self.maxent.novelty.enabled:
+            raise ValueError(
+                "scheduler.objectives: `novelty` needs maxent.novelty.enabled=true (it is NaN for every member otherwise)"
+            )
         return self
 
     def to_yaml(self) -> str:

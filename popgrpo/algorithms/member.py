@@ -8,7 +8,8 @@ The four methods of the main paper are one loop with switches, not four copies:
 * MaxEnt-GRPO (``maxent.*``): entropy bonus ``α·H`` with α by dual descent (eq. 4), novelty
   reward ``γ·kNN`` (eq. 5), normalisation within complexity bins (eq. 6).
 * Pop-GRPO: several members plus the scheduler (:mod:`popgrpo.runtime.scheduler`), which
-  calls :meth:`Member.reseed` with the soup after each round.
+  calls :meth:`Member.reseed` with the merged model after each round; the member adds its
+  own mutation (Gaussian, or CycleQD's SVD mutation of its task vector).
 
 Any combination is allowed (e.g. a population of MaxEnt members with archive bonuses).
 A member knows nothing about Ray: the executors in :mod:`popgrpo.runtime` hold members
@@ -30,20 +31,31 @@ from popgrpo.config import Config
 from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
 from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.grpo import binned_advantages, clipped_surrogate, group_advantages, kl_penalty
-from popgrpo.core.merge import perturb
-from popgrpo.core.metrics import pairwise_diversity
+from popgrpo.core.merge import Mutation, mutate, soup
+from popgrpo.core.metrics import group_pass_best_at_k, pairwise_diversity
 from popgrpo.core.seeding import torch_generator
 from popgrpo.envs import Environment, make_env
 from popgrpo.policies import Policy, make_policy
 
-__all__ = ["METRIC_COLUMNS", "BadRewardError", "Member", "initial_weights", "resolve_device"]
+__all__ = [
+    "METRIC_COLUMNS",
+    "STREAM_EVAL",
+    "STREAM_MERGE",
+    "BadRewardError",
+    "Member",
+    "initial_weights",
+    "resolve_device",
+    "round0_weights",
+]
 
 log = logging.getLogger(__name__)
 
 # Seed-stream keys (see popgrpo.core.seeding): each purpose gets its own stream.
 _STREAM_INIT = 0  # shared initial weights
 _STREAM_MEMBER = 1  # (1, k): member k's sampling and reward noise
-_STREAM_PERTURB = 2  # (2, k, round): member k's perturbation at a round
+_STREAM_PERTURB = 2  # (2, k, round): member k's perturbation (mutation) at a round
+STREAM_MERGE = 3  # (3, round): the driver's merge draws (task_arithmetic's w)
+STREAM_EVAL = 4  # (4, round, purpose): the driver's held-out evaluation draws
 
 METRIC_COLUMNS = (
     "epoch",
@@ -62,7 +74,11 @@ METRIC_COLUMNS = (
     "archive_qd_score",
     "bad_rewards",
     "ideas",
+    "pass_at_k",
+    "best_at_k",
+    *(f"complexity_p{q}" for q in (10, 25, 50, 75, 90)),
 )
+COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)  # of every idea of an epoch (paper Figure 3)
 
 
 class BadRewardError(RuntimeError):
@@ -75,6 +91,18 @@ def initial_weights(config: Config, member_id: int = 0) -> dict[str, torch.Tenso
     key = (_STREAM_INIT,) if config.population.shared_init else (_STREAM_INIT, member_id)
     policy = make_policy(config.policy, env.idea_dim, torch_generator(config.run.seed, *key))
     return {k: v.detach().clone() for k, v in policy.state_dict().items()}
+
+
+def round0_weights(config: Config, member_ids: list[int] | None = None) -> dict[str, torch.Tensor]:
+    """θ_0, the early checkpoint of WiSE-FT and the base of task vectors: the round-0 weights.
+
+    With ``population.shared_init`` (the default) every member starts there. Otherwise it is
+    the uniform soup of the given members' own initial weights (all members when None).
+    """
+    if config.population.shared_init:
+        return initial_weights(config, 0)
+    ids = range(config.population.size) if member_ids is None else member_ids
+    return soup([initial_weights(config, k) for k in ids])
 
 
 class Member:
@@ -111,6 +139,7 @@ class Member:
         self.prompts = torch.arange(config.policy.n_prompts, device=self.device)
         self.epochs_done = 0
         self.bad_rewards_total = 0
+        self._round0: dict[str, torch.Tensor] | None = None  # θ_0 for the svd mutation, built when needed
 
     # ---- training ---------------------------------------------------------------------
     def train_epochs(self, n_epochs: int) -> list[dict]:
@@ -156,14 +185,18 @@ class Member:
             self.alpha.update(float(entropy.detach()))
 
         good = rewards[finite]
+        pass_k, best_k = group_pass_best_at_k(rewards, cfg.eval.success_threshold, cfg.eval.k)
         return {
             "reward_mean": float(good.mean()) if good.numel() else math.nan,
             "reward_max": float(good.max()) if good.numel() else math.nan,
             "diversity": pairwise_diversity(flat),
             "complexity": float(complexity.mean()),
+            "complexity_values": complexity.reshape(-1),
             "entropy": float(entropy.detach()),
             "kl": float(kl.detach()),
             "bad_rewards": n_bad,
+            "pass_at_k": pass_k,
+            "best_at_k": best_k,
             **info,
         }
 
@@ -229,6 +262,8 @@ class Member:
             return float(np.mean(values)) if values else math.nan
 
         stats = self.archive.stats()
+        values = torch.cat([s["complexity_values"] for s in steps]).double()
+        quantiles = torch.quantile(values, torch.tensor(COMPLEXITY_QUANTILES, dtype=values.dtype)).tolist()
         return {
             "epoch": self.epochs_done,
             "member": self.member_id,
@@ -246,6 +281,9 @@ class Member:
             "archive_qd_score": stats["qd_score"],
             "bad_rewards": int(sum(s["bad_rewards"] for s in steps)),
             "ideas": len(steps) * self.config.grpo.group_size * self.config.policy.n_prompts,
+            "pass_at_k": mean("pass_at_k"),
+            "best_at_k": mean("best_at_k"),
+            **{f"complexity_p{round(q * 100)}": v for q, v in zip(COMPLEXITY_QUANTILES, quantiles, strict=True)},
         }
 
     # ---- weights, for the scheduler ----------------------------------------------------
@@ -253,16 +291,28 @@ class Member:
         """CPU copies, whatever the member's device: they go to checkpoints and the object store."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
-    def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
-        """Load ``base`` plus this member's own Gaussian perturbation (Pop-GRPO re-seeding).
+    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict:
+        """Load the merged model ``base`` with this member's own mutation (Pop-GRPO re-seeding).
 
-        The perturbation stream is keyed by (member, round), so it does not depend on which
-        process or executor performs it. Adam's moments belong to the old weights and are
-        reset; α, the reference policy and the novelty memory are the member's own and stay.
+        ``mutation`` is a :class:`~popgrpo.core.merge.Mutation`, or a float σ_p for the main
+        paper's Gaussian perturbation. The svd mutation's task vector is relative to this
+        member's round-0 weights. The mutation stream is keyed by (member, round), so it does
+        not depend on which process or executor performs it. Adam's moments belong to the old
+        weights and are reset; α, the reference policy and the novelty memory stay. Returns
+        the mutation's description (:func:`~popgrpo.core.merge.mutate`; empty for Gaussian).
         """
+        if not isinstance(mutation, Mutation):
+            mutation = Mutation("gaussian", sigma=float(mutation))
         generator = torch_generator(self.config.run.seed, _STREAM_PERTURB, self.member_id, round_index)
-        self.policy.load_state_dict(perturb(base, sigma, generator))
+        round0 = None
+        if mutation.kind == "svd":
+            if self._round0 is None:
+                self._round0 = initial_weights(self.config, self.member_id)
+            round0 = self._round0
+        weights, info = mutate(base, mutation, generator, round0)
+        self.policy.load_state_dict(weights)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.grpo.lr)
+        return info
 
     # ---- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict:

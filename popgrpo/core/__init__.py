@@ -2,34 +2,67 @@
 
 Modules: :mod:`~popgrpo.core.grpo` (advantages, surrogate, KL), :mod:`~popgrpo.core.archive`
 (MAP-Elites), :mod:`~popgrpo.core.novelty` (k-NN novelty), :mod:`~popgrpo.core.entropy`
-(entropy and adaptive α), :mod:`~popgrpo.core.metrics`, :mod:`~popgrpo.core.merge`
-(soup, perturbation, WiSE-FT), :mod:`~popgrpo.core.selection` (Pop-GRPO score, top-M).
+(entropy and adaptive α), :mod:`~popgrpo.core.metrics` (diversity, complexity, pass@k, best@k),
+:mod:`~popgrpo.core.merge` (soups, WiSE-FT, task arithmetic; Gaussian and SVD mutations),
+:mod:`~popgrpo.core.selection` (Pop-GRPO score, top-M, cyclic objectives).
 """
 
 from popgrpo.core.archive import MapElitesArchive
 from popgrpo.core.entropy import AdaptiveAlpha, alpha_dual_step, gaussian_entropy
 from popgrpo.core.grpo import binned_advantages, clipped_surrogate, group_advantages, kl_penalty
-from popgrpo.core.merge import perturb, soup, wise_ft
-from popgrpo.core.metrics import complexity, pairwise_diversity, pass_at_k
+from popgrpo.core.merge import (
+    Mutation,
+    greedy_soup,
+    mutate,
+    perturb,
+    score_weights,
+    soup,
+    svd_mutate,
+    task_arithmetic,
+    task_vector,
+    weighted_soup,
+    wise_ft,
+)
+from popgrpo.core.metrics import (
+    best_at_k,
+    complexity,
+    group_pass_best_at_k,
+    pairwise_diversity,
+    pass_at_k,
+    pass_at_k_rows,
+)
 from popgrpo.core.novelty import NoveltyMemory
-from popgrpo.core.selection import pop_score, select_top_m
+from popgrpo.core.selection import cyclic_objective, objective_scores, pop_score, select_top_m
 
 __all__ = [
     "AdaptiveAlpha",
     "MapElitesArchive",
+    "Mutation",
     "NoveltyMemory",
     "alpha_dual_step",
+    "best_at_k",
     "binned_advantages",
     "clipped_surrogate",
     "complexity",
+    "cyclic_objective",
     "gaussian_entropy",
+    "greedy_soup",
     "group_advantages",
+    "group_pass_best_at_k",
     "kl_penalty",
+    "mutate",
+    "objective_scores",
     "pairwise_diversity",
     "pass_at_k",
+    "pass_at_k_rows",
     "perturb",
     "pop_score",
+    "score_weights",
     "select_top_m",
     "soup",
+    "svd_mutate",
+    "task_arithmetic",
+    "task_vector",
+    "weighted_soup",
     "wise_ft",
 ]

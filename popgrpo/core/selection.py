@@ -1,12 +1,14 @@
-"""Pop-GRPO selection (main paper §4.3): score members, keep the top M."""
+"""Pop-GRPO selection (main paper §4.3): score members, keep the top M; cyclic objectives (CycleQD §3.1)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["pop_score", "select_top_m"]
+__all__ = ["POP_SCORE", "cyclic_objective", "objective_scores", "pop_score", "select_top_m"]
+
+POP_SCORE = "pop_score"  # the main paper's S_k; any other objective is a metric column of the member's rows
 
 
 def pop_score(diversity: float, max_reward: float) -> float:
@@ -25,3 +27,26 @@ def select_top_m(scores: Sequence[float], m: int) -> list[int]:
     keyed = np.where(np.isnan(scores), -np.inf, scores)
     order = sorted(range(len(keyed)), key=lambda i: (-keyed[i], i))
     return order[:m]
+
+
+def cyclic_objective(round_index: int, objectives: Sequence[str]) -> str:
+    """The selection objective of round ``r``: ``objectives[r mod len(objectives)]``.
+
+    CycleQD §3.1 rotates which task metric is the quality (the others serve as behaviour
+    characteristics) from one generation to the next, ``i = t mod K``; here the rotation is
+    over scheduler rounds. One objective means no rotation.
+    """
+    if not objectives:
+        raise ValueError("need at least one objective")
+    return objectives[round_index % len(objectives)]
+
+
+def objective_scores(rows: Sequence[Mapping[str, float]], objective: str) -> list[float]:
+    """Each member's score under ``objective``, from its metrics row; higher is better.
+
+    ``pop_score`` is :func:`pop_score` of the row's ``diversity`` and ``reward_max``; any other
+    name is read from the row as it is (e.g. ``reward_max``, ``diversity``, ``archive_coverage``).
+    """
+    if objective == POP_SCORE:
+        return [pop_score(r["diversity"], r["reward_max"]) for r in rows]
+    return [float(r[objective]) for r in rows]

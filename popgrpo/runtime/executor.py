@@ -15,6 +15,7 @@ import torch
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.config import Config
+from popgrpo.core.merge import Mutation
 from popgrpo.envs import make_env
 
 __all__ = ["Executor", "LocalExecutor", "make_archives"]
@@ -31,8 +32,11 @@ class Executor(Protocol):
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         """State dicts of the given members, in that order."""
 
-    def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
-        """Every member loads ``base`` plus its own perturbation."""
+    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+        """Every member loads the merged model ``base`` with its own mutation (a float: Gaussian σ_p).
+
+        Returns each member's mutation description (:meth:`Member.reseed`), in member order.
+        """
 
     def archives(self) -> list[LocalArchive]:
         """The archive(s): one when shared, one per member otherwise."""
@@ -87,9 +91,8 @@ class LocalExecutor:
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         return [self.members[k].get_weights() for k in member_ids]
 
-    def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
-        for member in self.members:
-            member.reseed(base, sigma, round_index)
+    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+        return [member.reseed(base, mutation, round_index) for member in self.members]
 
     def archives(self) -> list[LocalArchive]:
         return self._archives

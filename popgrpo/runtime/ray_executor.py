@@ -6,8 +6,9 @@ all math stays in ``popgrpo.core`` / ``popgrpo.algorithms``. Member seeds are ke
 member id (not by actor or process), so a run gives the same numbers here as on the
 :class:`~popgrpo.runtime.executor.LocalExecutor`, whatever ``members_per_actor`` is.
 
-Traffic per round: one ``train`` call per actor (T epochs each); the soup is ``ray.put``
-once and every actor receives the same object reference; each member perturbs it locally.
+Traffic per round: one ``train`` call per actor (T epochs each); the merged model is
+``ray.put`` once and every actor receives the same object reference; each member mutates it
+locally (Gaussian or SVD, from its own (member, round) stream).
 Per GRPO step, each member makes one call to the archive actor (``step``: statuses and
 novelty together), because QD-GRPO's bonuses need the statuses before the update.
 """
@@ -29,6 +30,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.config import Config
+from popgrpo.core.merge import Mutation
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.executor import make_archives
 from popgrpo.telemetry.live import LiveMetrics
@@ -235,9 +237,8 @@ class MemberGroup:
     def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
         return {k: self.members[k].get_weights() for k in member_ids}
 
-    def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
-        for m in self.members.values():
-            m.reseed(base, sigma, round_index)
+    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict[int, dict]:
+        return {k: m.reseed(base, mutation, round_index) for k, m in self.members.items()}
 
     def pid(self) -> int:
         return os.getpid()
@@ -416,9 +417,12 @@ class RayExecutor:
             weights.update(part)
         return [weights[k] for k in member_ids]
 
-    def reseed(self, base: Mapping[str, torch.Tensor], sigma: float, round_index: int) -> None:
+    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
         ref = ray.put(dict(base))  # one copy in the object store, shared by every actor
-        self._call("reseed", lambda g: (ref, sigma, round_index), replayable=True)
+        infos: dict[int, dict] = {}
+        for part in self._call("reseed", lambda g: (ref, mutation, round_index), replayable=True).values():
+            infos.update(part)
+        return [infos[k] for k in range(self.n_members)]
 
     def archives(self) -> list[LocalArchive]:
         archives = []

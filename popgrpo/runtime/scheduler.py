@@ -1,28 +1,41 @@
-"""The round loop: train T epochs, then (Pop-GRPO) select → soup → perturb, and log it.
+"""The round loop: train T epochs, then (Pop-GRPO) select → merge → mutate, and log it.
 
-The decision at the end of a round is a pure function, :func:`plan_round`, that returns
-what to do *and* a JSON-able description of it (the lineage record), in the spirit of Ray
-Tune's PBT helpers; :func:`run_rounds` carries the plan out through an executor.
+Each decision at the end of a round is a helper that returns what to do *and* a JSON-able
+description of it, in the spirit of Ray Tune's PBT helpers: :func:`plan_round` (which members,
+under which objective), :func:`merge_selected` (the merged model), :func:`mutation_for` (what
+each member adds when it re-seeds). :func:`run_rounds` carries them out through an executor
+and assembles the lineage record. The strategies are chosen by config only
+(``scheduler.merge``, ``scheduler.mutate``, ``scheduler.objectives``); the defaults are the
+main paper's S_k ranking, uniform soup and Gaussian perturbation. See docs/MERGING.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
+import torch
+
+from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
+from popgrpo.algorithms.member import STREAM_MERGE, round0_weights
 from popgrpo.config import Config
-from popgrpo.core.merge import soup
-from popgrpo.core.selection import pop_score, select_top_m
+from popgrpo.core.merge import Mutation, crossover_weights, greedy_soup, score_weights, soup, task_arithmetic, wise_ft
+from popgrpo.core.seeding import torch_generator
+from popgrpo.core.selection import cyclic_objective, objective_scores, select_top_m
 from popgrpo.runtime.executor import Executor
 
-__all__ = ["RoundPlan", "plan_round", "round_lengths", "run_rounds"]
+__all__ = ["RoundPlan", "merge_selected", "mutation_for", "plan_round", "round_lengths", "run_rounds"]
+
+Weights = Mapping[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
 class RoundPlan:
-    selected: list[int]
+    selected: list[int]  # member ids, best first
     record: dict
+    scores: list[float] | None = None  # the selected members' objective scores, best first
 
 
 def round_lengths(epochs: int, interval: int) -> list[int]:
@@ -32,23 +45,95 @@ def round_lengths(epochs: int, interval: int) -> list[int]:
 
 
 def plan_round(round_index: int, epoch_end: int, last_rows: list[dict], config: Config) -> RoundPlan:
-    """Score members on their last epoch of the round and choose the top M.
+    """Score members on their last epoch of the round under this round's objective; choose the top M.
 
-    ``S_k = d_k · (1 + max R_k)`` with ``d_k`` the member's diversity and ``max R_k`` its
-    max reward in that epoch (main paper §4.3).
+    The objective is ``scheduler.objectives[round mod len]`` (CycleQD §3.1's rotation). The
+    default, ``pop_score``, is ``S_k = d_k · (1 + max R_k)`` with ``d_k`` the member's diversity
+    and ``max R_k`` its max reward in that epoch (main paper §4.3). With several objectives the
+    record also carries every member's values of the others as ``behaviour``.
     """
     sched = config.scheduler
-    scores = [pop_score(r["diversity"], r["reward_max"]) for r in last_rows]
+    objective = cyclic_objective(round_index, sched.objectives)
+    scores = objective_scores(last_rows, objective)
     selected = select_top_m(scores, sched.top_m)
     record = {
         "round": round_index,
         "epoch_end": epoch_end,
+        "objective": objective,
         "scores": {str(r["member"]): _json_float(s) for r, s in zip(last_rows, scores, strict=True)},
         "selected": selected,
-        "merge": {"kind": "soup", "members": selected, "weights": [1.0 / len(selected)] * len(selected)},
-        "perturb": {"kind": "gaussian", "sigma": sched.perturb_sigma, "members": list(range(len(last_rows)))},
     }
-    return RoundPlan(selected, record)
+    others = [o for o in sched.objectives if o != objective]
+    if others:
+        values = {o: objective_scores(last_rows, o) for o in others}
+        record["behaviour"] = {
+            str(r["member"]): {o: _json_float(values[o][i]) for o in others} for i, r in enumerate(last_rows)
+        }
+    return RoundPlan(selected, record, [scores[k] for k in selected])
+
+
+def merge_selected(
+    selected: Sequence[int],
+    weights: Sequence[Weights],
+    scores: Sequence[float],
+    round_index: int,
+    config: Config,
+    evaluate: Callable[[Weights], dict] | None = None,
+) -> tuple[dict[str, torch.Tensor], dict]:
+    """Merge the top-M members' weights (best first) as ``scheduler.merge`` says.
+
+    Returns the merged weights and the lineage description: ``kind``, the ``members`` merged,
+    their ``weights`` in the merge, and the strategy's parameters (``temperature``; greedy soup's
+    ``candidates``, ``metric`` and ``held_out`` scores; ``delta``; the crossover draws ``w`` with
+    ``mu``, ``sigma``). ``evaluate(weights) → metrics`` is greedy soup's held-out evaluation.
+    θ_0 (``wise_ft``'s early checkpoint, ``task_arithmetic``'s base) is the round-0 weights
+    (:func:`~popgrpo.algorithms.member.round0_weights`); ``task_arithmetic`` draws its ``w``
+    from the stream ``(run.seed, STREAM_MERGE, round)``.
+    """
+    sched = config.scheduler
+    selected = list(selected)
+    m = len(selected)
+    if sched.merge == "soup":
+        return soup(weights), {"kind": "soup", "members": selected, "weights": [1.0 / m] * m}
+    if sched.merge == "weighted_soup":
+        w = score_weights(scores, sched.weighted_soup_temperature)
+        description = {"kind": "weighted_soup", "members": selected, "weights": w}
+        description.update(scores=[_json_float(s) for s in scores], temperature=sched.weighted_soup_temperature)
+        return soup(weights, w), description
+    if sched.merge == "greedy_soup":
+        if evaluate is None:
+            raise ValueError("greedy_soup needs a held-out evaluate function")
+        metric = sched.greedy_soup_metric
+        merged, kept, held_out = greedy_soup(weights, lambda sd: evaluate(sd)[metric])
+        description = {
+            "kind": "greedy_soup",
+            "members": [selected[i] for i in kept],
+            "weights": [1.0 / len(kept)] * len(kept),
+        }
+        description.update(candidates=selected, metric=metric, held_out=[_json_float(h) for h in held_out])
+        return merged, description
+    if sched.merge == "wise_ft":
+        merged = wise_ft(round0_weights(config, selected), soup(weights), sched.wise_ft_delta)
+        description = {"kind": "wise_ft", "members": selected, "weights": [1.0 / m] * m}
+        description.update(delta=sched.wise_ft_delta, early="round0")
+        return merged, description
+    if sched.merge == "task_arithmetic":
+        generator = torch_generator(config.run.seed, STREAM_MERGE, round_index)
+        w = crossover_weights(m, sched.task_arithmetic_mu, sched.task_arithmetic_sigma, generator)
+        merged = task_arithmetic(round0_weights(config, selected), weights, w)
+        description = {"kind": "task_arithmetic", "members": selected, "weights": [x / sum(w) for x in w]}
+        description.update(w=w, mu=sched.task_arithmetic_mu, sigma=sched.task_arithmetic_sigma, base="round0")
+        return merged, description
+    raise ValueError(f"unknown scheduler.merge {sched.merge!r}")
+
+
+def mutation_for(config: Config) -> tuple[Mutation, dict]:
+    """The mutation every member applies when it re-seeds, and its lineage description."""
+    sched = config.scheduler
+    if sched.mutate == "gaussian":
+        return Mutation("gaussian", sigma=sched.perturb_sigma), {"kind": "gaussian", "sigma": sched.perturb_sigma}
+    mutation = Mutation("svd", w_max=sched.svd_w_max, mode=sched.svd_mode)
+    return mutation, {"kind": "svd", "w_max": sched.svd_w_max, "mode": sched.svd_mode, "base": "round0"}
 
 
 def run_rounds(
@@ -61,10 +146,13 @@ def run_rounds(
 
     The lineage record is ``None`` when the scheduler is off or after the final round
     (nothing is merged once training is over). ``start_round > 0`` continues a resumed run
-    whose members already hold the state at the end of round ``start_round − 1``.
+    whose members already hold the state at the end of round ``start_round − 1``. Only the
+    top-M weights are fetched; held-out evaluations (greedy soup, the merged model's pass@k)
+    run in this process on them.
     """
     lengths = round_lengths(config.run.epochs, config.scheduler.interval_epochs)
     epoch_end = sum(lengths[:start_round])
+    evaluator: WeightsEvaluator | None = None
     for round_index in range(start_round, len(lengths)):
         n_epochs = lengths[round_index]
         rows = executor.train(n_epochs)
@@ -72,11 +160,42 @@ def run_rounds(
         record = None
         is_last = round_index == len(lengths) - 1
         if config.scheduler.enabled and not is_last:
-            plan = plan_round(round_index, epoch_end, [member_rows[-1] for member_rows in rows], config)
+            last_rows = [member_rows[-1] for member_rows in rows]
+            plan = plan_round(round_index, epoch_end, last_rows, config)
             weights = executor.get_weights(plan.selected)
-            executor.reseed(soup(weights), config.scheduler.perturb_sigma, round_index + 1)
-            record = plan.record
+            if evaluator is None and (config.scheduler.merge == "greedy_soup" or config.eval.merged):
+                evaluator = WeightsEvaluator(config)
+            held_out = (
+                None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
+            )
+            merged, merge_record = merge_selected(plan.selected, weights, plan.scores, round_index, config, held_out)
+            merged_eval = evaluator(merged, round_index, PURPOSE_MERGED) if config.eval.merged else None
+            mutation, perturb_record = mutation_for(config)
+            infos = executor.reseed(merged, mutation, round_index + 1)
+            perturb_record["members"] = list(range(len(last_rows)))
+            if mutation.kind == "svd":
+                perturb_record["w"] = {str(k): info for k, info in enumerate(infos or [])}
+            record = {
+                **plan.record,
+                "merge": merge_record,
+                "perturb": perturb_record,
+                "eval": _eval_record(config, last_rows, merged_eval),
+            }
         on_round(round_index, epoch_end, rows, record)
+
+
+def _eval_record(config: Config, last_rows: list[dict], merged: dict | None) -> dict:
+    """pass@k / best@k of the round: each member's last epoch (training groups) and the merged model."""
+    record = {
+        "k": config.eval.k,
+        "threshold": config.eval.success_threshold,
+        "members": {
+            str(r["member"]): {key: _json_float(r[key]) for key in ("pass_at_k", "best_at_k")} for r in last_rows
+        },
+    }
+    if merged is not None:
+        record["merged"] = {key: _json_float(v) if isinstance(v, float) else v for key, v in merged.items()}
+    return record
 
 
 def _json_float(x: float) -> float | None:

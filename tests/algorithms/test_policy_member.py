@@ -130,3 +130,24 @@ def test_reseed_loads_soup_plus_member_specific_noise():
     again = Member(0, cfg, LocalArchive())
     again.reseed(base, 0.01, round_index=1)
     assert torch.equal(again.get_weights()["trunk.0.weight"], w0)
+
+
+def test_epoch_rows_carry_quantiles_of_every_idea_complexity():
+    """The epoch's per-idea complexity quantiles (paper Figure 3) are those of the ideas it drew."""
+    import numpy as np
+
+    from popgrpo.algorithms.archive_service import LocalArchive
+    from popgrpo.algorithms.member import Member
+    from popgrpo.config import load_config, preset_path
+
+    cfg = load_config(preset_path("grpo"), ["grpo.steps_per_epoch=3"])
+    member = Member(0, cfg, LocalArchive(cfg.archive.cells_per_dim, 16, 4))
+    drawn = []
+    complexity = member.env.complexity
+    member.env.complexity = lambda flat: drawn.append(complexity(flat)) or drawn[-1]
+    (row,) = member.train_epochs(1)
+    values = np.concatenate([d.numpy() for d in drawn])
+    assert len(values) == 3 * cfg.grpo.group_size * cfg.policy.n_prompts
+    for q in (10, 25, 50, 75, 90):
+        assert row[f"complexity_p{q}"] == pytest.approx(np.quantile(values, q / 100), rel=1e-6)
+    assert row["complexity"] == pytest.approx(values.mean(), rel=1e-5)
