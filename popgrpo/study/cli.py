@@ -21,6 +21,10 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         from popgrpo.config import ConfigError
 
         raise ConfigError(str(exc)) from None
+    if result["unfinished"]:  # interrupted (Ctrl-C): Tune saved where it was
+        done = result["trials"] - result["unfinished"]
+        print(f"interrupted: {done} of {result['trials']} trials finished; run the same command again to resume")
+        return 130
     written = render(out)
     print(f"{result['trials']} trials in {result['seconds']:.0f} s on {args.num_cpus or os.cpu_count()} CPUs")
     print(f"tables and figures in {out}/:")

@@ -18,6 +18,7 @@ from popgrpo.config import Config, load_config, preset_path
 
 __all__ = [
     "ABLATIONS",
+    "MERGE_STRATEGIES",
     "METHODS",
     "PAPER_MULTISEED",
     "PAPER_TABLE1",
@@ -77,6 +78,18 @@ ABLATIONS = {
 }
 
 
+# Issue 7's ablation: the scheduler's merge and mutation on the Pop-GRPO setting (docs/MERGING.md).
+MERGE_STRATEGIES = {
+    "soup": [],
+    "weighted_soup": ["scheduler.merge=weighted_soup"],
+    "greedy_soup": ["scheduler.merge=greedy_soup"],
+    "wise_ft": ["scheduler.merge=wise_ft"],
+    "task_arithmetic": ["scheduler.merge=task_arithmetic"],
+    "soup + svd (scale)": ["scheduler.mutate=svd", "scheduler.svd_mode=scale"],
+    "soup + svd (add)": ["scheduler.mutate=svd", "scheduler.svd_mode=add"],
+}
+
+
 @dataclass(frozen=True)
 class Membership:
     study: str  # "table1" or an ABLATIONS key
@@ -113,7 +126,8 @@ class Trial:
 
 
 def build_plan(quick: bool = False, seeds: tuple[int, ...] | None = None, epochs: int | None = None) -> list[Trial]:
-    """Every trial of Table 1, the multi-seed runs and the three ablations, deduplicated.
+    """Every trial of Table 1, the multi-seed runs, the paper's three ablations and the
+    merge-strategy ablation, deduplicated.
 
     ``quick``: 30 epochs and seeds 42, 142 (for CI and a first look); the full plan is the
     paper's 120 epochs and five seeds.
@@ -134,6 +148,8 @@ def build_plan(quick: bool = False, seeds: tuple[int, ...] | None = None, epochs
         for study, (preset, _, values, overrides_for) in ABLATIONS.items():
             for value in values:
                 add(preset, overrides_for(value), seed, Membership(study, f"{value:g}", float(value)))
+        for index, (label, overrides) in enumerate(MERGE_STRATEGIES.items()):
+            add("pop_grpo", overrides, seed, Membership("merge_strategy", label, float(index)))
     return list(by_key.values())
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from popgrpo.study.plan import ABLATIONS, METHODS, PAPER_MULTISEED, PAPER_TABLE1
+from popgrpo.study.plan import ABLATIONS, MERGE_STRATEGIES, METHODS, PAPER_MULTISEED, PAPER_TABLE1
 from popgrpo.telemetry.summary import population_by_epoch
 
 __all__ = ["FIGURES", "Claim", "check_claims", "render", "trial_table"]
@@ -48,6 +48,7 @@ FIGURES = (
     "fig5_entropy_target.png",
     "fig6_archive_bonus.png",
     "fig7_population_size.png",
+    "fig8_merge_strategies.png",
 )
 COLORS = {"GRPO": "tab:red", "QD-GRPO": "tab:green", "MaxEnt-GRPO": "tab:blue", "Pop-GRPO": "tab:orange"}
 WINDOW = 10  # main paper §5: last 10 epochs
@@ -175,6 +176,36 @@ def ablation_markdown(table: pd.DataFrame) -> str:
             lines.append(f"| {value:g} | " + " | ".join(_cell(cell[key]) for key, _ in METRICS) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+def merge_markdown(table: pd.DataFrame) -> str:
+    """The merge-strategy ablation (docs/MERGING.md) and which strategy wins, across seeds."""
+    rows = table[table.study == "merge_strategy"]
+    if rows.empty:
+        return ""
+    keys = ("max_reward", "population_max_reward", "diversity", "mean_reward")
+    lines = [
+        "## Merge strategies (Pop-GRPO setting), mean ± std over seeds",
+        "",
+        "| strategy | " + " | ".join(keys) + " |",
+        "| --- |" + " --- |" * len(keys),
+    ]
+    for label in MERGE_STRATEGIES:
+        cell = rows[rows.label == label]
+        if not cell.empty:
+            lines.append(f"| {label} | " + " | ".join(_cell(cell[k]) for k in keys) + " |")
+    lines.append("")
+    for key in ("population_max_reward", "max_reward", "diversity"):
+        best, wins = merge_winner(rows, key)
+        lines.append(f"- best on {key}: **{best}** (highest mean; best in {wins} of {rows.seed.nunique()} seeds)")
+    return "\n".join(lines) + "\n"
+
+
+def merge_winner(rows: pd.DataFrame, key: str) -> tuple[str, int]:
+    """The strategy with the highest mean ``key``, and in how many seeds it was the best."""
+    best = rows.groupby("label")[key].mean().idxmax()
+    per_seed = rows.loc[rows.groupby("seed")[key].idxmax(), "label"]
+    return best, int((per_seed == best).sum())
 
 
 # ---- claims --------------------------------------------------------------------------------
@@ -413,6 +444,23 @@ def fig_ablation(table: pd.DataFrame, study: str, path: Path, figure_no: int) ->
     return _save(fig, path)
 
 
+def fig_merge_strategies(table: pd.DataFrame, path: Path) -> Path:
+    rows = table[table.study == "merge_strategy"]
+    labels = [m for m in MERGE_STRATEGIES if (rows.label == m).any()]
+    keys = ("population_max_reward", "max_reward", "diversity")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for ax, key in zip(axes, keys, strict=True):
+        stats_ = rows.groupby("label")[key].agg(["mean", "std"]).reindex(labels)
+        ax.bar(range(len(labels)), stats_["mean"], yerr=stats_["std"].fillna(0), capsize=4, color="tab:orange")
+        ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
+        low = (stats_["mean"] - stats_["std"].fillna(0)).min()
+        ax.set_ylim(bottom=max(0.0, low - 0.1 * abs(low)))
+        ax.set_title(key)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"Merge and mutation strategies on Pop-GRPO (n = {rows.seed.nunique()} seeds, mean ± std)")
+    return _save(fig, path)
+
+
 def fig_archive(archive: pd.DataFrame, cells_per_dim: int, title: str, path: Path) -> Path:
     """The final grid of a run's first archive: each cell coloured by its elite's reward."""
     grid = np.full((cells_per_dim, cells_per_dim), np.nan)
@@ -440,7 +488,7 @@ def render(out: str | Path) -> list[Path]:
     table = trial_table(plan, metrics)
     table.to_parquet(out / "study_table.parquet", index=False)
     written = []
-    text = table1_markdown(table) + "\n" + paired_markdown(table) + "\n" + ablation_markdown(table)
+    text = "\n".join((table1_markdown(table), paired_markdown(table), ablation_markdown(table), merge_markdown(table)))
     (out / "table1.md").write_text(text)
     (out / "claims.md").write_text(claims_markdown(check_claims(table)))
     written += [out / "table1.md", out / "claims.md"]
@@ -450,8 +498,9 @@ def render(out: str | Path) -> list[Path]:
     written.append(fig_reward_diversity(by_method, out / FIGURES[1]))
     written.append(fig_complexity_early_late(by_method, metrics, out / FIGURES[2]))
     written.append(fig_multiseed(table, out / FIGURES[3]))
-    for figure_no, (study, name) in enumerate(zip(ABLATIONS, FIGURES[4:], strict=True), start=5):
+    for figure_no, (study, name) in enumerate(zip(ABLATIONS, FIGURES[4:7], strict=True), start=5):
         written.append(fig_ablation(table, study, out / name, figure_no))
+    written.append(fig_merge_strategies(table, out / FIGURES[7]))
     for method in METHODS:
         trials = [t for t in plan for m in t["memberships"] if m["study"] == "table1" and m["label"] == method]
         if not trials:

@@ -119,8 +119,10 @@ def reproduce(
     finally:
         if started_ray:
             ray.shutdown()
-    collect_metrics(out, trials)
-    return {"trials": len(trials), "seconds": time.time() - started}
+    unfinished = [t["key"] for t in trials if not (out / "runs" / t["key"] / "summary.json").exists()]
+    if not unfinished:
+        collect_metrics(out, trials)
+    return {"trials": len(trials), "unfinished": len(unfinished), "seconds": time.time() - started}
 
 
 def collect_metrics(out: Path, plan: list[dict]) -> Path:

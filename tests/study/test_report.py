@@ -10,7 +10,7 @@ import pytest
 
 from popgrpo.cli import main
 from popgrpo.config import load_config, preset_path
-from popgrpo.study.plan import ABLATIONS, METHODS, build_plan
+from popgrpo.study.plan import ABLATIONS, MERGE_STRATEGIES, METHODS, build_plan
 from popgrpo.study.report import FIGURES, check_claims, load, trial_table
 
 EPOCHS = 12
@@ -85,6 +85,9 @@ def test_report_writes_the_tables_and_every_figure(study_dir, capsys):
     assert "*0.8412*" in table1  # the paper's GRPO max R printed beside ours
     for study in ABLATIONS:
         assert f"({ABLATIONS[study][0]}), mean ± std over seeds" in table1
+    for strategy in MERGE_STRATEGIES:
+        assert f"| {strategy} |" in table1
+    assert "- best on population_max_reward: **" in table1
 
 
 def test_trial_table_averages_the_last_ten_epochs_over_members(study_dir):
@@ -96,9 +99,19 @@ def test_trial_table_averages_the_last_ten_epochs_over_members(study_dir):
     assert grpo.diversity == pytest.approx(expected)
     pop = table[(table.study == "table1") & (table.label == "Pop-GRPO") & (table.seed == 42)].iloc[0]
     assert pop.population_max_reward == pytest.approx(pop.max_reward + 0.2, abs=0.02)  # best of 5 members (+0.1·k)
+
     # a trial serving two cells (MaxEnt at H* = 1) appears under both, with the same numbers
     both = table[table.trial == table[(table.study == "entropy_target") & (table.value == 1.0)].trial.iloc[0]]
     assert set(both.study) == {"table1", "entropy_target"} and both.diversity.nunique() == 1
+
+
+def test_merge_winner_counts_seeds_where_the_best_mean_strategy_was_best():
+    from popgrpo.study.report import merge_winner
+
+    rows = pd.DataFrame(
+        {"label": ["a", "b", "a", "b", "a", "b"], "seed": [1, 1, 2, 2, 3, 3], "x": [1.0, 0.0, 0.0, 0.5, 2.0, 0.1]}
+    )
+    assert merge_winner(rows, "x") == ("a", 2)
 
 
 def test_claim_verdicts_follow_the_numbers(study_dir):
