@@ -50,7 +50,13 @@ FIGURES = (
     "fig7_population_size.png",
     "fig8_merge_strategies.png",
 )
-COLORS = {"GRPO": "tab:red", "QD-GRPO": "tab:green", "MaxEnt-GRPO": "tab:blue", "Pop-GRPO": "tab:orange"}
+COLORS = {
+    "GRPO": "tab:red",
+    "QD-GRPO": "tab:green",
+    "MaxEnt-GRPO": "tab:blue",
+    "Pop-GRPO": "tab:orange",
+    "Combined (§7)": "tab:purple",
+}
 WINDOW = 10  # main paper §5: last 10 epochs
 
 
@@ -390,7 +396,8 @@ def fig_reward_diversity(by_method: dict[str, pd.DataFrame], path: Path) -> Path
 
 def fig_complexity_early_late(by_method: dict[str, pd.DataFrame], metrics: pd.DataFrame, path: Path) -> Path:
     """Box plots of per-idea complexity: the epochs' quantiles (p10/p25/p50/p75/p90), early vs late."""
-    fig, axes = plt.subplots(1, len(by_method), figsize=(3.2 * len(by_method), 4.2), sharey=True, squeeze=False)
+    # Own y scale per method: MaxEnt's ideas are ~10× longer than the others'.
+    fig, axes = plt.subplots(1, len(by_method), figsize=(3.2 * len(by_method), 4.2), squeeze=False)
     quantiles = ["complexity_p10", "complexity_p25", "complexity_p50", "complexity_p75", "complexity_p90"]
     for ax, (method, frame) in zip(axes[0], by_method.items(), strict=True):
         rows = metrics[metrics.trial.isin(frame.trial.unique())]
