@@ -12,6 +12,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -86,7 +87,6 @@ class RayHead:
 
     def __init__(self, num_cpus: int = 2, extra_env: dict[str, str] | None = None, extra_args: tuple = ()) -> None:
         import sys
-        import tempfile
 
         ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
         for _attempt in range(2):  # a port picked free can be taken before Ray binds it: retry once
@@ -164,3 +164,29 @@ class RayHead:
         self.proc.wait(timeout=10)
         self.log.close()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def loopback_cluster(head_node_args: dict, worker_cpus: tuple[int, ...] = (), prefix: str = "pgcl-"):
+    """A real multi-process ``ray.cluster_utils.Cluster`` on 127.0.0.1 with its own temp dir, this
+    process connected as driver; yields ``(cluster, workers, temp_dir)`` and shuts it all down."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from popgrpo.runtime.ray_executor import force_loopback
+
+    assert not ray.is_initialized(), "another test left Ray connected"
+    force_loopback()
+    temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
+    cluster = Cluster(initialize_head=True, head_node_args={**head_node_args, "temp_dir": temp_dir})
+    try:
+        workers = [cluster.add_node(num_cpus=n, temp_dir=temp_dir) for n in worker_cpus]
+        if workers:
+            cluster.wait_for_nodes()
+        ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+        assert cluster.address.startswith("127.0.0.1:")
+        yield cluster, workers, temp_dir
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -5,8 +5,6 @@ This is what KubeRay's ``gcsFaultToleranceOptions`` (deploy/raycluster.yaml) and
 ``RAY_REDIS_ADDRESS`` + ``--redis-password`` on ``ray start --head`` configure.
 """
 
-import shutil
-import tempfile
 import threading
 import time
 
@@ -14,41 +12,32 @@ import pandas as pd
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from popgrpo.config import load_config, preset_path  # noqa: E402
 from popgrpo.runtime.executor import LocalExecutor  # noqa: E402
-from popgrpo.runtime.ray_executor import RayExecutor, force_loopback  # noqa: E402
+from popgrpo.runtime.ray_executor import RayExecutor  # noqa: E402
 from tests.driving import drive  # noqa: E402
-from tests.services import RedisServer, free_port  # noqa: E402
+from tests.services import RedisServer, free_port, loopback_cluster  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.service]
 
 
 @pytest.fixture
 def cluster_on_redis(tmp_path, monkeypatch):
-    assert not ray.is_initialized(), "another test left Ray connected"
     redis = RedisServer(str(tmp_path))
     monkeypatch.setenv("RAY_REDIS_ADDRESS", f"127.0.0.1:{redis.port}")
-    force_loopback()
-    temp_dir = tempfile.mkdtemp(prefix="pggcs-", dir="/tmp")
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 2,
-            "temp_dir": temp_dir,
-            "redis_password": redis.password,
-            "gcs_server_port": free_port(),  # a restarted GCS must come back where the raylet looks
-            "include_dashboard": False,
-            "_system_config": {"gcs_rpc_server_reconnect_timeout_s": 60},
-        },
-    )
-    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
-    yield cluster, redis
-    ray.shutdown()
-    cluster.shutdown()
-    redis.stop()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    head = {
+        "num_cpus": 2,
+        "redis_password": redis.password,
+        "gcs_server_port": free_port(),  # a restarted GCS must come back where the raylet looks
+        "include_dashboard": False,
+        "_system_config": {"gcs_rpc_server_reconnect_timeout_s": 60},
+    }
+    try:
+        with loopback_cluster(head, prefix="pggcs-") as (cluster, _, _):
+            yield cluster, redis
+    finally:
+        redis.stop()
 
 
 def test_gcs_killed_and_restarted_mid_run_the_run_completes(cluster_on_redis):

@@ -1,38 +1,26 @@
 """A worker node lost from a real multi-node Ray cluster: its members move, the run completes."""
 
-import shutil
-import tempfile
 import threading
 
 import pandas as pd
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from popgrpo.config import load_config, preset_path  # noqa: E402
 from popgrpo.runtime.executor import LocalExecutor  # noqa: E402
-from popgrpo.runtime.ray_executor import RayExecutor, force_loopback  # noqa: E402
+from popgrpo.runtime.ray_executor import RayExecutor  # noqa: E402
 from tests.driving import drive  # noqa: E402
+from tests.services import loopback_cluster  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture
 def three_nodes():
-    """Head (no CPUs: driver and archive only) + two 2-CPU workers, loopback, own temp dir."""
-    assert not ray.is_initialized(), "another test left Ray connected"
-    force_loopback()
-    temp_dir = tempfile.mkdtemp(prefix="pgcl-", dir="/tmp")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "temp_dir": temp_dir})
-    workers = [cluster.add_node(num_cpus=2, temp_dir=temp_dir) for _ in range(2)]
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
-    assert cluster.address.startswith("127.0.0.1:")
-    yield cluster, workers
-    ray.shutdown()
-    cluster.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    """Head (no CPUs: driver and archive only) + two 2-CPU workers."""
+    with loopback_cluster({"num_cpus": 0}, worker_cpus=(2, 2)) as (cluster, workers, _):
+        yield cluster, workers
 
 
 def test_worker_node_removed_mid_round(three_nodes):

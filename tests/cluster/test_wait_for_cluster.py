@@ -1,17 +1,15 @@
 """An autoscaling cluster grows while the run waits for it (population.resources.wait_for_cluster_s)."""
 
-import shutil
-import tempfile
 import threading
 import time
 
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from popgrpo.config import load_config, preset_path  # noqa: E402
-from popgrpo.runtime.ray_executor import ClusterTooSmallError, RayExecutor, force_loopback  # noqa: E402
+from popgrpo.runtime.ray_executor import ClusterTooSmallError, RayExecutor  # noqa: E402
+from tests.services import loopback_cluster  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -20,15 +18,8 @@ NEEDS_3_CPUS = ["population.size=3", "population.resources.num_cpus=1", "run.epo
 
 @pytest.fixture
 def one_cpu_cluster():
-    assert not ray.is_initialized(), "another test left Ray connected"
-    force_loopback()
-    temp_dir = tempfile.mkdtemp(prefix="pgwait-", dir="/tmp")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "temp_dir": temp_dir})
-    ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
-    yield cluster, temp_dir
-    ray.shutdown()
-    cluster.shutdown()
-    shutil.rmtree(temp_dir, ignore_errors=True)
+    with loopback_cluster({"num_cpus": 1}, prefix="pgwait-") as (cluster, _, temp_dir):
+        yield cluster, temp_dir
 
 
 def test_waits_for_a_node_that_joins_then_runs(one_cpu_cluster):

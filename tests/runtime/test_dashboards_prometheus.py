@@ -125,14 +125,21 @@ def test_every_dashboard_query_returns_data_from_a_real_run(ray_local, prometheu
     try:
         executor.metrics.record_restart()  # the restarts counter is exported from the first failure on
         drive(cfg, executor)
-        # Ray drops a gauge from its export about 20 s after its last update, so each query
-        # keeps the first answer that had data rather than the last one.
+        # Each query is asked again until its answer is complete: data, and every member for a
+        # per-member panel (members' series reach Prometheus one scrape at a time).
+        per_member = {t["expr"] for _, t in targets if "member" in legend_labels(t)}
+
+        def complete(expr: str, series: list) -> bool:
+            return bool(series) and (
+                expr not in per_member or {s["metric"].get("member") for s in series} >= set(MEMBERS)
+            )
+
         exprs = {target["expr"] for _, target in targets}
         results: dict[str, list] = {}
         deadline = time.time() + 30  # Ray reports every 0.5 s, Prometheus scrapes every 1 s
         while results.keys() < exprs and time.time() < deadline:
             for expr in exprs - results.keys():
-                if series := prometheus.query(fill(expr)):
+                if complete(expr, series := prometheus.query(fill(expr))):
                     results[expr] = series
             time.sleep(0.5)
         empty = [title for title, target in targets if target["expr"] not in results]
