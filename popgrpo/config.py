@@ -258,6 +258,10 @@ class PopulationConfig(_Section):
         ge=0,
         description="Times a member actor may die (process killed, node lost) within one round before the run fails; each death rebuilds the actor from the last round checkpoint and replays the round.",
     )
+    vectorize: bool = Field(
+        False,
+        description="Members packed into one actor (or the in-process executor's members) take each GRPO step together: one batched forward/backward over their stacked parameters (torch.func) instead of one member after another. Same results as unbatched up to float rounding with private archives; with a shared archive the members' insertion order interleaves step by step.",
+    )
     shared_init: bool = Field(
         True,
         description="All members start from the same initial weights (as fine-tuning one pretrained model does), so their soup is meaningful; false draws an independent init per member.",

@@ -30,6 +30,13 @@ class ArchiveService(Protocol):
         otherwise ``None``.
         """
 
+    def submit(self, behaviours, rewards, ideas, keep, novelty: bool):
+        """Start :meth:`step` and return a handle for :meth:`result`: a remote archive sends the
+        request now and lets the caller start the next one before waiting (packed members)."""
+
+    def result(self, handle) -> tuple[np.ndarray, np.ndarray | None]:
+        """The ``step`` result of a :meth:`submit` handle."""
+
     def stats(self) -> dict[str, float]:
         """``coverage``, ``qd_score``, ``best_reward``, ``elites``."""
 
@@ -40,6 +47,12 @@ class LocalArchive:
     def __init__(self, cells_per_dim: int = 10, novelty_capacity: int = 512, novelty_k: int = 5) -> None:
         self.archive = MapElitesArchive(cells_per_dim)
         self.memory = NoveltyMemory(novelty_capacity, novelty_k)
+
+    def submit(self, behaviours, rewards, ideas, keep, novelty: bool):
+        return self.step(behaviours, rewards, ideas, keep, novelty)  # in-process: done at once
+
+    def result(self, handle):
+        return handle
 
     def step(self, behaviours, rewards, ideas, keep, novelty: bool):
         statuses = np.zeros(len(keep), dtype=np.int64)

@@ -22,6 +22,7 @@ import copy
 import logging
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -79,6 +80,22 @@ METRIC_COLUMNS = (
     *(f"complexity_p{q}" for q in (10, 25, 50, 75, 90)),
 )
 COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)  # of every idea of an epoch (paper Figure 3)
+
+
+@dataclass
+class StepBatch:
+    """What a GRPO step scored: ``P`` prompts × ``G`` ideas (``flat`` is ``[P·G, d]`` on the CPU)."""
+
+    ideas: torch.Tensor  # [P, G, d], member's device
+    old_logp: torch.Tensor  # [P, G]
+    ref_logp: torch.Tensor  # [P, G]
+    flat: torch.Tensor
+    rewards: torch.Tensor  # [P, G]
+    complexity: torch.Tensor  # [P, G]
+    finite: torch.Tensor  # [P, G] bool
+    n_bad: int
+    advantages: torch.Tensor | None  # [P, G], member's device (set once the archive has answered)
+    info: dict
 
 
 class BadRewardError(RuntimeError):
@@ -152,52 +169,88 @@ class Member:
         return rows
 
     def _step(self) -> dict:
-        cfg = self.config
-        G, P = cfg.grpo.group_size, cfg.policy.n_prompts
+        """One GRPO step: sample, score (env, archive, advantages), update. Returns its statistics."""
         with torch.no_grad():
-            ideas = self.policy.sample(self.prompts, G, self.generator)  # [P, G, d]
+            ideas = self.policy.sample(self.prompts, self.config.grpo.group_size, self.generator)  # [P, G, d]
             old_logp = self.policy.log_prob(self.prompts, ideas)
             ref_logp = self.reference.log_prob(self.prompts, ideas)
-        # The environment, the archive and the advantages work on the CPU; only the loss
-        # runs on the member's device.
+        batch = self._score(ideas, old_logp, ref_logp)
+        for _ in range(self.config.grpo.updates_per_batch):
+            logp = self.policy.log_prob(self.prompts, ideas)
+            entropy = self.policy.entropy(self.prompts).mean()
+            loss, kl = self._loss(batch, logp, entropy)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+        return self._finish_step(batch, entropy, kl)
+
+    # The three parts of a step that do not touch the policy's parameters directly: shared
+    # with PackedMembers (popgrpo.algorithms.packed), which batches the policy work of
+    # several members into one vectorised pass.
+    def _score(self, ideas: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor) -> StepBatch:
+        """Rewards, archive statuses / novelty and advantages of a step's ideas ``[P, G, d]``.
+
+        The environment, the archive and the advantages work on the CPU; only the loss runs on
+        the member's device.
+        """
+        batch, request = self._score_begin(ideas, old_logp, ref_logp)
+        return self._score_end(batch, self.archive.result(request))
+
+    def _score_begin(self, ideas: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor):
+        """Environment rewards, and the archive request sent (not awaited): ``(batch so far, request)``."""
+        P, G = ideas.shape[:2]
         flat = ideas.reshape(P * G, -1).cpu()
         rewards = self.env.reward(flat, self.generator).reshape(P, G).float()
         complexity = self.env.complexity(flat).reshape(P, G)
-
         finite = torch.isfinite(rewards)
         n_bad = int((~finite).sum())
         if n_bad:
             self._handle_bad_rewards(n_bad, rewards.numel())
-        returns, info = self._shape_returns(flat, rewards, finite)
-        advantages = self._advantages(returns, complexity, finite).to(self.device)
+        request = self.archive.submit(
+            self.env.behaviour(flat).numpy(),
+            rewards.reshape(-1).numpy(),
+            flat.numpy(),
+            finite.reshape(-1).numpy(),
+            self.config.maxent.novelty.enabled,
+        )
+        batch = StepBatch(ideas, old_logp, ref_logp, flat, rewards, complexity, finite, n_bad, None, {})
+        return batch, request
 
-        for _ in range(cfg.grpo.updates_per_batch):
-            logp = self.policy.log_prob(self.prompts, ideas)
-            entropy = self.policy.entropy(self.prompts).mean()
-            kl = kl_penalty(logp, ref_logp).mean()
-            loss = clipped_surrogate(logp, old_logp, advantages, cfg.grpo.clip) + cfg.grpo.kl_coef * kl
-            if cfg.maxent.entropy.enabled:
-                loss = loss - self.alpha.value * entropy
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+    def _score_end(self, batch: StepBatch, archive_result) -> StepBatch:
+        """Archive bonus and novelty into the returns, then the advantages."""
+        returns, batch.info = self._shape_returns(batch.rewards, batch.finite, *archive_result)
+        batch.advantages = self._advantages(returns, batch.complexity, batch.finite).to(self.device)
+        return batch
+
+    def _loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clipped surrogate + KL (k3) − α·H for log-probs ``[P, G]`` and mean entropy; returns (loss, kl)."""
+        cfg = self.config
+        kl = kl_penalty(logp, batch.ref_logp).mean()
+        loss = clipped_surrogate(logp, batch.old_logp, batch.advantages, cfg.grpo.clip) + cfg.grpo.kl_coef * kl
+        if cfg.maxent.entropy.enabled:
+            loss = loss - self.alpha.value * entropy
+        return loss, kl
+
+    def _finish_step(self, batch: StepBatch, entropy: torch.Tensor, kl: torch.Tensor) -> dict:
+        """Dual step on α, and the step's statistics."""
+        cfg = self.config
         if cfg.maxent.entropy.enabled:
             self.alpha.update(float(entropy.detach()))
-
+        rewards, finite, complexity = batch.rewards, batch.finite, batch.complexity
         good = rewards[finite]
         pass_k, best_k = group_pass_best_at_k(rewards, cfg.eval.success_threshold, cfg.eval.k)
         return {
             "reward_mean": float(good.mean()) if good.numel() else math.nan,
             "reward_max": float(good.max()) if good.numel() else math.nan,
-            "diversity": pairwise_diversity(flat),
+            "diversity": pairwise_diversity(batch.flat),
             "complexity": float(complexity.mean()),
             "complexity_values": complexity.reshape(-1),
             "entropy": float(entropy.detach()),
             "kl": float(kl.detach()),
-            "bad_rewards": n_bad,
+            "bad_rewards": batch.n_bad,
             "pass_at_k": pass_k,
             "best_at_k": best_k,
-            **info,
+            **batch.info,
         }
 
     def _handle_bad_rewards(self, n_bad: int, n_total: int) -> None:
@@ -213,19 +266,11 @@ class Member:
         log.warning("member %d: %d NaN/inf rewards left out of this update", self.member_id, n_bad)
 
     def _shape_returns(
-        self, flat: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor
+        self, rewards: torch.Tensor, finite: torch.Tensor, statuses: np.ndarray, novelty: np.ndarray | None
     ) -> tuple[torch.Tensor, dict]:
         """Reward plus archive bonus (eq. 3) and novelty (eq. 5); ``[P, G]``."""
         cfg = self.config
         returns = torch.where(finite, rewards, torch.zeros_like(rewards))
-        keep = finite.reshape(-1).numpy()
-        statuses, novelty = self.archive.step(
-            self.env.behaviour(flat).numpy(),
-            rewards.reshape(-1).numpy(),
-            flat.numpy(),
-            keep,
-            cfg.maxent.novelty.enabled,
-        )
         status_t = torch.as_tensor(np.array(statuses)).reshape(rewards.shape)  # a copy: Ray's arrays are read-only
         if cfg.qd.enabled:
             returns = (

@@ -67,8 +67,16 @@ class PromptGaussianPolicy(nn.Module):
     @torch.no_grad()
     def sample(self, prompts: torch.Tensor, group_size: int, generator: torch.Generator) -> torch.Tensor:
         mean, log_std = self(prompts)
-        # Drawn on the generator's (CPU) device and moved: the same stream on any device.
-        noise = torch.randn((prompts.shape[0], group_size, self.idea_dim), generator=generator).to(mean.device)
+        noise = self.draw_noise(prompts.shape[0], group_size, generator).to(mean.device)
+        return self.ideas_from_noise(mean, log_std, noise)
+
+    def draw_noise(self, n_prompts: int, group_size: int, generator: torch.Generator) -> torch.Tensor:
+        """``[P, G, d]`` standard normal draws, on the generator's (CPU) device: the same stream on any device."""
+        return torch.randn((n_prompts, group_size, self.idea_dim), generator=generator)
+
+    @staticmethod
+    def ideas_from_noise(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """``mean [P, d]``, ``log_std [P, d]``, ``noise [P, G, d]`` → ideas ``[P, G, d]`` (reparameterised)."""
         return mean[:, None, :] + log_std.exp()[:, None, :] * noise
 
     def log_prob(self, prompts: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:

@@ -86,6 +86,10 @@ class LocalExecutor:
         ]
 
     def train(self, n_epochs: int) -> list[list[dict]]:
+        if self.config.population.vectorize:
+            from popgrpo.algorithms.packed import PackedMembers
+
+            return PackedMembers(self.members).train_epochs(n_epochs)
         return [member.train_epochs(n_epochs) for member in self.members]
 
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:

@@ -201,7 +201,15 @@ class _RemoteArchive:
         self.handle, self.archive_id = handle, archive_id
 
     def step(self, behaviours, rewards, ideas, keep, novelty: bool):
-        return ray.get(self.handle.step.remote(self.archive_id, behaviours, rewards, ideas, keep, novelty))
+        return self.result(self.submit(behaviours, rewards, ideas, keep, novelty))
+
+    def submit(self, behaviours, rewards, ideas, keep, novelty: bool):
+        # One caller's calls run on the actor in submission order, so a shared archive sees
+        # packed members' batches in member order.
+        return self.handle.step.remote(self.archive_id, behaviours, rewards, ideas, keep, novelty)
+
+    def result(self, handle):
+        return ray.get(handle)
 
     def stats(self) -> dict[str, float]:
         return ray.get(self.handle.stats.remote(self.archive_id))
@@ -223,13 +231,21 @@ class MemberGroup:
             k: Member(k, config, _RemoteArchive(archive_handle, 0 if config.archive.shared else k), device=self.device)
             for k in member_ids
         }
+        self.packed = None
+        if config.population.vectorize:
+            from popgrpo.algorithms.packed import PackedMembers
+
+            self.packed = PackedMembers(list(self.members.values()))
 
     def train(self, n_epochs: int) -> dict[int, list[dict]]:
         """Epoch by epoch across the packed members, publishing live metrics after each."""
         rows: dict[int, list[dict]] = {k: [] for k in self.members}
         for _ in range(n_epochs):
-            for k, member in self.members.items():
-                (row,) = member.train_epochs(1)
+            if self.packed is not None:  # population.vectorize: one batched step for all members
+                epoch = dict(zip(self.members, (r[0] for r in self.packed.train_epochs(1)), strict=True))
+            else:
+                epoch = {k: member.train_epochs(1)[0] for k, member in self.members.items()}
+            for k, row in epoch.items():
                 rows[k].append(row)
                 self.metrics.record_epoch(row)
         return rows

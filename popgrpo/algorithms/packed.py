@@ -1,0 +1,151 @@
+"""Several members trained together: one vectorised forward/backward per GRPO step.
+
+For a small policy a member's step is mostly framework overhead (Python, small-kernel
+launches), so K members one after another cost ~K× one step. :class:`PackedMembers` stacks
+the members' parameters (``[K, ...]`` per tensor) and runs the policy's work of all K in one
+pass with ``torch.func.vmap`` over ``functional_call``; everything else (random draws,
+environment, archive, advantages, α) stays per member, in member order, with each member's
+own generator, so the result equals training the members one at a time up to float
+rounding (tested). With private archives that is exact up to rounding; with a shared archive
+the members' insertions interleave step by step instead of epoch by epoch.
+
+Adam is elementwise, so one Adam over the stacked tensors is K independent Adams. Between
+calls the members' own modules and optimisers hold the state (checkpoints, ``get_weights``,
+``reseed`` see nothing different): each call stacks them at the start and writes back at
+the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+
+from popgrpo.algorithms.member import Member
+
+__all__ = ["PackedMembers", "can_pack"]
+
+
+class _LogProbEntropy(nn.Module):
+    """``(prompts, ideas)`` → ``(log_prob [P, G], mean entropy)``: the policy's own math, as one call."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, prompts: torch.Tensor, ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.policy.log_prob(prompts, ideas), self.policy.entropy(prompts).mean()
+
+
+def can_pack(members: Sequence[Member]) -> bool:
+    """Members can step together when their policies can split sampling into forward + noise."""
+    policy = members[0].policy if members else None
+    return policy is not None and hasattr(policy, "draw_noise") and hasattr(policy, "ideas_from_noise")
+
+
+class PackedMembers:
+    """Train ``members`` (same config, same device) in lockstep, one batched policy pass per step."""
+
+    def __init__(self, members: Sequence[Member]) -> None:
+        if not can_pack(members):
+            raise ValueError("these members' policy cannot be vectorised (needs draw_noise and ideas_from_noise)")
+        self.members = list(members)
+        first = self.members[0]
+        self.config = first.config
+        self.prompts = first.prompts
+        self._template = _LogProbEntropy(first.policy)  # structure only; parameters come from the stacks
+        self._names = [name for name, _ in first.policy.named_parameters()]
+
+    # ---- stacking ----------------------------------------------------------------------
+    def _stack(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.optim.Adam]:
+        """Stacked trainable parameters (leaves), stacked reference parameters, one Adam over them."""
+        own = [dict(m.policy.named_parameters()) for m in self.members]
+        ref = [dict(m.reference.named_parameters()) for m in self.members]
+        params = {n: torch.stack([o[n].detach() for o in own]).requires_grad_(True) for n in self._names}
+        reference = {n: torch.stack([r[n].detach() for r in ref]) for n in self._names}
+        optimizer = torch.optim.Adam(list(params.values()), lr=self.config.grpo.lr)
+        states = [m.optimizer.state_dict()["state"] for m in self.members]
+        if any(states):
+            steps = {float(s[i]["step"]) for s in states for i in s}
+            if not all(len(s) == len(self._names) for s in states) or len(steps) != 1:
+                raise RuntimeError("packed members must share their Adam step count (they train in lockstep)")
+            for i, p in enumerate(params.values()):
+                optimizer.state[p] = {
+                    "step": states[0][i]["step"].clone(),
+                    "exp_avg": torch.stack([s[i]["exp_avg"] for s in states]).to(p.device),
+                    "exp_avg_sq": torch.stack([s[i]["exp_avg_sq"] for s in states]).to(p.device),
+                }
+        return params, reference, optimizer
+
+    def _unstack(self, params: dict[str, torch.Tensor], optimizer: torch.optim.Adam) -> None:
+        """Write the stacks back into every member's policy and Adam."""
+        with torch.no_grad():
+            for k, member in enumerate(self.members):
+                own = dict(member.policy.named_parameters())
+                for n in self._names:
+                    own[n].copy_(params[n][k])
+                template = member.optimizer.state_dict()
+                state = {}
+                for i, p in enumerate(params.values()):
+                    s = optimizer.state.get(p)
+                    if s:
+                        state[i] = {
+                            "step": s["step"].clone(),
+                            "exp_avg": s["exp_avg"][k].clone(),
+                            "exp_avg_sq": s["exp_avg_sq"][k].clone(),
+                        }
+                member.optimizer.load_state_dict({"state": state, "param_groups": template["param_groups"]})
+
+    # ---- training ------------------------------------------------------------------------
+    def train_epochs(self, n_epochs: int) -> list[list[dict]]:
+        """``n_epochs`` epochs for every member; per member, one metrics row per epoch."""
+        params, reference, optimizer = self._stack()
+        rows: list[list[dict]] = [[] for _ in self.members]
+        try:
+            for _ in range(n_epochs):
+                steps = [self._step(params, reference, optimizer) for _ in range(self.config.grpo.steps_per_epoch)]
+                for k, member in enumerate(self.members):
+                    rows[k].append(member._epoch_row([s[k] for s in steps]))
+                    member.epochs_done += 1
+        finally:
+            self._unstack(params, optimizer)
+        return rows
+
+    def _forward(self, params: dict[str, torch.Tensor], ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stacked ``params``, ideas ``[K, P, G, d]`` → log-probs ``[K, P, G]``, entropies ``[K]``."""
+
+        def one(p: dict, x: torch.Tensor):
+            return functional_call(self._template, {f"policy.{n}": v for n, v in p.items()}, (self.prompts, x))
+
+        return vmap(one)(params, ideas)
+
+    def _step(self, params, reference, optimizer) -> list[dict]:
+        cfg, members = self.config, self.members
+        policy = members[0].policy
+        with torch.no_grad():
+            heads = vmap(lambda p: functional_call(policy, p, (self.prompts,)))(params)  # (mean, log_std) [K, P, d]
+            noise = torch.stack(
+                [m.policy.draw_noise(len(self.prompts), cfg.grpo.group_size, m.generator) for m in members]
+            ).to(heads[0].device)
+            ideas = vmap(policy.ideas_from_noise)(*heads, noise)  # [K, P, G, d]
+            old_logp, _ = self._forward(params, ideas)
+            ref_logp, _ = self._forward(reference, ideas)
+        # Every member's archive request goes out before any answer is awaited: on Ray that is
+        # one round-trip latency per step for the whole pack, not one per member.
+        begun = [m._score_begin(ideas[k], old_logp[k], ref_logp[k]) for k, m in enumerate(members)]
+        batches = [
+            m._score_end(batch, m.archive.result(request)) for m, (batch, request) in zip(members, begun, strict=True)
+        ]
+        for _ in range(cfg.grpo.updates_per_batch):
+            logp, entropy = self._forward(params, ideas)
+            losses, kls = [], []
+            for k, (member, batch) in enumerate(zip(members, batches, strict=True)):
+                loss, kl = member._loss(batch, logp[k], entropy[k])
+                losses.append(loss)
+                kls.append(kl)
+            optimizer.zero_grad(set_to_none=True)
+            torch.stack(losses).sum().backward()  # members are independent: each gets its own gradient
+            optimizer.step()
+        return [m._finish_step(b, entropy[k], kls[k]) for k, (m, b) in enumerate(zip(members, batches, strict=True))]
