@@ -1,6 +1,10 @@
 """Environments: what an idea is worth, where it sits in behaviour space, how complex it is.
 
 Bring your own by implementing :class:`Environment`; the runtime needs nothing else.
+
+``IdeaGymEnv`` and ``register_gym_env`` (:mod:`popgrpo.envs.gym`, the Gymnasium adapter for
+RLlib and other Gymnasium learners) are importable from here too, but loaded on first use:
+popgrpo itself never needs Gymnasium, so importing this package must not import it.
 """
 
 from __future__ import annotations
@@ -37,3 +41,15 @@ def make_env(cfg) -> Environment:
         fields = cfg.model_dump(exclude={"kind"})
         return IdeaEnv(**fields)
     raise ValueError(f"unknown env.kind {cfg.kind!r}")
+
+
+_LAZY = {"IdeaGymEnv": "popgrpo.envs.gym", "register_gym_env": "popgrpo.envs.gym"}
+
+
+def __getattr__(name: str):
+    """Load the Gymnasium adapter only when one of its names is asked for (PEP 562)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
