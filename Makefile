@@ -23,12 +23,12 @@ test: install
 	$(BIN)/python -m pytest -q
 
 lint: install
-	$(BIN)/ruff check popgrpo tests
-	$(BIN)/ruff format --check popgrpo tests
+	$(BIN)/ruff check popgrpo tests benchmarks
+	$(BIN)/ruff format --check popgrpo tests benchmarks
 
 format: install
-	$(BIN)/ruff format popgrpo tests
-	$(BIN)/ruff check --fix popgrpo tests
+	$(BIN)/ruff format popgrpo tests benchmarks
+	$(BIN)/ruff check --fix popgrpo tests benchmarks
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

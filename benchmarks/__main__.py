@@ -1,0 +1,6 @@
+"""``python -m benchmarks [--quick] [--out BENCHMARKS.md]``: the whole suite (:mod:`benchmarks.suite`)."""
+
+from benchmarks.suite import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

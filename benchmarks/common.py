@@ -1,0 +1,210 @@
+"""Shared pieces of the benchmark suite: Markdown tables, fits, process memory, local Ray clusters.
+
+Memory is read from ``/proc`` (Linux): psutil is not a dependency. RSS double counts the
+pages that processes share (torch's libraries are mapped into every Ray worker), so it is
+an upper bound of what a population needs; PSS splits shared pages between the processes
+that map them and is the better estimate of the real footprint. Both are reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "PeakMemory",
+    "driver_and_ray_daemons",
+    "fit_line",
+    "gib",
+    "local_ray",
+    "loopback_ray_cluster",
+    "md_table",
+    "met",
+    "pss_bytes",
+    "rss_bytes",
+]
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A Markdown table; cells are written with ``str``."""
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def met(ok: bool, reason: str = "") -> str:
+    """``met``, or ``not met: <reason>``."""
+    return "met" if ok else f"not met: {reason}" if reason else "not met"
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB"
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
+    """Least-squares ``y = a + b·x``; returns ``(a, b, R²)``."""
+    x_arr, y_arr = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    b, a = np.polyfit(x_arr, y_arr, 1)
+    residual = y_arr - (a + b * x_arr)
+    total = y_arr - y_arr.mean()
+    r2 = 1.0 - float(residual @ residual) / float(total @ total) if float(total @ total) > 0 else 1.0
+    return float(a), float(b), r2
+
+
+# ---- process memory ------------------------------------------------------------------------
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def driver_and_ray_daemons() -> list[int]:
+    """This process and its descendants that are not Ray worker processes.
+
+    With an embedded Ray (or a ``ray.cluster_utils.Cluster``) started from this process, that
+    is the driver, the GCS, the raylet(s) and Ray's agents; the workers (titled ``ray::<actor
+    class>`` or ``ray::IDLE``) are left out, so a population's own actors can be added by pid.
+    """
+    children = _children()
+    pids, stack = [], [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        title = _cmdline(pid)
+        if not title.startswith("ray::") or title.split()[0].endswith("Agent"):
+            pids.append(pid)
+        stack.extend(children.get(pid, []))
+    return pids
+
+
+def rss_bytes(pids: Iterable[int]) -> int:
+    """Sum of the processes' resident set sizes (processes that have exited count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def pss_bytes(pids: Iterable[int]) -> int:
+    """Sum of the processes' proportional set sizes (``/proc/PID/smaps_rollup``)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+class PeakMemory:
+    """Samples the summed RSS of ``pids`` every ``interval`` seconds in a thread; ``peak`` in bytes."""
+
+    def __init__(self, pids: Sequence[int], interval: float = 0.1) -> None:
+        self.pids, self.interval, self.peak = list(pids), interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes(self.pids))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes(self.pids))
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+# ---- Ray, loopback only, own temp dir, stopped by its own handle ------------------------
+@contextlib.contextmanager
+def local_ray(num_cpus: int, prefix: str = "pgbench-"):
+    """An embedded single-node Ray on 127.0.0.1 (no dashboard), shut down on exit."""
+    import ray
+
+    from popgrpo.runtime.ray_executor import start_local_ray
+
+    temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
+    start_local_ray(num_cpus=num_cpus, temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def loopback_ray_cluster(n_nodes: int, cpus_per_node: int, prefix: str = "pgbcl-"):
+    """A ``ray.cluster_utils.Cluster`` of ``n_nodes`` nodes on 127.0.0.1, this process its driver.
+
+    Every node is a separate raylet (its own processes and object store) on this machine;
+    the head counts as one of the ``n_nodes``. Ray needs a whole number of CPUs per node.
+    Shut down on exit.
+    """
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from popgrpo.runtime.ray_executor import force_loopback
+
+    force_loopback()
+    temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": cpus_per_node, "temp_dir": temp_dir, "include_dashboard": False},
+    )
+    try:
+        for _ in range(n_nodes - 1):
+            cluster.add_node(num_cpus=cpus_per_node, temp_dir=temp_dir)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
+        if not cluster.address.startswith("127.0.0.1:"):
+            raise RuntimeError(f"cluster is not on loopback: {cluster.address}")
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -1,0 +1,204 @@
+"""Section 3: the share of a Pop-GRPO round spent outside member training, at the default config.
+
+A real run (:func:`popgrpo.train.train`, pop_grpo preset: K = 5, one member per actor,
+T = 10 epochs per round) goes through :class:`TimedExecutor`, which only timestamps the calls
+the round loop makes: ``train`` (the actors' epochs), ``get_weights`` (the top-M fetch),
+``reseed`` (``ray.put`` of the soup, broadcast, perturbation) and ``snapshot`` (member and
+archive states for the checkpoint). A round runs from one ``train`` call to the next, so it
+also holds what the driver does in between: selection, the soup, the held-out evaluation of
+the merged model, and writing metrics, lineage and the checkpoint. The first round (first
+calls) and the last (no merge) are not counted.
+
+The members' own training is what the same members cost trained in this process by the
+in-process executor (same seeds, same numbers, the archive in-process too), spread over the
+cores the actors can use: ``local train time / min(cores, actors)``. Everything else in the
+Ray round is outside member training: per-step archive round trips, actor calls,
+time-sharing, and the round's driver work.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+
+from benchmarks.common import md_table, met
+from popgrpo.config import Config, load_config, preset_path
+
+CORES = os.cpu_count() or 1
+TARGET = 0.05
+TIMED = ("train", "get_weights", "reseed", "snapshot")
+
+
+class TimedExecutor:
+    """Wraps an executor; records ``(round, call, seconds)`` for the calls in :data:`TIMED`."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.round_starts: list[float] = []
+        self.calls: list[tuple[int, str, float]] = []
+
+    def __getattr__(self, name: str):
+        attr = getattr(self.inner, name)
+        if name not in TIMED:
+            return attr
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            if name == "train":
+                self.round_starts.append(start)
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self.calls.append((len(self.round_starts) - 1, name, time.perf_counter() - start))
+
+        return timed
+
+    def close(self) -> None:
+        self.round_starts.append(time.perf_counter())  # the end of the last round
+        self.inner.close()
+
+    def per_round(self, rounds: list[int]) -> dict[str, float]:
+        """Mean seconds per round of each timed call, of ``other`` (the rest) and ``round``."""
+        out = {}
+        for name in TIMED:
+            out[name] = statistics.mean(sum(s for r, n, s in self.calls if r == i and n == name) for i in rounds)
+        out["round"] = statistics.mean(self.round_starts[i + 1] - self.round_starts[i] for i in rounds)
+        out["other"] = out["round"] - sum(out[name] for name in TIMED)
+        return out
+
+
+def default_config(quick: bool) -> tuple[Config, list[int]]:
+    """The pop_grpo preset for 4 rounds; the rounds measured.
+
+    Quick: 3 rounds of T = 2 epochs, the 5 members packed into one actor (each actor's
+    start-up is a few CPU-seconds); the numbers then say little, the full run's do.
+    """
+    overrides = ["run.epochs=40"]
+    if quick:
+        overrides = ["run.epochs=6", "scheduler.interval_epochs=2", "population.members_per_actor=5"]
+    cfg = load_config(preset_path("pop_grpo"), overrides)
+    n_rounds = cfg.run.epochs // cfg.scheduler.interval_epochs
+    return cfg, list(range(1, n_rounds - 1))
+
+
+def _train(cfg: Config, factory) -> TimedExecutor:
+    from popgrpo.train import train
+
+    holder = {}
+
+    def make(config, run_dir):
+        holder["executor"] = TimedExecutor(factory(config, run_dir))
+        return holder["executor"]
+
+    run_dir = tempfile.mkdtemp(prefix="pgb-round-", dir="/tmp")
+    try:
+        train(cfg, os.path.join(run_dir, "run"), executor_factory=make, progress=False)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return holder["executor"]
+
+
+def run(quick: bool = False, cores: int = CORES) -> dict:
+    """Needs a connected single-node Ray with at least ``population.size`` logical CPUs."""
+    from popgrpo.runtime.executor import LocalExecutor
+    from popgrpo.runtime.ray_executor import RayExecutor
+
+    cfg, rounds = default_config(quick)
+    remote = _train(cfg, lambda c, d: RayExecutor(c, run_dir=d))
+    local = _train(cfg, lambda c, d: LocalExecutor(c))
+    actors = math.ceil(cfg.population.size / cfg.population.members_per_actor)
+    ray_parts, local_parts = remote.per_round(rounds), local.per_round(rounds)
+    members = local_parts["train"] / min(cores, actors)
+    return {
+        "k": cfg.population.size,
+        "actors": actors,
+        "per_actor": cfg.population.members_per_actor,
+        "interval": cfg.scheduler.interval_epochs,
+        "steps": cfg.grpo.steps_per_epoch,
+        "rounds": rounds,
+        "cores": cores,
+        "ray": ray_parts,
+        "local": local_parts,
+        "members": members,
+        "outside_share": 1 - members / ray_parts["round"],
+        "archive_calls": cfg.population.size * cfg.scheduler.interval_epochs * (cfg.grpo.steps_per_epoch + 1),
+    }
+
+
+def markdown(r: dict) -> str:
+    ray_p, local_p, members = r["ray"], r["local"], r["members"]
+    share = r["outside_share"]
+    in_train = ray_p["train"] - members
+
+    def ms(x: float) -> str:
+        return f"{x * 1e3:,.0f}"
+
+    def pct(x: float, of: float) -> str:
+        return f"{x / of:.1%}"
+
+    rows = [
+        [
+            f"members' own training (in-process train time ÷ {min(r['cores'], r['actors'])} core(s))",
+            ms(members),
+            pct(members, ray_p["round"]),
+            ms(local_p["train"]),
+            pct(local_p["train"], local_p["round"]),
+        ],
+        [
+            f"rest of the `train` call: {r['archive_calls']} archive round trips, actor calls, time-sharing",
+            ms(in_train),
+            pct(in_train, ray_p["round"]),
+            "—",
+            "—",
+        ],
+        ["`get_weights` (top-M fetch)", ms(ray_p["get_weights"]), pct(ray_p["get_weights"], ray_p["round"]),
+         ms(local_p["get_weights"]), pct(local_p["get_weights"], local_p["round"])],
+        ["`reseed` (`ray.put` soup, broadcast, perturb)", ms(ray_p["reseed"]), pct(ray_p["reseed"], ray_p["round"]),
+         ms(local_p["reseed"]), pct(local_p["reseed"], local_p["round"])],
+        ["`snapshot` (member + archive states)", ms(ray_p["snapshot"]), pct(ray_p["snapshot"], ray_p["round"]),
+         ms(local_p["snapshot"]), pct(local_p["snapshot"], local_p["round"])],
+        ["driver: selection, soup, held-out eval, metrics/lineage/checkpoint files", ms(ray_p["other"]),
+         pct(ray_p["other"], ray_p["round"]), ms(local_p["other"]), pct(local_p["other"], local_p["round"])],
+        ["**whole round**", ms(ray_p["round"]), "100%", ms(local_p["round"]), "100%"],
+    ]  # fmt: skip
+    breakdown = md_table(["part of a round", "Ray ms", "share", "in-process ms", "share"], rows)
+    biggest = max(
+        [("the rest of the train call", in_train)]
+        + [(f"`{n}`", ray_p[n]) for n in ("get_weights", "reseed", "snapshot")]
+        + [("the driver's own work", ray_p["other"])],
+        key=lambda kv: kv[1],
+    )
+    summary = md_table(
+        ["executor", "round ms", "outside member training", "target", "status"],
+        [
+            [
+                f"Ray, K = {r['k']} ({r['actors']} actor(s))",
+                ms(ray_p["round"]),
+                f"{share:.1%}",
+                f"≤ {TARGET:.0%}",
+                met(share <= TARGET, f"largest part: {biggest[0]}, {biggest[1] * 1e3:,.0f} ms per round"),
+            ],
+            [
+                "in-process (same round, for comparison)",
+                ms(local_p["round"]),
+                f"{1 - local_p['train'] / local_p['round']:.1%}",
+                "",
+                "",
+            ],
+        ],
+    )
+    rounds = ", ".join(str(i) for i in r["rounds"])
+    return "\n\n".join(
+        [
+            f"`popgrpo.train.train` on the pop_grpo preset: K = {r['k']}, {r['per_actor']} member(s) per actor, "
+            f"T = {r['interval']} epochs of {r['steps']} steps per round; mean of round(s) {rounds} (the first and "
+            f"the last are not counted). {r['actors']} actor(s) on {r['cores']} cores"
+            + (", as `popgrpo train` runs this preset here." if r["per_actor"] == 1 else " (quick mode: packed)."),
+            summary,
+            breakdown,
+        ]
+    )

@@ -1,0 +1,66 @@
+"""The benchmark suite runs end to end (``--quick``) and writes only between its markers.
+
+No timing is asserted: the numbers depend on the machine and its load. The suite runs in a
+subprocess, so its embedded Ray and clusters are its own and gone when it exits.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.suite import BEGIN, END, SECTION_TITLES, replace_generated
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A header row of each section's table (the peer's belongs to benchmarks.peer_rllib).
+TABLE_HEADERS = {
+    "summary": "| § | figure | measured | target | status |",
+    "floor": "| implementation | ms/step (median) |",
+    "profile": "| where the member's step goes (cumulative) |",
+    "throughput": "| K | layout | actors × members @ CPUs | ideas/s |",
+    "overhead": "| executor | round ms | outside member training | target | status |",
+    "overhead parts": "| part of a round | Ray ms | share |",
+    "multinode": "| cluster | nodes holding members | ideas/s | vs 1 node |",
+    "archive": "| series | size | µs per call |",
+    "archive fit": "| series | fit: µs per call = a + b·size | R² |",
+}
+
+
+def test_region_replaced_or_appended():
+    text = f"intro\n{BEGIN}\nold\n{END}\noutro\n"
+    assert replace_generated(text, "new") == f"intro\n{BEGIN}\nnew\n{END}\noutro\n"
+    assert replace_generated("# Title\n", "new") == f"# Title\n\n{BEGIN}\nnew\n{END}\n"
+    assert replace_generated("", "new") == f"{BEGIN}\nnew\n{END}\n"
+
+
+@pytest.mark.integration
+@pytest.mark.ray
+def test_quick_suite_writes_every_section(tmp_path):
+    before = "# Benchmarks\n\nHand-written text above.\n\n"
+    after = "\n## Kept\n\nHand-written text below.\n"
+    out = tmp_path / "BENCHMARKS.md"
+    out.write_text(f"{before}{BEGIN}\nstale numbers\n{END}{after}")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    text = out.read_text()
+    assert text.startswith(before + BEGIN) and text.endswith(END + after)
+    assert text.count(BEGIN) == 1 and text.count(END) == 1 and "stale numbers" not in text
+    region = text[text.index(BEGIN) : text.index(END)]
+    assert "python -m benchmarks --quick --out" in region and "cores (`os.cpu_count()`)" in region
+    for title in SECTION_TITLES.values():
+        assert title in region
+    for name, header in TABLE_HEADERS.items():
+        assert header in region, f"{name} table missing"
+    peer = region[region.index(SECTION_TITLES["peer"]) :]
+    assert "| --- |" in peer or "Not run:" in peer
