@@ -170,14 +170,15 @@ class Member:
 
     def _step(self) -> dict:
         """One GRPO step: sample, score (env, archive, advantages), update. Returns its statistics."""
-        with torch.no_grad():
-            ideas = self.policy.sample(self.prompts, self.config.grpo.group_size, self.generator)  # [P, G, d]
-            old_logp = self.policy.log_prob(self.prompts, ideas)
+        with torch.no_grad():  # one forward samples and scores: [P, G, d] ideas, [P, G] log-probs
+            ideas, old_logp = self.policy.sample_with_log_prob(
+                self.prompts, self.config.grpo.group_size, self.generator
+            )
             ref_logp = self.reference.log_prob(self.prompts, ideas)
         batch = self._score(ideas, old_logp, ref_logp)
         for _ in range(self.config.grpo.updates_per_batch):
-            logp = self.policy.log_prob(self.prompts, ideas)
-            entropy = self.policy.entropy(self.prompts).mean()
+            logp, entropy = self.policy.log_prob_and_entropy(self.prompts, ideas)
+            entropy = entropy.mean()
             loss, kl = self._loss(batch, logp, entropy)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()

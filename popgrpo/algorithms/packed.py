@@ -36,7 +36,8 @@ class _LogProbEntropy(nn.Module):
         self.policy = policy
 
     def forward(self, prompts: torch.Tensor, ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.policy.log_prob(prompts, ideas), self.policy.entropy(prompts).mean()
+        logp, entropy = self.policy.log_prob_and_entropy(prompts, ideas)
+        return logp, entropy.mean()
 
 
 def can_pack(members: Sequence[Member]) -> bool:
@@ -130,7 +131,7 @@ class PackedMembers:
                 [m.policy.draw_noise(len(self.prompts), cfg.grpo.group_size, m.generator) for m in members]
             ).to(heads[0].device)
             ideas = vmap(policy.ideas_from_noise)(*heads, noise)  # [K, P, G, d]
-            old_logp, _ = self._forward(params, ideas)
+            old_logp = vmap(policy.log_prob_from)(*heads, ideas)  # from the sampling pass, as Member does
             ref_logp, _ = self._forward(reference, ideas)
         # Every member's archive request goes out before any answer is awaited: on Ray that is
         # one round-trip latency per step for the whole pack, not one per member.

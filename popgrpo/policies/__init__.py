@@ -24,6 +24,14 @@ class Policy(Protocol):
     def log_prob(self, prompts: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
         """``[P]`` prompts, ``[P, G, d]`` ideas → ``[P, G]`` log-probabilities (with gradient)."""
 
+    def sample_with_log_prob(
+        self, prompts: torch.Tensor, group_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``sample`` and the samples' ``log_prob`` from one pass (no gradient)."""
+
+    def log_prob_and_entropy(self, prompts: torch.Tensor, ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``log_prob`` and ``entropy`` from one pass (with gradient)."""
+
     def entropy(self, prompts: torch.Tensor) -> torch.Tensor:
         """``[P]`` → ``[P]`` policy entropy per prompt (with gradient)."""
 

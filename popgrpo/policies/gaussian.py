@@ -79,8 +79,28 @@ class PromptGaussianPolicy(nn.Module):
         """``mean [P, d]``, ``log_std [P, d]``, ``noise [P, G, d]`` → ideas ``[P, G, d]`` (reparameterised)."""
         return mean[:, None, :] + log_std.exp()[:, None, :] * noise
 
+    @torch.no_grad()
+    def sample_with_log_prob(
+        self, prompts: torch.Tensor, group_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`sample` and the ideas' log-probabilities from the same forward pass (no gradient)."""
+        mean, log_std = self(prompts)
+        noise = self.draw_noise(prompts.shape[0], group_size, generator).to(mean.device)
+        ideas = self.ideas_from_noise(mean, log_std, noise)
+        return ideas, self.log_prob_from(mean, log_std, ideas)
+
     def log_prob(self, prompts: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
         mean, log_std = self(prompts)
+        return self.log_prob_from(mean, log_std, ideas)
+
+    def log_prob_and_entropy(self, prompts: torch.Tensor, ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`log_prob` ``[P, G]`` and :meth:`entropy` ``[P, d]`` from one forward pass."""
+        mean, log_std = self(prompts)
+        return self.log_prob_from(mean, log_std, ideas), gaussian_entropy(log_std)
+
+    @staticmethod
+    def log_prob_from(mean: torch.Tensor, log_std: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
+        """Diagonal-Gaussian log-density of ideas ``[P, G, d]`` under ``mean``, ``log_std`` ``[P, d]`` → ``[P, G]``."""
         z = (ideas - mean[:, None, :]) / log_std.exp()[:, None, :]
         return (-0.5 * z.pow(2) - log_std[:, None, :] - _LOG_SQRT_2PI).sum(dim=-1)
 
