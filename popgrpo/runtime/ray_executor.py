@@ -483,6 +483,7 @@ class RayExecutor:
         ray.get(self.archive.load_state_dicts.remote(list(states)))
 
     def close(self) -> None:
+        self.metrics.close()  # a finished run's gauges may expire now
         for actor in [*self._actors, self.archive]:
             ray.kill(actor)
         if self._started_ray:

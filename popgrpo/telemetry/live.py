@@ -13,7 +13,6 @@ the round gauge and the restarts counter are set by the driver-side executor.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 __all__ = ["METRICS", "LiveMetrics", "metrics_markdown"]
@@ -83,7 +82,12 @@ class LiveMetrics:
         self._last: dict[tuple[str, tuple], float] = {}  # (gauge, sorted tags) -> last value
         self._lock = threading.Lock()
         self._refresh_s = refresh_s
+        self._closed = threading.Event()
         threading.Thread(target=self._keep_alive, name="popgrpo-metrics", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop refreshing: the run is over, so its gauges may expire from Ray's export."""
+        self._closed.set()
 
     def _set(self, name: str, value: float, tags: dict[str, str]) -> None:
         self._m[name].set(value, tags=tags)
@@ -91,8 +95,7 @@ class LiveMetrics:
             self._last[(name, tuple(sorted(tags.items())))] = value
 
     def _keep_alive(self) -> None:
-        while True:
-            time.sleep(self._refresh_s)
+        while not self._closed.wait(self._refresh_s):
             with self._lock:
                 last = list(self._last.items())
             for (name, tags), value in last:

@@ -99,3 +99,8 @@ def test_gauges_are_re_set_so_ray_does_not_expire_them(ray_local):
     live.record_round(8)
     time.sleep(0.2)
     assert gauge.sets[-1] == (8, {"run": "keepalive-run"})
+    live.close()  # the run is over: no more refreshes
+    time.sleep(0.1)
+    n = len(gauge.sets)
+    time.sleep(0.3)
+    assert len(gauge.sets) == n
