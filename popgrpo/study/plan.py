@@ -11,8 +11,8 @@ Everything here is pure (no Ray, no files), so the plan can be listed and tested
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from popgrpo.config import Config, load_config, preset_path
 
@@ -109,7 +109,7 @@ class Trial:
     def config(self) -> Config:
         return load_config(preset_path(self.preset), [*self.overrides, f"run.seed={self.seed}"])
 
-    @property
+    @cached_property  # preset, overrides and seed never change; memberships do not enter the key
     def key(self) -> str:
         """Stable id from the resolved config: same config, same key, one run."""
         digest = hashlib.sha256(self.config().model_dump_json().encode()).hexdigest()[:10]
@@ -151,7 +151,3 @@ def build_plan(quick: bool = False, seeds: tuple[int, ...] | None = None, epochs
         for index, (label, overrides) in enumerate(MERGE_STRATEGIES.items()):
             add("pop_grpo", overrides, seed, Membership("merge_strategy", label, float(index)))
     return list(by_key.values())
-
-
-def plan_json(trials: list[Trial]) -> str:
-    return json.dumps([t.to_json() for t in trials], indent=1)

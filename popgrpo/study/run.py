@@ -22,7 +22,7 @@ import json
 import time
 from pathlib import Path
 
-from popgrpo.study.plan import build_plan, plan_json
+from popgrpo.study.plan import build_plan
 
 __all__ = ["collect_metrics", "reproduce", "run_trial"]
 
@@ -89,7 +89,7 @@ def reproduce(
             )
         trials = saved["trials"]
     else:
-        trials = json.loads(plan_json(build_plan(quick, seeds, epochs)))
+        trials = [t.to_json() for t in build_plan(quick, seeds, epochs)]
         plan_file.write_text(json.dumps({"quick": quick, "trials": trials}, indent=1))
     runs_root = str(out / "runs")
     started = time.time()
