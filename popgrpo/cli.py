@@ -13,7 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from popgrpo.config import ConfigError, config_markdown, load_config, preset_path
+from popgrpo.config import Config, ConfigError, config_markdown, load_config, preset_path
 
 DEFAULT_PRESET = "pop_grpo"
 
@@ -31,16 +31,21 @@ def resolve_config_path(value: str | None) -> Path:
     raise ConfigError(f"config file not found: {value} (and no preset named {value!r})")
 
 
+def load_args_config(args: argparse.Namespace) -> Config:
+    """The validated config of ``--config`` (file or preset) with ``--set`` overrides and ``--seed``."""
+    overrides = list(args.set or [])
+    if args.seed is not None:
+        overrides.append(f"run.seed={args.seed}")
+    return load_config(resolve_config_path(args.config), overrides)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config or args.set or args.seed is not None or args.out:
             raise ConfigError("--resume continues a run with its own config.yaml; drop --config/--set/--seed/--out")
         config, run_dir = None, Path(args.resume)
     else:
-        overrides = list(args.set or [])
-        if args.seed is not None:
-            overrides.append(f"run.seed={args.seed}")
-        config = load_config(resolve_config_path(args.config), overrides)
+        config = load_args_config(args)
     # Imported after validation so a bad config fails fast, before torch loads.
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 

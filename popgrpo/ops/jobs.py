@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 
 import popgrpo
-from popgrpo.config import Config, ConfigError, load_config
+from popgrpo.config import Config, ConfigError
 
 __all__ = ["JobSpec", "add_parsers", "build_job", "submission_id_for"]
 
@@ -162,12 +162,9 @@ def _exit_for(status: str) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    from popgrpo.cli import resolve_config_path
+    from popgrpo.cli import load_args_config
 
-    overrides = list(args.set or [])
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    config = load_config(resolve_config_path(args.config), overrides)
+    config = load_args_config(args)
     runtime_env = None
     if args.runtime_env:
         path = Path(args.runtime_env)
