@@ -45,6 +45,7 @@ __all__ = [
     "BadRewardError",
     "Member",
     "initial_weights",
+    "make_member",
     "resolve_device",
     "round0_weights",
 ]
@@ -120,6 +121,21 @@ def round0_weights(config: Config, member_ids: list[int] | None = None) -> dict[
         return initial_weights(config, 0)
     ids = range(config.population.size) if member_ids is None else member_ids
     return soup([initial_weights(config, k) for k in ids])
+
+
+def make_member(
+    member_id: int,
+    config: Config,
+    archive: ArchiveService,
+    env: Environment | None = None,
+    device: str | torch.device = "cpu",
+) -> Member:
+    """The member class ``policy.kind`` needs: :class:`Member`, or the language-model member."""
+    if config.policy.kind == "causal_lm":
+        from popgrpo.algorithms.lm_member import LMMember
+
+        return LMMember(member_id, config, archive, env, device)
+    return Member(member_id, config, archive, env, device)
 
 
 class Member:

@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
-from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.algorithms.member import make_member, resolve_device
 from popgrpo.config import Config
 from popgrpo.core.merge import Mutation
 from popgrpo.envs import make_env
@@ -81,7 +81,7 @@ class LocalExecutor:
         if warning:
             self.events.append({"event": "device_fallback", "reason": warning})
         self.members = [
-            Member(k, config, self._archives[0 if config.archive.shared else k], env, device)
+            make_member(k, config, self._archives[0 if config.archive.shared else k], env, device)
             for k in range(self.n_members)
         ]
 

@@ -28,7 +28,7 @@ import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from popgrpo.algorithms.archive_service import LocalArchive
-from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.algorithms.member import make_member, resolve_device
 from popgrpo.config import Config
 from popgrpo.core.merge import Mutation
 from popgrpo.runtime.archive_store import resolve_redis_password
@@ -228,7 +228,7 @@ class MemberGroup:
         if self.device_warning:
             log.warning("members %s: %s", list(member_ids), self.device_warning)
         self.members = {
-            k: Member(k, config, _RemoteArchive(archive_handle, 0 if config.archive.shared else k), device=self.device)
+            k: make_member(k, config, _RemoteArchive(archive_handle, 0 if config.archive.shared else k), device=self.device)
             for k in member_ids
         }
         self.packed = None
