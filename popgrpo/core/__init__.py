@@ -9,7 +9,14 @@ Modules: :mod:`~popgrpo.core.grpo` (advantages, surrogate, KL), :mod:`~popgrpo.c
 
 from popgrpo.core.archive import MapElitesArchive
 from popgrpo.core.entropy import AdaptiveAlpha, alpha_dual_step, gaussian_entropy
-from popgrpo.core.grpo import binned_advantages, clipped_surrogate, group_advantages, kl_penalty
+from popgrpo.core.grpo import (
+    binned_advantages,
+    clipped_surrogate,
+    group_advantages,
+    kl_penalty,
+    masked_aggregate,
+    token_clipped_surrogate,
+)
 from popgrpo.core.merge import (
     Mutation,
     greedy_soup,
@@ -50,6 +57,7 @@ __all__ = [
     "group_advantages",
     "group_pass_best_at_k",
     "kl_penalty",
+    "masked_aggregate",
     "mutate",
     "objective_scores",
     "pairwise_diversity",
@@ -63,6 +71,7 @@ __all__ = [
     "svd_mutate",
     "task_arithmetic",
     "task_vector",
+    "token_clipped_surrogate",
     "weighted_soup",
     "wise_ft",
 ]

@@ -12,11 +12,18 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "LOSS_NORMALISATIONS",
     "binned_advantages",
     "clipped_surrogate",
     "group_advantages",
     "kl_penalty",
+    "masked_aggregate",
+    "token_clipped_surrogate",
 ]
+
+# How a token-level loss over completions of different lengths becomes one number
+# (:func:`masked_aggregate`).
+LOSS_NORMALISATIONS = ("token", "sequence", "constant")
 
 
 def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -102,3 +109,56 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """
     delta = ref_logp - logp
     return torch.exp(delta) - delta - 1.0
+
+
+def masked_aggregate(values: torch.Tensor, mask: torch.Tensor, normalisation: str = "token") -> torch.Tensor:
+    """Reduce per-token ``values [N, T]`` over the tokens where ``mask [N, T]`` is 1 to a scalar.
+
+    * ``token``: ``Σ mask·v / Σ mask``, every token of the batch weighs the same (DAPO, Yu et
+      al. 2025; TRL's default ``loss_type="dapo"``). A long completion counts in proportion to
+      its length.
+    * ``sequence``: ``mean_i (Σ_t mask·v / Σ_t mask)``, each completion weighs the same
+      (DeepSeekMath's original GRPO; TRL ``"grpo"``). Its ``1/|o_i|`` makes a token of a short
+      completion weigh more: with positive advantages short answers are pushed harder, with
+      negative ones long answers are punished less, a length bias (Dr. GRPO, Liu et al. 2025).
+    * ``constant``: ``Σ mask·v / (N·T)``, a fixed divisor (Dr. GRPO; TRL ``"dr_grpo"``): no
+      length bias, but the scale depends on the generation budget ``T``.
+
+    A completion with no tokens (all-zero mask row) contributes nothing.
+    """
+    if values.shape != mask.shape or values.dim() != 2:
+        raise ValueError(f"values and mask must both be [N, T]; got {tuple(values.shape)} and {tuple(mask.shape)}")
+    mask = mask.to(values.dtype)
+    if normalisation == "token":
+        return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    if normalisation == "sequence":
+        per_sequence = (values * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+        return per_sequence.mean()
+    if normalisation == "constant":
+        return (values * mask).sum() / mask.numel()
+    raise ValueError(f"normalisation must be one of {LOSS_NORMALISATIONS}, got {normalisation!r}")
+
+
+def token_clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float = 0.2,
+    normalisation: str = "token",
+) -> torch.Tensor:
+    """GRPO's clipped surrogate on tokens (DeepSeekMath eq. 3), a loss to minimise.
+
+    Every token ``t`` of completion ``i`` has its own ratio ``ρ_it = exp(logp − old_logp)`` and
+    shares its completion's advantage ``A_i``; the per-token terms
+    ``−min(ρ A, clip(ρ, 1 ± ε) A)`` are reduced by :func:`masked_aggregate`.
+
+    Args:
+        logp, old_logp: ``[N, T]`` token log-probabilities now and at sampling time.
+        advantages: ``[N]`` one per completion.
+        mask: ``[N, T]`` 1 on completion tokens, 0 on padding.
+    """
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages[:, None]
+    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
+    return masked_aggregate(per_token, mask, normalisation)

@@ -33,13 +33,21 @@ class Environment(Protocol):
         """``[N, d]`` → ``[N]`` complexity (the thinking-length proxy)."""
 
 
-def make_env(cfg) -> Environment:
-    """Build the environment named by an :class:`popgrpo.config.EnvConfig`."""
+def make_env(cfg, device: str | torch.device = "cpu"):
+    """Build the environment named by an :class:`popgrpo.config.EnvConfig`.
+
+    ``idea`` gives an :class:`Environment`; ``text`` a :class:`popgrpo.envs.text.TextEnv`
+    (for language-model members; its embedding model runs on ``device``).
+    """
     if cfg.kind == "idea":
         from popgrpo.envs.idea import IdeaEnv
 
-        fields = cfg.model_dump(exclude={"kind"})
+        fields = cfg.model_dump(exclude={"kind", "text"})
         return IdeaEnv(**fields)
+    if cfg.kind == "text":
+        from popgrpo.envs.text import TextEnv
+
+        return TextEnv(cfg.text, device)
     raise ValueError(f"unknown env.kind {cfg.kind!r}")
 
 

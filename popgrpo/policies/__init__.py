@@ -47,6 +47,10 @@ def make_policy(cfg, idea_dim: int, generator: torch.Generator | None = None) ->
     if cfg.kind == "gaussian":
         from popgrpo.policies.gaussian import PromptGaussianPolicy
 
-        fields = cfg.model_dump(exclude={"kind", "device"})
+        fields = cfg.model_dump(exclude={"kind", "device", "causal_lm"})
         return PromptGaussianPolicy(idea_dim=idea_dim, generator=generator, **fields)
+    if cfg.kind == "causal_lm":
+        from popgrpo.policies.causal_lm import CausalLMPolicy
+
+        return CausalLMPolicy(cfg.causal_lm, "cpu", generator)
     raise ValueError(f"unknown policy.kind {cfg.kind!r}")

@@ -23,7 +23,9 @@ __all__ = ["RunDirectory", "metrics_schema"]
 
 def metrics_schema() -> pa.Schema:
     ints = {"epoch", "member", "archive_new", "archive_improved", "bad_rewards", "ideas"}
-    return pa.schema([(c, pa.int64() if c in ints else pa.float64()) for c in METRIC_COLUMNS])
+    columns = [(c, pa.int64() if c in ints else pa.float64()) for c in METRIC_COLUMNS]
+    # Why rewards were what they were, as JSON {"reward:reason": count} (text environments; null otherwise).
+    return pa.schema([*columns, ("reward_reasons", pa.string())])
 
 
 class RunDirectory:
@@ -47,6 +49,8 @@ class RunDirectory:
         return self._replace("config.yaml", config.to_yaml())
 
     def write_metrics(self, rows: list[dict]) -> Path:
+        # Rows read back by a resumed run carry pandas' NaN where a text column was null.
+        rows = [r if isinstance(r.get("reward_reasons"), str) else {**r, "reward_reasons": None} for r in rows]
         table = pa.Table.from_pylist(rows, schema=metrics_schema())
         target = self.path / "metrics.parquet"
         tmp = target.with_name(".metrics.parquet.tmp")

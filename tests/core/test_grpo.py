@@ -97,3 +97,42 @@ def test_kl_k3_is_nonnegative_zero_at_equality_and_unbiased():
     p, q = torch.distributions.Normal(0.0, 1.0), torch.distributions.Normal(0.5, 1.0)
     estimate = kl_penalty(p.log_prob(x), q.log_prob(x)).mean()
     assert abs(float(estimate) - 0.125) < 0.005
+
+
+# ---- token-level loss (language-model members) ------------------------------------------------
+def test_masked_aggregate_three_normalisations_by_hand():
+    from popgrpo.core.grpo import masked_aggregate
+
+    values = torch.tensor([[1.0, 2.0, 3.0, 99.0], [4.0, 99.0, 99.0, 99.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    # token: every token equal → (1+2+3+4)/4; sequence: mean of (6/3, 4/1); constant: 10/(2·4)
+    assert masked_aggregate(values, mask, "token").item() == pytest.approx(2.5)
+    assert masked_aggregate(values, mask, "sequence").item() == pytest.approx(3.0)
+    assert masked_aggregate(values, mask, "constant").item() == pytest.approx(1.25)
+    with pytest.raises(ValueError, match="normalisation"):
+        masked_aggregate(values, mask, "mean")
+    with pytest.raises(ValueError, match=r"\[N, T\]"):
+        masked_aggregate(values[0], mask[0])
+
+
+def test_token_surrogate_equals_sequence_surrogate_for_one_token_completions(gen):
+    """With one token per completion, the token loss is the per-idea clipped surrogate."""
+    from popgrpo.core.grpo import token_clipped_surrogate
+
+    logp, old = torch.randn(12, 1, generator=gen), torch.randn(12, 1, generator=gen)
+    adv = torch.randn(12, generator=gen)
+    token = token_clipped_surrogate(logp, old, adv, torch.ones(12, 1), clip=0.2)
+    assert token.item() == pytest.approx(clipped_surrogate(logp[:, 0], old[:, 0], adv, 0.2).item(), rel=1e-6)
+
+
+def test_token_surrogate_ignores_padding_and_clips_per_token():
+    from popgrpo.core.grpo import token_clipped_surrogate
+
+    old = torch.zeros(1, 3)
+    logp = torch.tensor([[0.5, 0.0, 5.0]], requires_grad=True)  # ratios e^0.5 ≈ 1.65 (clipped), 1, padding
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    loss = token_clipped_surrogate(logp, old, torch.tensor([1.0]), mask, clip=0.2)
+    assert loss.item() == pytest.approx(-(1.2 + 1.0) / 2)
+    loss.backward()
+    # The clipped token and the padding token get no gradient; the unclipped one -A/2.
+    assert torch.allclose(logp.grad, torch.tensor([[0.0, -0.5, 0.0]]))

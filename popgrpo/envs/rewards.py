@@ -1,0 +1,56 @@
+"""Built-in reward callables for the text environment (``env.text.rewards``).
+
+Each is called as ``fn(prompts, completions, **kwargs)`` with one prompt per completion
+(:class:`popgrpo.envs.text.TextEnv`), TRL's reward-function convention, and returns one float
+per completion or ``(floats, reasons)``. Write your own the same way and name it by import
+path in the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["execution_score", "target_fraction"]
+
+
+def target_fraction(prompts: Sequence[str], completions: Sequence[str], target: str = "a") -> list[float]:
+    """Share of a completion's characters that are ``target`` (0 for an empty completion).
+
+    A verifiable synthetic reward: with a character-level tokenizer it is the fraction of
+    target tokens, which a policy can raise by learning to emit that token.
+    """
+    if len(target) != 1:
+        raise ValueError(f"target must be one character, got {target!r}")
+    return [c.count(target) / len(c) if c else 0.0 for c in completions]
+
+
+def execution_score(
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    template: str = "{code}",
+    fenced: bool = True,
+    timeout_s: float = 5.0,
+    cpu_s: int = 5,
+    memory_mb: int = 512,
+    max_workers: int | None = None,
+    score_range: Sequence[float] | None = None,
+) -> tuple[list[float], list[str]]:
+    """Run each completion's code in a sandboxed process; its last printed line is the score.
+
+    The program is ``template`` with ``{code}`` replaced by the completion's code (its last
+    fenced block when ``fenced``, else the whole completion) and ``{prompt}`` by the prompt
+    (as a Python string literal). A run that times out, exhausts memory, crashes, touches what
+    it may not, or prints no number scores 0, with that reason
+    (:mod:`popgrpo.envs.sandbox`). Programs run in parallel, ``max_workers`` at a time.
+    """
+    from popgrpo.envs.sandbox import Sandbox, SandboxLimits, extract_code
+
+    programs: list[str | None] = []
+    for prompt, completion in zip(prompts, completions, strict=True):
+        code = extract_code(completion) if fenced else completion
+        programs.append(None if code is None else template.format(code=code, prompt=repr(prompt)))
+    limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
+    span = tuple(score_range) if score_range is not None else None
+    with Sandbox(limits, max_workers=max_workers, score_range=span) as sandbox:
+        results = sandbox.run_many(programs)
+    return [r.score for r in results], [r.reason for r in results]

