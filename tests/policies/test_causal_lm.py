@@ -5,8 +5,8 @@ import torch
 
 pytest.importorskip("peft")
 
-from popgrpo.policies.causal_lm import CausalLMPolicy, _completion_mask  # noqa: E402
-from tests.lm import lm_config  # noqa: E402
+from popgrpo.policies.causal_lm import CausalLMPolicy, _completion_mask
+from tests.lm import lm_config
 
 
 def _policy(tiny_lm, seed=0, **lm):
@@ -38,7 +38,7 @@ def test_load_state_dict_round_trip_and_mismatch(tiny_lm):
 
 def test_missing_model_names_the_field(tmp_path):
     cfg = lm_config(tmp_path / "nowhere").policy.causal_lm
-    with pytest.raises(FileNotFoundError, match="policy.causal_lm.model"):
+    with pytest.raises(FileNotFoundError, match=r"policy\.causal_lm\.model"):
         CausalLMPolicy(cfg)
 
 
