@@ -88,6 +88,18 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lm_tiny(args: argparse.Namespace) -> int:
+    from popgrpo.policies.causal_lm import build_tiny_causal_lm
+
+    out = Path(args.out)
+    if (out / "config.json").exists() and not args.force:
+        print(f"popgrpo: {out} already holds a model (--force overwrites it)", file=sys.stderr)
+        return 2
+    build_tiny_causal_lm(out, hidden_size=args.hidden, layers=args.layers, seed=args.seed)
+    print(f"popgrpo: toy causal LM written to {out} (use --set policy.causal_lm.model={out})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="popgrpo", description="Population GRPO against diversity collapse.")
     sub = parser.add_subparsers(dest="command")
@@ -120,6 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
     cfg.add_argument("--set", action="append", metavar="KEY=VALUE")
     cfg.add_argument("--markdown", action="store_true", help="print the config reference table")
     cfg.set_defaults(func=_cmd_config)
+
+    lm = sub.add_parser("lm", help="language-model helpers").add_subparsers(dest="lm_command", required=True)
+    tiny = lm.add_parser(
+        "tiny", help="write a randomly initialised toy causal LM + character tokenizer (offline tests, examples)"
+    )
+    tiny.add_argument("--out", required=True, help="directory to write (save_pretrained layout)")
+    tiny.add_argument("--hidden", type=int, default=32, help="hidden size (default 32)")
+    tiny.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
+    tiny.add_argument("--seed", type=int, default=0, help="weight-initialisation seed")
+    tiny.add_argument("--force", action="store_true", help="overwrite a model already in --out")
+    tiny.set_defaults(func=_cmd_lm_tiny)
 
     from popgrpo.ops import dashboards, jobs
     from popgrpo.study import cli as study_cli

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 __all__ = ["Config", "ConfigError", "config_markdown", "load_config", "parse_override"]
 
@@ -58,6 +58,14 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _absolute_if_exists(path: str | None) -> str | None:
+    """A relative path that exists here, made absolute: the config travels to Ray workers,
+    whose working directory is not the driver's. Anything else (a model name) is kept."""
+    if path and not Path(path).is_absolute() and Path(path).exists():
+        return str(Path(path).resolve())
+    return path
 
 
 class RunConfig(_Section):
@@ -114,6 +122,8 @@ class TextEnvConfig(_Section):
         description="Seed of the fixed random projection from embeddings to the archive's 2 behaviour dimensions; independent of run.seed so every run shares one behaviour space.",
     )
     embed_batch_size: int = Field(64, ge=1, description="Completions embedded per forward pass.")
+
+    _absolute_prompts_path = field_validator("prompts_path")(lambda v: _absolute_if_exists(v))
 
 
 class EnvConfig(_Section):
@@ -191,6 +201,8 @@ class CausalLMConfig(_Section):
         description="How token losses become one number (popgrpo.core.grpo.masked_aggregate): `token` (DAPO, TRL's default) weighs every token equally, `sequence` (original GRPO) weighs completions equally, `constant` (Dr. GRPO) divides by P·G·max_new_tokens. `token` avoids the sequence mean's length bias, which matters here: completion length is the complexity whose collapse popgrpo measures.",
     )
     lora: LoRAConfig = Field(default_factory=LoRAConfig, description="LoRA adapters (peft).")
+
+    _absolute_model_dir = field_validator("model")(lambda v: _absolute_if_exists(v))
 
 
 class PolicyConfig(_Section):

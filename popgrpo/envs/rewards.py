@@ -14,14 +14,16 @@ __all__ = ["execution_score", "target_fraction"]
 
 
 def target_fraction(prompts: Sequence[str], completions: Sequence[str], target: str = "a") -> list[float]:
-    """Share of a completion's characters that are ``target`` (0 for an empty completion).
+    """Share of a completion's characters that are one of the characters of ``target`` (0 when empty).
 
-    A verifiable synthetic reward: with a character-level tokenizer it is the fraction of
-    target tokens, which a policy can raise by learning to emit that token.
+    A verifiable synthetic reward: with a character-level tokenizer and one target character
+    it is the fraction of target tokens. With a set of characters (e.g. digits and operators)
+    it is a format reward, the dense companion of a sparse execution reward.
     """
-    if len(target) != 1:
-        raise ValueError(f"target must be one character, got {target!r}")
-    return [c.count(target) / len(c) if c else 0.0 for c in completions]
+    if not target:
+        raise ValueError("target must name at least one character")
+    allowed = set(target)
+    return [sum(ch in allowed for ch in c) / len(c) if c else 0.0 for c in completions]
 
 
 def execution_score(
@@ -34,6 +36,7 @@ def execution_score(
     memory_mb: int = 512,
     max_workers: int | None = None,
     score_range: Sequence[float] | None = None,
+    site_packages: bool = True,
 ) -> tuple[list[float], list[str]]:
     """Run each completion's code in a sandboxed process; its last printed line is the score.
 
@@ -41,7 +44,8 @@ def execution_score(
     fenced block when ``fenced``, else the whole completion) and ``{prompt}`` by the prompt
     (as a Python string literal). A run that times out, exhausts memory, crashes, touches what
     it may not, or prints no number scores 0, with that reason
-    (:mod:`popgrpo.envs.sandbox`). Programs run in parallel, ``max_workers`` at a time.
+    (:mod:`popgrpo.envs.sandbox`). Programs run in parallel, ``max_workers`` at a time;
+    ``site_packages=False`` starts them with the standard library only, several times faster.
     """
     from popgrpo.envs.sandbox import Sandbox, SandboxLimits, extract_code
 
@@ -51,6 +55,6 @@ def execution_score(
         programs.append(None if code is None else template.format(code=code, prompt=repr(prompt)))
     limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
     span = tuple(score_range) if score_range is not None else None
-    with Sandbox(limits, max_workers=max_workers, score_range=span) as sandbox:
+    with Sandbox(limits, max_workers=max_workers, score_range=span, site_packages=site_packages) as sandbox:
         results = sandbox.run_many(programs)
     return [r.score for r in results], [r.reason for r in results]

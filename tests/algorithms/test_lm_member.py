@@ -95,3 +95,53 @@ def test_token_normalisations_all_train(tiny_lm):
         row = member.train_epochs(1)[0]
         assert row["kl"] >= 0 and row["entropy"] > 0
         assert any(not torch.equal(v, before[k]) for k, v in member.get_weights().items()), how
+
+
+SANDBOX_PROGRAMS = """programs = {{
+    "loop": "while True: pass",
+    "bomb": "x = bytearray(10**10)",
+    "crash": "raise ValueError('boom')",
+    "write": "open(OUTSIDE, 'w').write('escaped')",
+    "garbage": "print('not a score')",
+    "ok": "print(0.5)",
+}}
+OUTSIDE = "@OUTSIDE@"
+exec(programs[{prompt}])
+"""
+
+
+def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path):
+    """Each prompt makes the executed program misbehave one way; each scores 0 with its reason."""
+    outside = tmp_path / "escaped.txt"
+    reasons = {"loop": "timeout", "bomb": "memory", "crash": "crash", "write": "forbidden", "garbage": "no_score"}
+    config = lm_config(
+        tiny_lm,
+        env={
+            "kind": "text",
+            "text": {
+                "prompts": [*reasons, "ok"],
+                "rewards": [
+                    {
+                        "fn": "popgrpo.envs.rewards:execution_score",
+                        "kwargs": {
+                            "template": SANDBOX_PROGRAMS.replace("@OUTSIDE@", str(outside)),
+                            "fenced": False,
+                            "timeout_s": 1.0,
+                            "memory_mb": 256,
+                        },
+                    }
+                ],
+            },
+        },
+        grpo={"group_size": 2, "steps_per_epoch": 1, "lr": 0.03, "kl_coef": 0.0},
+        eval={"merged": False, "k": 2, "samples": 8},
+    )
+    config.policy.causal_lm.prompts_per_step = 6
+    member = make_member(0, config, LocalArchive())
+    rows = member.train_epochs(2)
+    expected = {f"execution_score:{r}": 2 for r in [*reasons.values(), "ok"]}
+    assert [json.loads(row["reward_reasons"]) for row in rows] == [expected, expected]
+    assert all(row["reward_max"] == 0.5 and row["bad_rewards"] == 0 for row in rows)
+    assert rows[-1]["reward_mean"] == pytest.approx(0.5 / 6)  # only the two "ok" completions score
+    assert not outside.exists()
+    assert member.epochs_done == 2

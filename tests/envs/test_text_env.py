@@ -78,8 +78,9 @@ def test_weighted_rewards_none_as_nan_and_reasons_counted():
 
 def test_target_fraction():
     assert target_fraction(["", "", ""], ["aaba", "", "xyz"], target="a") == [0.75, 0.0, 0.0]
+    assert target_fraction([""], ["1+x2"], target="0123456789+") == [0.75]
     with pytest.raises(ValueError):
-        target_fraction([""], ["a"], target="ab")
+        target_fraction([""], ["a"], target="")
 
 
 DISTINCT = [
