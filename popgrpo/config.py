@@ -525,10 +525,6 @@ class Config(_Section):
             raise ValueError(
                 "population.vectorize packs Gaussian policies only; set it false for policy.kind=causal_lm"
             )
-        if self.eval.merged or self.scheduler.merge == "greedy_soup":
-            raise ValueError(
-                "eval.merged and scheduler.merge=greedy_soup evaluate weights in the driver, which is not implemented for policy.kind=causal_lm yet; set eval.merged=false and pick another merge"
-            )
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

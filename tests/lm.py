@@ -26,7 +26,7 @@ def lm_config(model_dir, **sections) -> Config:
         },
         "grpo": {"group_size": 8, "steps_per_epoch": 5, "lr": 0.03, "kl_coef": 0.0},
         "population": {"size": 2},
-        "eval": {"merged": False, "k": 4, "samples": 8},
+        "eval": {"merged": False, "k": 4, "samples": 8},  # the driver's evaluation: its own test
     }
     for section, values in sections.items():
         merged = copy.deepcopy(data.get(section, {}))

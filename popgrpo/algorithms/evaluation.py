@@ -24,7 +24,7 @@ from popgrpo.core.selection import pop_score
 from popgrpo.envs import Environment, make_env
 from popgrpo.policies import Policy, make_policy
 
-__all__ = ["PURPOSE_GREEDY", "PURPOSE_MERGED", "WeightsEvaluator", "evaluate_weights"]
+__all__ = ["PURPOSE_GREEDY", "PURPOSE_MERGED", "WeightsEvaluator", "evaluate_lm_weights", "evaluate_weights"]
 
 PURPOSE_GREEDY = 0  # greedy soup's held-out score of each candidate
 PURPOSE_MERGED = 1  # the merged model's reported pass@k / best@k (draws greedy soup never saw)
@@ -48,6 +48,11 @@ def evaluate_weights(
     ideas = policy.sample(prompts, cfg.samples, generator)  # [P, n, d]
     flat = ideas.reshape(-1, ideas.shape[-1]).cpu()
     rewards = env.reward(flat, generator).reshape(ideas.shape[0], ideas.shape[1]).to(torch.float64)
+    return _metrics(rewards, flat, cfg)
+
+
+def _metrics(rewards: torch.Tensor, flat: torch.Tensor, cfg: EvalConfig) -> dict:
+    """pass@1/k, best@k, reward, diversity and pop score of ``rewards [P, n]`` for ideas ``flat [P·n, d]``."""
     pass_1, _ = group_pass_best_at_k(rewards, cfg.success_threshold, 1)
     pass_k, best_k = group_pass_best_at_k(rewards, cfg.success_threshold, cfg.k)
     good = rewards[torch.isfinite(rewards)]
@@ -68,6 +73,21 @@ def evaluate_weights(
     }
 
 
+@torch.no_grad()
+def evaluate_lm_weights(
+    weights: Mapping[str, torch.Tensor], policy, env, cfg: EvalConfig, generator: torch.Generator
+) -> dict:
+    """:func:`evaluate_weights` for a language model: ``weights`` are LoRA adapters loaded into
+    ``policy`` (a :class:`~popgrpo.policies.causal_lm.CausalLMPolicy`), each of the text
+    environment's prompts is one problem with ``cfg.samples`` completions, and diversity is the
+    mean pairwise cosine distance of the completions' embeddings."""
+    policy.load_state_dict(dict(weights))
+    rollout = policy.rollout(env.prompts, cfg.samples, generator)
+    prompt_of = [p for p in env.prompts for _ in range(cfg.samples)]
+    rewards, _ = env.reward(prompt_of, rollout.completions)
+    return _metrics(rewards.reshape(len(env.prompts), cfg.samples).double(), env.embed(rollout.completions), cfg)
+
+
 class WeightsEvaluator:
     """The driver's evaluator: one environment and one scratch CPU policy for the whole run.
 
@@ -79,9 +99,12 @@ class WeightsEvaluator:
         self.config = config
         self.env = env if env is not None else make_env(config.env)
         # A fixed generator: the initial values are overwritten by every evaluation's weights,
-        # and the global torch RNG stays untouched.
-        self.policy = make_policy(config.policy, self.env.idea_dim, torch.Generator().manual_seed(0))
+        # and the global torch RNG stays untouched. A language model is loaded here, on the CPU.
+        self.is_lm = config.policy.kind == "causal_lm"
+        idea_dim = 0 if self.is_lm else self.env.idea_dim
+        self.policy = make_policy(config.policy, idea_dim, torch.Generator().manual_seed(0))
 
     def __call__(self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int) -> dict:
         generator = torch_generator(self.config.run.seed, STREAM_EVAL, round_index, purpose)
-        return evaluate_weights(weights, self.policy, self.env, self.config.eval, generator)
+        evaluate = evaluate_lm_weights if self.is_lm else evaluate_weights
+        return evaluate(weights, self.policy, self.env, self.config.eval, generator)

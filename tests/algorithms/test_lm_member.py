@@ -145,3 +145,35 @@ def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path
     assert rows[-1]["reward_mean"] == pytest.approx(0.5 / 6)  # only the two "ok" completions score
     assert not outside.exists()
     assert member.epochs_done == 2
+
+
+@pytest.mark.integration
+def test_greedy_soup_and_the_merged_models_evaluation_work_on_adapters(tiny_lm, tmp_path):
+    """The driver's held-out evaluation loads adapters into its own copy of the model."""
+    config = lm_config(
+        tiny_lm,
+        run={"epochs": 4, "seed": 1},
+        grpo={"group_size": 4, "steps_per_epoch": 3, "lr": 0.05, "kl_coef": 0.0},
+        scheduler={"enabled": True, "interval_epochs": 2, "top_m": 2, "merge": "greedy_soup", "perturb_sigma": 0.0},
+        eval={"merged": True, "k": 4, "samples": 8},
+    )
+    train(config, tmp_path / "run", progress=False)
+    (record,) = [json.loads(line) for line in (tmp_path / "run" / "lineage.jsonl").read_text().splitlines()]
+    assert record["merge"]["kind"] == "greedy_soup" and record["merge"]["members"]
+    merged = record["eval"]["merged"]
+    assert merged["n"] == 8 and 0 <= merged["reward_mean"] <= merged["reward_max"] <= 1
+    assert 0 < merged["diversity"] < 2
+
+
+def test_lm_evaluation_is_seeded_and_sees_the_adapters(tiny_lm):
+    from popgrpo.algorithms.evaluation import WeightsEvaluator
+
+    config = lm_config(tiny_lm, eval={"merged": True, "k": 4, "samples": 8})
+    evaluator = WeightsEvaluator(config)
+    member = make_member(0, config, LocalArchive(), env=evaluator.env)
+    start = member.get_weights()
+    first, again = evaluator(start, 0, 1), evaluator(start, 0, 1)
+    assert first == again and first["reward_mean"] < 0.1  # same stream, same numbers; ~1/52 by chance
+    member.train_epochs(3)
+    trained = evaluator(member.get_weights(), 0, 1)
+    assert trained["reward_mean"] > first["reward_mean"] + 0.2
