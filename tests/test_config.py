@@ -104,3 +104,45 @@ def test_readme_metrics_table_in_sync():
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert metrics_markdown() in readme, "README metrics table is stale: regenerate from popgrpo.telemetry.live"
+
+
+LM_BASE = [
+    "env.kind=text",
+    "policy.kind=causal_lm",
+    "policy.causal_lm.model=some/model",
+    "env.text.prompts=[p]",
+    "env.text.rewards=[{fn: popgrpo.envs.rewards:target_fraction}]",
+    "eval.k=4",
+    "grpo.group_size=8",
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env.kind=text"], "causal_lm policy needs env.kind=text"),
+        (["policy.kind=causal_lm"], "causal_lm policy needs env.kind=text"),
+        (["policy.causal_lm.model=null"], "policy.causal_lm.model"),
+        (["env.text.rewards=[]"], "env.text.rewards"),
+        (["env.text.prompts=[]"], "env.text.prompts"),
+        (["population.vectorize=true"], "population.vectorize"),
+        (["env.text.rewards=[{weight: 1}]"], "fn"),
+        (["policy.causal_lm.loss_normalisation=mean"], "loss_normalisation"),
+    ],
+)
+def test_language_model_configs_explain_what_is_missing(overrides, message):
+    base = LM_BASE if overrides[0] not in ("env.kind=text", "policy.kind=causal_lm") else []
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, [*base, *overrides])
+
+
+def test_language_model_config_and_relative_paths(tmp_path, monkeypatch):
+    cfg = load_config(None, LM_BASE)
+    assert cfg.policy.causal_lm.model == "some/model"  # a name, not a path here: kept as is
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    (tmp_path / "prompts.txt").write_text("p\n")
+    cfg = load_config(None, [*LM_BASE, "policy.causal_lm.model=models/m", "env.text.prompts_path=prompts.txt"])
+    # Existing relative paths become absolute: the config travels to workers with another cwd.
+    assert cfg.policy.causal_lm.model == str(tmp_path / "models" / "m")
+    assert cfg.env.text.prompts_path == str(tmp_path / "prompts.txt")
