@@ -12,8 +12,9 @@ calls) and the last (no merge) are not counted.
 The members' own training is what the same members cost trained in this process by the
 in-process executor (same seeds, same numbers, the archive in-process too), spread over the
 cores the actors can use: ``local train time / min(cores, actors)``. Everything else in the
-Ray round is outside member training: per-step archive round trips, actor calls,
-time-sharing, and the round's driver work.
+Ray round is outside member training: actor calls, time-sharing, the round's driver work,
+and per-step archive round trips where there are any (a shared archive, or Redis
+write-through; the default private archives live in the member actors and make none).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def _train(cfg: Config, factory) -> TimedExecutor:
 def run(quick: bool = False, cores: int = CORES) -> dict:
     """Needs a connected single-node Ray with at least ``population.size`` logical CPUs."""
     from popgrpo.runtime.executor import LocalExecutor
-    from popgrpo.runtime.ray_executor import RayExecutor
+    from popgrpo.runtime.ray_executor import RayExecutor, archives_in_groups
 
     cfg, rounds = default_config(quick)
     remote = _train(cfg, lambda c, d: RayExecutor(c, run_dir=d))
@@ -125,7 +126,11 @@ def run(quick: bool = False, cores: int = CORES) -> dict:
         "local": local_parts,
         "members": members,
         "outside_share": 1 - members / ray_parts["round"],
-        "archive_calls": cfg.population.size * cfg.scheduler.interval_epochs * (cfg.grpo.steps_per_epoch + 1),
+        # Per round: one call per step and one for the epoch's stats, per member; none when the
+        # private archives live in the member actors.
+        "archive_calls": 0
+        if archives_in_groups(cfg)
+        else cfg.population.size * cfg.scheduler.interval_epochs * (cfg.grpo.steps_per_epoch + 1),
     }
 
 
@@ -149,7 +154,12 @@ def markdown(r: dict) -> str:
             pct(local_p["train"], local_p["round"]),
         ],
         [
-            f"rest of the `train` call: {r['archive_calls']} archive round trips, actor calls, time-sharing",
+            (
+                f"rest of the `train` call: {r['archive_calls']} archive round trips, actor calls, time-sharing"
+                if r["archive_calls"]
+                else "rest of the `train` call: actor calls, time-sharing (no archive calls: "
+                "private archives in the member actors)"
+            ),
             ms(in_train),
             pct(in_train, ray_p["round"]),
             "—",
@@ -202,3 +212,24 @@ def markdown(r: dict) -> str:
             breakdown,
         ]
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.round_overhead [--quick]``: section 3 alone, printed as Markdown."""
+    import argparse
+
+    from benchmarks.common import local_ray
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.round_overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 short rounds, the members packed into one actor")
+    args = parser.parse_args(argv)
+    cfg, _ = default_config(args.quick)
+    # As the suite starts Ray for this section: 3 × cores logical CPUs, at least one per member.
+    with local_ray(num_cpus=max(3 * CORES, cfg.population.size)):
+        result = run(args.quick, CORES)
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

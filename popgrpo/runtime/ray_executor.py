@@ -1,4 +1,4 @@
-"""The Ray executor: members packed into actors, one named archive actor per run.
+"""The Ray executor: members packed into actors; where the archives live depends on the config.
 
 Thin by design: actors hold :class:`~popgrpo.algorithms.member.Member` objects and
 :class:`~popgrpo.algorithms.archive_service.LocalArchive` objects and call their methods;
@@ -9,8 +9,24 @@ member id (not by actor or process), so a run gives the same numbers here as on 
 Traffic per round: one ``train`` call per actor (T epochs each); the merged model is
 ``ray.put`` once and every actor receives the same object reference; each member mutates it
 locally (Gaussian or SVD, from its own (member, round) stream).
-Per GRPO step, each member makes one call to the archive actor (``step``: statuses and
-novelty together), because QD-GRPO's bonuses need the statuses before the update.
+
+Where the archives (MAP-Elites grid + novelty memory) live:
+
+* **Private archives, no Redis** (``archive.shared: false``, ``archive.redis_url`` unset; the
+  default): each member's :class:`LocalArchive` lives in its :class:`MemberGroup` actor and the
+  member calls it in-process, as on the ``LocalExecutor``: no Ray call per GRPO step, and no
+  archive actor. The driver fetches the archive states from the groups at each round's
+  :meth:`RayExecutor.snapshot`, together with the member states (one call per actor); that is
+  the checkpoint and the point a rebuilt actor restarts from, members and archives together,
+  before it replays the round exactly.
+* **Shared archive** (``archive.shared: true``): one archive must have one writer, so it lives
+  in the named archive actor (:class:`ArchiveActor`), and each member makes one call to it per
+  GRPO step (``step``: statuses and novelty together; QD-GRPO's bonuses need the statuses
+  before the update).
+* **Redis write-through** (``archive.redis_url`` set, private or shared): the archive actor
+  keeps every archive and is called per step, as for a shared archive, so that every accepted
+  elite is in Redis before its status returns to the member. Redis is what buys that guarantee;
+  its price is the per-step round trip.
 """
 
 from __future__ import annotations
@@ -43,6 +59,7 @@ __all__ = [
     "MemberGroup",
     "RayExecutor",
     "SetupError",
+    "archives_in_groups",
     "connect",
     "force_loopback",
     "start_local_ray",
@@ -123,6 +140,9 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
 class ArchiveActor:
     """Owns the run's archive(s) and novelty memories: one shared, or one per member.
 
+    Only with a shared archive or with ``archive.redis_url`` (see the module docstring);
+    private archives without Redis live in the member actors instead.
+
     Ray restarts it if its process dies, and retries the calls that were in flight. A
     restarted actor rebuilds its state from the run directory's last round snapshot (it is
     pinned to the driver's node, where the run directory is) and then, with
@@ -194,6 +214,17 @@ class ArchiveActor:
         return os.getpid()
 
 
+def _private_archive(config: Config) -> LocalArchive:
+    """A member's own archive and novelty memory (as :func:`~popgrpo.runtime.executor.make_archives` builds them)."""
+    nov = config.maxent.novelty
+    return LocalArchive(config.archive.cells_per_dim, nov.capacity, nov.k)
+
+
+def archives_in_groups(config: Config) -> bool:
+    """True when each member's private archive lives in its member actor (no per-step archive calls)."""
+    return not config.archive.shared and not config.archive.redis_url
+
+
 class _RemoteArchive:
     """ArchiveService that forwards each step to the archive actor (one round trip)."""
 
@@ -217,7 +248,11 @@ class _RemoteArchive:
 
 @ray.remote
 class MemberGroup:
-    """Several members packed into one actor (``population.members_per_actor``)."""
+    """Several members packed into one actor (``population.members_per_actor``).
+
+    With ``archive_handle`` None each member's private archive lives here and is called
+    in-process (:func:`archives_in_groups`); otherwise members call the archive actor.
+    """
 
     def __init__(self, config_json: str, member_ids: Sequence[int], archive_handle, run_tag: str) -> None:
         config = Config.model_validate_json(config_json)
@@ -227,8 +262,18 @@ class MemberGroup:
         self.device, self.device_warning = resolve_device(config.policy.device, bool(self.gpu_ids))
         if self.device_warning:
             log.warning("members %s: %s", list(member_ids), self.device_warning)
+        self.archives: dict[int, LocalArchive] = {}
+        if archive_handle is None:
+            self.archives = {k: _private_archive(config) for k in member_ids}
         self.members = {
-            k: make_member(k, config, _RemoteArchive(archive_handle, 0 if config.archive.shared else k), device=self.device)
+            k: make_member(
+                k,
+                config,
+                self.archives[k]
+                if archive_handle is None
+                else _RemoteArchive(archive_handle, 0 if config.archive.shared else k),
+                device=self.device,
+            )
             for k in member_ids
         }
         self.packed = None
@@ -273,6 +318,18 @@ class MemberGroup:
         for k, state in states.items():
             self.members[k].load_state_dict(state)
 
+    # The archives held here (archives_in_groups); empty otherwise.
+    def archive_states(self) -> dict[int, dict]:
+        return {k: a.state_dict() for k, a in self.archives.items()}
+
+    def load_archive_states(self, states: Mapping[int, dict]) -> None:
+        for k, state in states.items():
+            self.archives[k].load_state_dict(state)  # in place: the member keeps its reference
+
+    def snapshot(self) -> dict[str, dict[int, dict]]:
+        """Member states and the archives held here, in one call."""
+        return {"members": self.states(), "archives": self.archive_states()}
+
 
 class RayExecutor:
     """Members on Ray actors; the same interface as :class:`LocalExecutor`."""
@@ -302,12 +359,17 @@ class RayExecutor:
             redis_password = resolve_redis_password(config.archive.redis_url)
             self._check_redis(config.archive.redis_url, redis_password)
         run_key = f"{config.run.name}-{self.run_id}"  # names the archive actor and its Redis keys
-        self.archive = ArchiveActor.options(
-            name=f"popgrpo-archive-{run_key}",
-            # On the driver's node: a restarted archive actor reads the run directory's snapshot.
-            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-        ).remote(config_json, str(run_dir) if run_dir else None, run_key, redis_password)
-        self._archive_pid = ray.get(self.archive.pid.remote())
+        # Private archives without Redis live in the member actors: no archive actor at all.
+        self._in_groups = archives_in_groups(config)
+        self.archive = None
+        self._archive_pid: int | None = None
+        if not self._in_groups:
+            self.archive = ArchiveActor.options(
+                name=f"popgrpo-archive-{run_key}",
+                # On the driver's node: a restarted archive actor reads the run directory's snapshot.
+                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+            ).remote(config_json, str(run_dir) if run_dir else None, run_key, redis_password)
+            self._archive_pid = ray.get(self.archive.pid.remote())
         self._config_json = config_json
         self._actors = [self._new_group(group) for group in self._groups]
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
@@ -401,7 +463,9 @@ class RayExecutor:
                     ray.get(actor.load_states.remote({k: self._restore_members[k] for k in group}))
                 else:
                     ray.get(actor.pid.remote())
-                if not self.config.archive.shared:
+                if self._in_groups:  # its members' private archives, from the same restore point
+                    ray.get(actor.load_archive_states.remote({k: self._restore_archives[k] for k in group}))
+                elif not self.config.archive.shared:  # roll them back in the archive actor
                     ray.get(self.archive.load_states.remote({k: self._restore_archives[k] for k in group}))
                 for method, args_for in self._since_restore:
                     ray.get(getattr(actor, method).remote(*args_for(g)))
@@ -440,9 +504,17 @@ class RayExecutor:
             infos.update(part)
         return [infos[k] for k in range(self.n_members)]
 
+    def _archive_states(self) -> list[dict]:
+        if not self._in_groups:
+            return ray.get(self.archive.state_dicts.remote())
+        states: dict[int, dict] = {}
+        for part in self._call("archive_states", lambda g: ()).values():
+            states.update(part)
+        return [states[k] for k in range(self.n_members)]
+
     def archives(self) -> list[LocalArchive]:
         archives = []
-        for state in ray.get(self.archive.state_dicts.remote()):
+        for state in self._archive_states():
             local = LocalArchive()
             local.load_state_dict(state)
             archives.append(local)
@@ -455,7 +527,20 @@ class RayExecutor:
         return [states[k] for k in range(self.n_members)]
 
     def snapshot(self) -> tuple[list[dict], list[dict]]:
-        """Member and archive states for the round checkpoint; also the restart point of lost actors."""
+        """Member and archive states for the round checkpoint; also the restart point of lost actors.
+
+        With the archives in the member actors, one call per actor returns both.
+        """
+        if self._in_groups:
+            members: dict[int, dict] = {}
+            archives: dict[int, dict] = {}
+            for part in self._call("snapshot", lambda g: ()).values():
+                members.update(part["members"])
+                archives.update(part["archives"])
+            self._restore_members = [members[k] for k in range(self.n_members)]
+            self._restore_archives = [archives[k] for k in range(self.n_members)]
+            self._since_restore = []
+            return self._restore_members, self._restore_archives
         self._restore_members = self.member_states()
         self._restore_archives = ray.get(self.archive.state_dicts.remote())
         self._since_restore = []
@@ -480,12 +565,16 @@ class RayExecutor:
 
     def load_archive_states(self, states: Sequence[dict]) -> None:
         self._restore_archives = list(states)
-        ray.get(self.archive.load_state_dicts.remote(list(states)))
+        if self._in_groups:
+            self._call("load_archive_states", lambda g: ({k: states[k] for k in self._groups[g]},))
+        else:
+            ray.get(self.archive.load_state_dicts.remote(list(states)))
 
     def close(self) -> None:
         self.metrics.close()  # a finished run's gauges may expire now
         for actor in [*self._actors, self.archive]:
-            ray.kill(actor)
+            if actor is not None:
+                ray.kill(actor)
         if self._started_ray:
             ray.shutdown()
 

@@ -40,39 +40,67 @@ def _cfg(*extra):
     )
 
 
-def _run(executor, cfg, during_round=None):
-    try:
-        return drive(cfg, executor, during_round)
-    finally:
-        executor.close()
+def kill_when_busy(actor, kill, timeout=60.0):
+    """Call ``kill()`` as soon as ``actor`` is busy: a probe call is not answered at once.
 
-
-def _kill_soon(pid, delay=0.3):
+    A member actor runs one call at a time, so a probe that waits means a call (the next
+    round's ``train``) is in progress: the kill lands mid-call whatever a round's length.
+    Returns an event set once ``kill`` has run.
+    """
     done = threading.Event()
 
-    def kill():
-        os.kill(pid, signal.SIGKILL)
-        done.set()
+    def probe():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _ = ray.wait([actor.pid.remote()], timeout=0.02)
+            if not ready:
+                kill()
+                done.set()
+                return
 
-    threading.Timer(delay, kill).start()
+    threading.Thread(target=probe, daemon=True).start()
     return done
 
 
-def test_member_process_sigkilled_mid_round_replays_to_the_same_numbers(ray_local):
-    cfg = _cfg()
-    reference = _run(LocalExecutor(cfg), cfg)
+def _sigkill_member_actor_mid_round(cfg):
+    """Run ``cfg`` on Ray, SIGKILL member actor 0 in the middle of round 1; rows, lineage, archives, restarts."""
     executor = RayExecutor(cfg)
     killed = []
 
     def during_round(ex):  # round 1 starts right after this returns
         pid = ray.get(ex._actors[0].pid.remote())
-        killed.append(_kill_soon(pid))
+        killed.append(kill_when_busy(ex._actors[0], lambda: os.kill(pid, signal.SIGKILL)))
 
-    rows, lineage = _run(executor, cfg, during_round)
-    assert killed and killed[0].is_set()
-    assert executor.restarts == 1
-    assert rows == reference[0]
+    try:
+        rows, lineage = drive(cfg, executor, during_round)
+        archives = executor.archives()
+    finally:
+        executor.close()
+    assert killed and killed[0].wait(timeout=5)
+    return rows, lineage, archives, executor.restarts
+
+
+def _assert_same_archives(remote, local):
+    assert len(remote) == len(local)
+    for a, b in zip(remote, local, strict=True):
+        ea, eb = a.archive.elites(), b.archive.elites()
+        for key in ea:
+            np.testing.assert_array_equal(ea[key], eb[key])
+        np.testing.assert_array_equal(a.memory.state_dict()["ideas"], b.memory.state_dict()["ideas"])
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_member_process_sigkilled_mid_round_replays_to_the_same_numbers(ray_local, vectorize):
+    """Private archives live in the member actors: the rebuilt actor gets its members' archives
+    back from the round snapshot with their states, and the replay gives the same numbers."""
+    cfg = _cfg(f"population.vectorize={str(vectorize).lower()}")
+    local = LocalExecutor(cfg)
+    reference = drive(cfg, local)
+    rows, lineage, archives, restarts = _sigkill_member_actor_mid_round(cfg)
+    assert restarts == 1
+    assert rows == reference[0]  # archive_new/_improved/_coverage/_qd_score included
     assert lineage == reference[1]
+    _assert_same_archives(archives, local.archives())
 
 
 # ---- the archive actor ---------------------------------------------------------------------
@@ -120,7 +148,8 @@ def _train_and_kill_archive(tmp_path, cfg, monkeypatch):
 
 
 def test_archive_actor_killed_without_redis_restores_the_last_snapshot(tmp_path, ray_local, monkeypatch):
-    cfg = _cfg("run.epochs=8", "grpo.steps_per_epoch=16")
+    # Without Redis only a shared archive lives in the archive actor; private ones live in the member actors.
+    cfg = _cfg("run.epochs=8", "grpo.steps_per_epoch=16", "archive.shared=true")
     summary, captured, final_maps, events = _train_and_kill_archive(tmp_path, cfg, monkeypatch)
     assert summary["epochs"] == 8
     assert "round 0 snapshot" in events[0]["reason"]

@@ -90,3 +90,38 @@ def test_vectorized_packed_actors_equal_the_in_process_run(ray_local):
     finally:
         executor.close()
     pd.testing.assert_frame_equal(pd.DataFrame(rows), pd.DataFrame(reference), atol=1e-6)
+
+
+def test_private_archives_in_vectorized_packs_equal_the_in_process_run(ray_local):
+    """The default private archives live in the member actors (no archive actor, no per-step
+    call): two actors of three vectorised members, QD bonuses and novelty on, give the
+    in-process vectorised run's rows, lineage, archives, novelty memories and weights bit for bit."""
+    sets = ["population.size=6", "population.members_per_actor=3", "population.vectorize=true",
+            "population.resources.num_cpus=0.5", "run.epochs=4", "scheduler.interval_epochs=2",
+            "grpo.steps_per_epoch=3", "qd.enabled=true", "maxent.novelty.enabled=true"]  # fmt: skip
+    cfg = load_config(preset_path("pop_grpo"), sets)
+    local = LocalExecutor(cfg)
+    reference = drive(cfg, local)
+    executor = RayExecutor(cfg)
+    try:
+        assert executor.archive is None  # nothing to call per step
+        rows, lineage = drive(cfg, executor)
+        members, archive_states = executor.snapshot()
+        archives = executor.archives()
+        weights = executor.get_weights(range(cfg.population.size))
+    finally:
+        executor.close()
+    assert rows == reference[0]
+    assert lineage == reference[1]
+    assert sum(r["archive_new"] for r in rows) > 0 and not any(np.isnan(r["novelty"]) for r in rows)
+    assert len(archives) == len(archive_states) == 6
+    for a, b, state in zip(archives, local.archives(), archive_states, strict=True):
+        ea, eb = a.archive.elites(), b.archive.elites()
+        for key in ea:
+            np.testing.assert_array_equal(ea[key], eb[key])
+            np.testing.assert_array_equal(state["archive"][key], eb[key])
+        np.testing.assert_array_equal(a.memory.state_dict()["ideas"], b.memory.state_dict()["ideas"])
+    for state, b in zip(members, local.member_states(), strict=True):
+        assert state["epochs_done"] == b["epochs_done"] and state["alpha"] == b["alpha"]
+    for wa, wb in zip(weights, local.get_weights(range(6)), strict=True):
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
