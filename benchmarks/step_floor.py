@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import md_table, met
-from popgrpo.algorithms.member import initial_weights
+from popgrpo.algorithms.member import initial_weights, make_optimizer
 from popgrpo.config import Config, load_config, preset_path
 from popgrpo.envs import make_env
 from popgrpo.runtime.executor import LocalExecutor
@@ -37,7 +37,7 @@ class BareGRPO:
         weights = initial_weights(config)  # the member's starting point; the cost does not depend on it
         self.params = {k: v.clone().requires_grad_() for k, v in weights.items()}
         self.reference = {k: v.clone() for k, v in weights.items()}
-        self.optimizer = torch.optim.Adam(self.params.values(), lr=config.grpo.lr)
+        self.optimizer = make_optimizer(self.params.values(), config)  # the member's Adam (grpo.adam)
         self.env = make_env(config.env)
         self.generator = torch.Generator().manual_seed(seed)
 

@@ -256,6 +256,13 @@ class GRPOConfig(_Section):
         description="Gradient steps on each sampled batch (TRL's num_iterations; 1 = on-policy, ratio 1 at the step).",
     )
     adv_eps: float = Field(1e-6, gt=0, description="ε added to the group std in advantage normalisation.")
+    adam: Literal["fused", "foreach", "for_loop"] = Field(
+        "fused",
+        description="Adam's implementation (torch.optim.Adam fused= / foreach=): the same update, different kernels. "
+        "'fused' is one kernel for all parameters (several times faster than 'for_loop' on a CPU for the "
+        "paper's small policy: BENCHMARKS.md, section 1); 'for_loop' is torch's CPU default before this option existed, for "
+        "reproducing older runs to the last bit. Falls back to 'foreach' where torch has no fused kernel.",
+    )
     max_bad_reward_fraction: float = Field(
         0.5,
         ge=0,

@@ -27,7 +27,7 @@ from collections import Counter
 import torch
 
 from popgrpo.algorithms.archive_service import ArchiveService
-from popgrpo.algorithms.member import _STREAM_MEMBER, Member, StepBatch, init_generator
+from popgrpo.algorithms.member import _STREAM_MEMBER, Member, StepBatch, init_generator, make_optimizer
 from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.grpo import kl_penalty, masked_aggregate, token_clipped_surrogate
@@ -57,12 +57,13 @@ class LMMember(Member):
         self.env = env if env is not None else make_env(config.env, self.device)
         self.policy = CausalLMPolicy(config.policy.causal_lm, self.device, init_generator(config, member_id))
         self._round0 = self.policy.state_dict()  # θ_0 of the svd mutation: the initial adapters
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.grpo.lr)
+        self.optimizer = make_optimizer(self.policy.parameters(), config)
         ent = config.maxent.entropy
         self.alpha = AdaptiveAlpha(ent.target, ent.alpha_init, ent.alpha_lr)
         self.generator = torch_generator(config.run.seed, _STREAM_MEMBER, member_id)
         self.epochs_done = 0
         self.bad_rewards_total = 0
+        self._pending = []
 
     def _draw_prompts(self) -> list[str]:
         """``prompts_per_step`` prompts: without replacement when there are enough, else with."""
@@ -119,8 +120,8 @@ class LMMember(Member):
             None,
             {},
         )
-        request = self._submit(batch, self.env.behaviour(embeddings))
-        return self._score_end(batch, self.archive.result(request)), reasons
+        request = self._submit(batch)  # behaviours: the embeddings' projection (TextEnv.behaviour)
+        return self._score_end(batch, self._archive_result(request)), reasons
 
     def _loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Token-level clipped surrogate + KL (k3) − α·H; ``logp`` is ``[N, T]``, ``entropy`` a scalar."""

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from popgrpo.algorithms.member import Member
+from popgrpo.algorithms.member import Member, make_optimizer
 
 __all__ = ["PackedMembers", "can_pack"]
 
@@ -66,7 +66,7 @@ class PackedMembers:
         ref = [dict(m.reference.named_parameters()) for m in self.members]
         params = {n: torch.stack([o[n].detach() for o in own]).requires_grad_(True) for n in self._names}
         reference = {n: torch.stack([r[n].detach() for r in ref]) for n in self._names}
-        optimizer = torch.optim.Adam(list(params.values()), lr=self.config.grpo.lr)
+        optimizer = make_optimizer(params.values(), self.config)
         states = [m.optimizer.state_dict()["state"] for m in self.members]
         if any(states):
             steps = {float(s[i]["step"]) for s in states for i in s}
@@ -137,7 +137,7 @@ class PackedMembers:
         # one round-trip latency per step for the whole pack, not one per member.
         begun = [m._score_begin(ideas[k], old_logp[k], ref_logp[k]) for k, m in enumerate(members)]
         batches = [
-            m._score_end(batch, m.archive.result(request)) for m, (batch, request) in zip(members, begun, strict=True)
+            m._score_end(batch, m._archive_result(request)) for m, (batch, request) in zip(members, begun, strict=True)
         ]
         for _ in range(cfg.grpo.updates_per_batch):
             logp, entropy = self._forward(params, ideas)

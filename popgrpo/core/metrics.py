@@ -7,7 +7,16 @@ import math
 
 import torch
 
-__all__ = ["best_at_k", "complexity", "group_pass_best_at_k", "pairwise_diversity", "pass_at_k", "pass_at_k_rows"]
+__all__ = [
+    "best_at_k",
+    "complexity",
+    "group_pass_best_at_k",
+    "group_pass_best_at_k_batches",
+    "pairwise_diversity",
+    "pairwise_diversity_batches",
+    "pass_at_k",
+    "pass_at_k_rows",
+]
 
 
 def pairwise_diversity(ideas: torch.Tensor, eps: float = 1e-12) -> float:
@@ -16,15 +25,23 @@ def pairwise_diversity(ideas: torch.Tensor, eps: float = 1e-12) -> float:
     ``ideas`` is ``[N, d]``; fewer than two ideas give 0. The range is [0, 2]: 0 for ideas
     pointing one way, about 1 for random directions in high dimension.
     """
-    n = ideas.shape[0]
+    return float(pairwise_diversity_batches(ideas[None], eps)[0])
+
+
+def pairwise_diversity_batches(ideas: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """:func:`pairwise_diversity` of each of ``S`` batches ``[S, N, d]`` at once → ``[S]``.
+
+    A member computes its epoch's per-step diversities in one call (one step = one batch).
+    """
+    s, n = ideas.shape[:2]
     if n < 2:
-        return 0.0
-    unit = ideas / ideas.norm(dim=1, keepdim=True).clamp_min(eps)
+        return torch.zeros(s, dtype=ideas.dtype)
+    unit = ideas / ideas.norm(dim=-1, keepdim=True).clamp_min(eps)
     # Sum of cosines over all ordered pairs = ‖Σ u_i‖² − Σ‖u_i‖²; no N×N matrix needed.
-    total = unit.sum(dim=0)
-    self_sim = (unit * unit).sum()
-    mean_cos = (total.dot(total) - self_sim) / (n * (n - 1))
-    return float(1.0 - mean_cos)
+    total = unit.sum(dim=1)  # [S, d]
+    self_sim = (unit * unit).sum(dim=(1, 2))
+    mean_cos = ((total * total).sum(dim=1) - self_sim) / (n * (n - 1))
+    return 1.0 - mean_cos
 
 
 def complexity(ideas: torch.Tensor) -> float:
@@ -84,12 +101,25 @@ def group_pass_best_at_k(rewards: torch.Tensor, threshold: float, k: int) -> tup
     row alone (:func:`pass_at_k_rows`, :func:`best_at_k`), then averaged over rows. Rows
     with a NaN/inf reward are left out; with none left, both are NaN.
     """
-    ok = torch.isfinite(rewards).all(dim=1)
-    if not bool(ok.any()):
-        return math.nan, math.nan
-    good = rewards[ok]
-    passed = pass_at_k_rows(good >= threshold, k)
-    return float(passed.mean()), float(best_at_k(good, k).mean())
+    passed, best = group_pass_best_at_k_batches(rewards[None], threshold, k)
+    return float(passed[0]), float(best[0])
+
+
+def group_pass_best_at_k_batches(rewards: torch.Tensor, threshold: float, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`group_pass_best_at_k` of each of ``S`` batches ``[S, B, n]`` at once → ``([S], [S])`` (float64).
+
+    A batch whose every row has a NaN/inf reward gives NaN for both.
+    """
+    if rewards.dim() != 3:
+        raise ValueError(f"rewards must be [S, B, n], got shape {tuple(rewards.shape)}")
+    s, b, n = rewards.shape
+    ok = torch.isfinite(rewards).all(dim=2)  # [S, B]: rows that count
+    rows = torch.where(ok[..., None], rewards, torch.zeros((), dtype=rewards.dtype)).reshape(s * b, n)
+    passed = pass_at_k_rows(rows >= threshold, k).reshape(s, b)
+    best = best_at_k(rows, k).reshape(s, b)
+    weight = ok.to(torch.float64)
+    counts = weight.sum(dim=1)  # 0 → 0/0 = NaN
+    return (passed * weight).sum(dim=1) / counts, (best * weight).sum(dim=1) / counts
 
 
 @functools.lru_cache(maxsize=64)

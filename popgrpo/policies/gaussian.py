@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from popgrpo.core.entropy import gaussian_entropy
@@ -59,10 +60,20 @@ class PromptGaussianPolicy(nn.Module):
         self.log_std_head.bias.fill_(log_std_init)
 
     def forward(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[P]`` prompt ids → mean ``[P, d]`` and log-std ``[P, d]``."""
-        h = self.trunk(self.prompt_embedding[prompts])
-        log_std = self.log_std_head(h).clamp(self.log_std_min, self.log_std_max)
-        return self.mean_head(h), log_std
+        """``[P]`` prompt ids → mean ``[P, d]`` and log-std ``[P, d]``.
+
+        The layers' own modules are not called: for a policy this small, ``nn.Module.__call__``
+        costs more than the layer's arithmetic (profiled: about 5% of a GRPO step). The
+        parameters are read from the modules at each call, so ``functional_call`` (packed
+        members) and ``load_state_dict`` see the same weights as ever.
+        """
+        first, second = self.trunk[0], self.trunk[2]
+        h = F.relu(F.linear(self.prompt_embedding[prompts], first.weight, first.bias))
+        h = F.relu(F.linear(h, second.weight, second.bias))
+        log_std = F.linear(h, self.log_std_head.weight, self.log_std_head.bias).clamp(
+            self.log_std_min, self.log_std_max
+        )
+        return F.linear(h, self.mean_head.weight, self.mean_head.bias), log_std
 
     @torch.no_grad()
     def sample(self, prompts: torch.Tensor, group_size: int, generator: torch.Generator) -> torch.Tensor:

@@ -151,3 +151,49 @@ def test_epoch_rows_carry_quantiles_of_every_idea_complexity():
     for q in (10, 25, 50, 75, 90):
         assert row[f"complexity_p{q}"] == pytest.approx(np.quantile(values, q / 100), rel=1e-6)
     assert row["complexity"] == pytest.approx(values.mean(), rel=1e-5)
+
+
+class _StepByStepMember(Member):
+    """A member that inserts into its archive every step, as QD/MaxEnt members must."""
+
+    @property
+    def _archive_deferred(self) -> bool:
+        return False
+
+
+def test_deferred_archive_inserts_equal_step_by_step_inserts():
+    """Without QD bonus or novelty the epoch's ideas go into the archive at the epoch's end, in one
+    insert: the rows (new/improved counts, coverage, QD score) and the elites are those of
+    inserting each step's batch as it comes."""
+    cfg = load_config(None, ["grpo.steps_per_epoch=4"])
+    deferred, stepwise = Member(0, cfg, LocalArchive()), _StepByStepMember(0, cfg, LocalArchive())
+    assert deferred._archive_deferred
+    rows_a, rows_b = deferred.train_epochs(3), stepwise.train_epochs(3)
+    assert rows_a == rows_b
+    assert sum(r["archive_new"] for r in rows_a) > 0 and sum(r["archive_improved"] for r in rows_a) > 0
+    ea, eb = deferred.archive.archive.elites(), stepwise.archive.archive.elites()
+    for key in ea:
+        np.testing.assert_array_equal(ea[key], eb[key])
+    assert not deferred._pending  # flushed
+
+
+@pytest.mark.parametrize("overrides", [["qd.enabled=true"], ["maxent.novelty.enabled=true"]])
+def test_members_whose_update_needs_the_archive_insert_every_step(overrides):
+    member = _member(overrides)
+    assert not member._archive_deferred
+    member._step()
+    assert not member._pending and len(member.archive.archive) > 0  # inserted before the update
+
+
+def test_adam_implementations_make_the_same_update():
+    """grpo.adam picks torch's kernel, not the math: fused, foreach and for_loop train alike."""
+    weights = {}
+    for impl in ("fused", "foreach", "for_loop"):
+        member = _member([f"grpo.adam={impl}"])
+        group = member.optimizer.param_groups[0]
+        assert bool(group["fused"]) == (impl == "fused") and bool(group["foreach"]) == (impl == "foreach")
+        member.train_epochs(2)
+        weights[impl] = member.get_weights()
+    for impl in ("foreach", "for_loop"):
+        for name, value in weights["fused"].items():
+            torch.testing.assert_close(value, weights[impl][name], atol=1e-5, rtol=1e-4)

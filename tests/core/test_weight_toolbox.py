@@ -21,7 +21,15 @@ from popgrpo.core.merge import (
     weighted_soup,
     wise_ft,
 )
-from popgrpo.core.metrics import best_at_k, group_pass_best_at_k, pass_at_k, pass_at_k_rows
+from popgrpo.core.metrics import (
+    best_at_k,
+    group_pass_best_at_k,
+    group_pass_best_at_k_batches,
+    pairwise_diversity,
+    pairwise_diversity_batches,
+    pass_at_k,
+    pass_at_k_rows,
+)
 from popgrpo.core.selection import cyclic_objective, objective_scores, pop_score
 
 
@@ -228,3 +236,24 @@ def test_pass_at_k_rows_and_group_means():
     assert p == pytest.approx((pass_at_k(4, 2, 2) + 0.0) / 2)  # the NaN row is left out
     assert b == pytest.approx((_brute_best([1.0, 0.0, 0.2, 1.5], 2) + _brute_best([0.0, 0.1, 0.2, 0.3], 2)) / 2)
     assert all(math.isnan(x) for x in group_pass_best_at_k(torch.tensor([[math.nan, 1.0]]), 1.0, 1))
+
+
+def test_batched_pass_best_and_diversity_equal_each_batch_alone():
+    """A member reduces its epoch's steps in one call: each batch's value is the one-batch function's."""
+    g = torch.Generator().manual_seed(5)
+    rewards = torch.randn(4, 3, 6, generator=g)
+    rewards[1, 0, 2] = math.nan  # one row of batch 1 left out
+    rewards[3] = math.inf  # batch 3: every row left out → NaN
+    passed, best = group_pass_best_at_k_batches(rewards, threshold=0.5, k=3)
+    for s in range(4):
+        p, b = group_pass_best_at_k(rewards[s], threshold=0.5, k=3)
+        if s == 3:
+            assert math.isnan(p) and math.isnan(b) and passed[s].isnan() and best[s].isnan()
+        else:
+            assert float(passed[s]) == pytest.approx(p) and float(best[s]) == pytest.approx(b)
+    ideas = torch.randn(5, 9, 4, generator=g)
+    div = pairwise_diversity_batches(ideas)
+    assert div.tolist() == pytest.approx([pairwise_diversity(x) for x in ideas], rel=1e-6)
+    assert pairwise_diversity_batches(ideas[:, :1]).tolist() == [0.0] * 5
+    with pytest.raises(ValueError):
+        group_pass_best_at_k_batches(rewards[0], 0.5, 3)
