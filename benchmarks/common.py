@@ -178,12 +178,16 @@ def local_ray(num_cpus: int, prefix: str = "pgbench-"):
 
 
 @contextlib.contextmanager
-def loopback_ray_cluster(n_nodes: int, cpus_per_node: int, prefix: str = "pgbcl-"):
-    """A ``ray.cluster_utils.Cluster`` of ``n_nodes`` nodes on 127.0.0.1, this process its driver.
+def loopback_ray_cluster(head_node_args: dict, worker_cpus: tuple[int, ...] = (), prefix: str = "pgbcl-"):
+    """A real multi-process ``ray.cluster_utils.Cluster`` on 127.0.0.1, this process its driver.
 
-    Every node is a separate raylet (its own processes and object store) on this machine;
-    the head counts as one of the ``n_nodes``. Ray needs a whole number of CPUs per node.
-    Shut down on exit.
+    Every node is a separate raylet (its own processes and object store) on this machine, in one
+    temp dir of its own; ``worker_cpus`` adds a worker node per entry. Yields
+    ``(cluster, workers, temp_dir)`` and shuts it all down on exit.
+
+    ``Cluster`` records its address in ``$RAY_TMPDIR/ray/ray_current_cluster`` (``/tmp/ray``
+    by default), which a bare ``ray.init()`` on this machine reads: pointed into the temp dir,
+    that file neither touches another Ray user's nor fails where ``/tmp/ray`` does not exist.
     """
     import ray
     from ray.cluster_utils import Cluster
@@ -191,20 +195,26 @@ def loopback_ray_cluster(n_nodes: int, cpus_per_node: int, prefix: str = "pgbcl-
     from popgrpo.runtime.ray_executor import force_loopback
 
     force_loopback()
-    temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": cpus_per_node, "temp_dir": temp_dir, "include_dashboard": False},
-    )
+    temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
+    os.makedirs(os.path.join(temp_dir, "ray"))
+    previous = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp_dir
+    cluster = None
     try:
-        for _ in range(n_nodes - 1):
-            cluster.add_node(num_cpus=cpus_per_node, temp_dir=temp_dir)
-        cluster.wait_for_nodes()
+        cluster = Cluster(initialize_head=True, head_node_args={**head_node_args, "temp_dir": temp_dir})
+        workers = [cluster.add_node(num_cpus=n, temp_dir=temp_dir) for n in worker_cpus]
+        if workers:
+            cluster.wait_for_nodes()
         ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
         if not cluster.address.startswith("127.0.0.1:"):
             raise RuntimeError(f"cluster is not on loopback: {cluster.address}")
-        yield cluster
+        yield cluster, workers, temp_dir
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        if previous is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = previous
         shutil.rmtree(temp_dir, ignore_errors=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 from popgrpo.runtime.scheduler import run_rounds
@@ -25,3 +27,27 @@ def drive(cfg, executor, after_first_round: Callable[[object], None] | None = No
 
     run_rounds(cfg, executor, on_round)
     return rows, lineage
+
+
+def kill_when_busy(actor, kill, timeout=60.0):
+    """Call ``kill()`` as soon as ``actor`` is busy: a probe call is not answered at once.
+
+    A member actor runs one call at a time, so a probe that waits means a call (the next
+    round's ``train``) is in progress: the kill lands mid-call whatever a round's length.
+    Returns an event set once ``kill`` has run.
+    """
+    import ray
+
+    done = threading.Event()
+
+    def probe():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _ = ray.wait([actor.pid.remote()], timeout=0.02)
+            if not ready:
+                kill()
+                done.set()
+                return
+
+    threading.Thread(target=probe, daemon=True).start()
+    return done

@@ -168,25 +168,11 @@ class RayHead:
 
 @contextlib.contextmanager
 def loopback_cluster(head_node_args: dict, worker_cpus: tuple[int, ...] = (), prefix: str = "pgcl-"):
-    """A real multi-process ``ray.cluster_utils.Cluster`` on 127.0.0.1 with its own temp dir, this
-    process connected as driver; yields ``(cluster, workers, temp_dir)`` and shuts it all down."""
+    """:func:`benchmarks.common.loopback_ray_cluster` for a test: yields ``(cluster, workers, temp_dir)``."""
     import ray
-    from ray.cluster_utils import Cluster
 
-    from popgrpo.runtime.ray_executor import force_loopback
+    from benchmarks.common import loopback_ray_cluster
 
     assert not ray.is_initialized(), "another test left Ray connected"
-    force_loopback()
-    temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
-    cluster = Cluster(initialize_head=True, head_node_args={**head_node_args, "temp_dir": temp_dir})
-    try:
-        workers = [cluster.add_node(num_cpus=n, temp_dir=temp_dir) for n in worker_cpus]
-        if workers:
-            cluster.wait_for_nodes()
-        ray.init(address=cluster.address, configure_logging=False, log_to_driver=False)
-        assert cluster.address.startswith("127.0.0.1:")
-        yield cluster, workers, temp_dir
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    with loopback_ray_cluster(head_node_args, worker_cpus, prefix) as handles:
+        yield handles

@@ -1,7 +1,5 @@
 """A worker node lost from a real multi-node Ray cluster: its members move, the run completes."""
 
-import threading
-
 import pandas as pd
 import pytest
 
@@ -10,7 +8,7 @@ ray = pytest.importorskip("ray")
 from popgrpo.config import load_config, preset_path  # noqa: E402
 from popgrpo.runtime.executor import LocalExecutor  # noqa: E402
 from popgrpo.runtime.ray_executor import RayExecutor  # noqa: E402
-from tests.driving import drive  # noqa: E402
+from tests.driving import drive, kill_when_busy  # noqa: E402
 from tests.services import loopback_cluster  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -40,14 +38,19 @@ def test_worker_node_removed_mid_round(three_nodes):
     executor = RayExecutor(cfg)
     victim = workers[0]
 
-    def remove_worker_during_round_1(_executor):
-        threading.Timer(0.3, lambda: cluster.remove_node(victim, allow_graceful=False)).start()
+    removed = []
+
+    def remove_worker_during_round_1(ex):
+        # The node goes while an actor on it is in its round-1 train call, however short a round.
+        on_victim = next(a for a in ex._actors if ray.get(a.node_id.remote()) == victim.node_id)
+        removed.append(kill_when_busy(on_victim, lambda: cluster.remove_node(victim, allow_graceful=False)))
 
     try:
         rows, _ = drive(cfg, executor, remove_worker_during_round_1)
         placements = set(ray.get([a.node_id.remote() for a in executor._actors]))
     finally:
         executor.close()
+    assert removed and removed[0].wait(timeout=5)
     assert executor.restarts >= 1
     assert [e["event"] for e in executor.events].count("member_actor_restarted") == executor.restarts
     assert victim.node_id not in placements

@@ -17,7 +17,7 @@ from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor, SetupError
 from popgrpo.train import train
-from tests.driving import drive
+from tests.driving import drive, kill_when_busy
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.ray
@@ -38,28 +38,6 @@ def _cfg(*extra):
             *extra,
         ],
     )
-
-
-def kill_when_busy(actor, kill, timeout=60.0):
-    """Call ``kill()`` as soon as ``actor`` is busy: a probe call is not answered at once.
-
-    A member actor runs one call at a time, so a probe that waits means a call (the next
-    round's ``train``) is in progress: the kill lands mid-call whatever a round's length.
-    Returns an event set once ``kill`` has run.
-    """
-    done = threading.Event()
-
-    def probe():
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _ = ray.wait([actor.pid.remote()], timeout=0.02)
-            if not ready:
-                kill()
-                done.set()
-                return
-
-    threading.Thread(target=probe, daemon=True).start()
-    return done
 
 
 def _sigkill_member_actor_mid_round(cfg):
