@@ -9,12 +9,15 @@ also holds what the driver does in between: selection, the soup, the held-out ev
 the merged model, and writing metrics, lineage and the checkpoint. The first round (first
 calls) and the last (no merge) are not counted.
 
-The members' own training is what the same members cost trained in this process by the
-in-process executor (same seeds, same numbers, the archive in-process too), spread over the
-cores the actors can use: ``local train time / min(cores, actors)``. Everything else in the
-Ray round is outside member training: actor calls, time-sharing, the round's driver work,
-and per-step archive round trips where there are any (a shared archive, or Redis
-write-through; the default private archives live in the member actors and make none).
+The members' own training is the CPU time the actors' threads spent inside the members'
+epochs in that round (``MemberGroup.train_cpu_seconds``), summed over actors and spread over
+the cores they can use: ``Σ CPU s / min(cores, actors)``. Measured in the actors, on the same
+loaded machine, it already holds what running next to each other costs the members (shared
+caches, a busier machine); what is left of the round is outside member training: Ray's own
+processes and calls, cores left idle, the round's driver work, and per-step archive round
+trips where there are any (a shared archive, or Redis write-through; the default private
+archives live in the member actors and make none). The same round in this process, by the
+in-process executor, is shown beside it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class TimedExecutor:
         self.inner = inner
         self.round_starts: list[float] = []
         self.calls: list[tuple[int, str, float]] = []
+        self.train_cpu: list[float] = []  # per round, summed over the actors (Ray only)
 
     def __getattr__(self, name: str):
         attr = getattr(self.inner, name)
@@ -60,6 +64,13 @@ class TimedExecutor:
 
     def close(self) -> None:
         self.round_starts.append(time.perf_counter())  # the end of the last round
+        actors = getattr(self.inner, "_actors", None)
+        if actors:  # Ray: the CPU time each actor's members spent training, per train call
+            import ray
+
+            self.train_cpu = [
+                sum(per) for per in zip(*ray.get([a.train_cpu_seconds.remote() for a in actors]), strict=True)
+            ]
         self.inner.close()
 
     def per_round(self, rounds: list[int]) -> dict[str, float]:
@@ -113,7 +124,7 @@ def run(quick: bool = False, cores: int = CORES) -> dict:
     local = _train(cfg, lambda c, d: LocalExecutor(c))
     actors = math.ceil(cfg.population.size / cfg.population.members_per_actor)
     ray_parts, local_parts = remote.per_round(rounds), local.per_round(rounds)
-    members = local_parts["train"] / min(cores, actors)
+    members = statistics.mean(remote.train_cpu[i] for i in rounds) / min(cores, actors)
     return {
         "k": cfg.population.size,
         "actors": actors,
@@ -147,7 +158,7 @@ def markdown(r: dict) -> str:
 
     rows = [
         [
-            f"members' own training (in-process train time ÷ {min(r['cores'], r['actors'])} core(s))",
+            f"members' own training (the actors' CPU s in their epochs ÷ {min(r['cores'], r['actors'])} core(s))",
             ms(members),
             pct(members, ray_p["round"]),
             ms(local_p["train"]),
@@ -155,9 +166,9 @@ def markdown(r: dict) -> str:
         ],
         [
             (
-                f"rest of the `train` call: {r['archive_calls']} archive round trips, actor calls, time-sharing"
+                f"rest of the `train` call: {r['archive_calls']} archive round trips, Ray's processes and calls, idle cores"
                 if r["archive_calls"]
-                else "rest of the `train` call: actor calls, time-sharing (no archive calls: "
+                else "rest of the `train` call: Ray's processes and calls, idle cores (no archive calls: "
                 "private archives in the member actors)"
             ),
             ms(in_train),

@@ -277,6 +277,7 @@ class MemberGroup:
             for k in member_ids
         }
         self.packed = None
+        self.train_cpu_s: list[float] = []
         if config.population.vectorize:
             from popgrpo.algorithms.packed import PackedMembers
 
@@ -285,15 +286,23 @@ class MemberGroup:
     def train(self, n_epochs: int) -> dict[int, list[dict]]:
         """Epoch by epoch across the packed members, publishing live metrics after each."""
         rows: dict[int, list[dict]] = {k: [] for k in self.members}
+        cpu = 0.0
         for _ in range(n_epochs):
+            start = time.thread_time()
             if self.packed is not None:  # population.vectorize: one batched step for all members
                 epoch = dict(zip(self.members, (r[0] for r in self.packed.train_epochs(1)), strict=True))
             else:
                 epoch = {k: member.train_epochs(1)[0] for k, member in self.members.items()}
+            cpu += time.thread_time() - start
             for k, row in epoch.items():
                 rows[k].append(row)
                 self.metrics.record_epoch(row)
+        self.train_cpu_s.append(cpu)
         return rows
+
+    def train_cpu_seconds(self) -> list[float]:
+        """CPU seconds this actor's members spent training, one entry per ``train`` call (benchmarks)."""
+        return list(self.train_cpu_s)
 
     def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
         return {k: self.members[k].get_weights() for k in member_ids}
