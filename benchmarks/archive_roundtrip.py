@@ -1,9 +1,12 @@
-"""Cost of the per-step archive round trip: one member's GRPO step, in-process vs on Ray.
+"""Cost of the archive round trip: one member's GRPO step, in-process vs on Ray.
 
     python -m benchmarks.archive_roundtrip [--epochs 20]
 
-Both executors train the same member (same seed, same numbers); the only difference on Ray
-is that each step's archive work is a call to the archive actor. Start-up is excluded.
+The same member (same seed) trains in this process, then on Ray with its private archive in
+its own actor (the default: no archive call), then on Ray with ``archive.shared=true``, where
+the archive lives in the archive actor: one call per GRPO step for QD-GRPO and MaxEnt-GRPO,
+whose updates need the statuses or novelty first, and one per epoch for plain GRPO, whose
+epoch is inserted at its end. Start-up is excluded.
 """
 
 from __future__ import annotations
@@ -30,16 +33,25 @@ def main() -> None:
     from popgrpo.runtime.ray_executor import RayExecutor, start_local_ray
 
     start_local_ray(num_cpus=2, temp_dir=tempfile.mkdtemp(prefix="pgb-", dir="/tmp"), include_dashboard=False)
-    print("| preset | in-process ms/step | Ray ms/step | Ray / in-process |")
-    print("| --- | --- | --- | --- |")
+    print(
+        "| preset | in-process ms/step | Ray, private archive in the member actor | ratio "
+        "| Ray, shared archive in the archive actor | ratio |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
     for preset in ("grpo", "qd_grpo", "maxent_grpo"):
         cfg = load_config(preset_path(preset), [f"run.epochs={args.epochs + 1}"])
         steps = cfg.grpo.steps_per_epoch
         local = time_train(LocalExecutor(cfg), args.epochs, steps)
-        ray_executor = RayExecutor(cfg)
-        remote = time_train(ray_executor, args.epochs, steps)
-        ray_executor.close()
-        print(f"| {preset} | {local:.2f} | {remote:.2f} | {remote / local:.2f}× |")
+        remote = {}
+        for shared in (False, True):
+            layout = load_config(preset_path(preset), [f"run.epochs={args.epochs + 1}", f"archive.shared={shared}"])
+            ray_executor = RayExecutor(layout)
+            remote[shared] = time_train(ray_executor, args.epochs, steps)
+            ray_executor.close()
+        print(
+            f"| {preset} | {local:.2f} | {remote[False]:.2f} | {remote[False] / local:.2f}× "
+            f"| {remote[True]:.2f} | {remote[True] / local:.2f}× |"
+        )
 
 
 if __name__ == "__main__":

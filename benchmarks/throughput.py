@@ -80,19 +80,22 @@ def create_executors(configs: list[Config]) -> list:
         return list(pool.map(build, configs))
 
 
-def population_pids(executor) -> tuple[list[int], list[int]]:
-    """``(driver and Ray's daemons, this executor's archive and member actors)``: process ids."""
+def actor_pids(executor) -> list[int]:
+    """Process ids of this executor's member actors and its archive actor, if it has one."""
     import ray
 
-    actors = [executor._archive_pid, *ray.get([a.pid.remote() for a in executor._actors])]
-    return driver_and_ray_daemons(), actors
+    archive = [] if executor._archive_pid is None else [executor._archive_pid]
+    return archive + ray.get([a.pid.remote() for a in executor._actors])
+
+
+def population_pids(executor) -> tuple[list[int], list[int]]:
+    """``(driver and Ray's daemons, this executor's archive and member actors)``: process ids."""
+    return driver_and_ray_daemons(), actor_pids(executor)
 
 
 def close(executor) -> None:
     """Close and wait (up to 10 s) until its actor processes are gone, so the next peak is clean."""
-    import ray
-
-    pids = [executor._archive_pid, *ray.get([a.pid.remote() for a in executor._actors])]
+    pids = actor_pids(executor)
     executor.close()
     wait_until(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), timeout=10)
 
@@ -362,10 +365,10 @@ def markdown_multinode(single: dict, multi: dict, quick: bool, cores: int = CORE
     return "\n\n".join(
         [
             f"K = {k} grpo members, {N_NODES} actors of {math.ceil(k / N_NODES)} member(s), {cpus_per_node} CPU each; "
-            f"the archive actor on the driver's node. All nodes are processes on this {cores}-core machine "
-            f"(Ray needs whole CPUs per node: {cpus_per_node} logical CPU per node, {logical} in all), so this "
-            "shows what the multi-node layout costs (one raylet and object store per node, cross-node calls "
-            "to the archive actor), not real scaling, which needs more machines.",
+            "each member's private archive in its own actor (no archive actor, no per-step call). All nodes are "
+            f"processes on this {cores}-core machine (Ray needs whole CPUs per node: {cpus_per_node} logical CPU "
+            f"per node, {logical} in all), so this shows what the multi-node layout costs (one raylet and object "
+            "store per node, the driver's calls crossing nodes), not real scaling, which needs more machines.",
             table,
         ]
     )
