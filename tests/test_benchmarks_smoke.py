@@ -62,5 +62,9 @@ def test_quick_suite_writes_every_section(tmp_path):
         assert title in region
     for name, header in TABLE_HEADERS.items():
         assert header in region, f"{name} table missing"
+    # A layout that raised is reported in its table row, not raised: none may have (the peer
+    # section, below, says "Not run" where RLlib could not run).
+    ours = region[: region.index(SECTION_TITLES["peer"])]
+    assert "failed: " not in ours, ours[ours.index("failed: ") - 300 : ours.index("failed: ") + 300]
     peer = region[region.index(SECTION_TITLES["peer"]) :]
     assert "| --- |" in peer or "Not run:" in peer
