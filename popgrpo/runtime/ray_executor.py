@@ -307,8 +307,14 @@ class MemberGroup:
     def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
         return {k: self.members[k].get_weights() for k in member_ids}
 
-    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict[int, dict]:
-        return {k: m.reseed(base, mutation, round_index) for k, m in self.members.items()}
+    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict:
+        """Re-seed every member: ``{"infos": {k: mutation description}, **snapshot()}``.
+
+        The round's checkpoint is taken right after the re-seed, so the states come back with it:
+        one round of actor calls less per round.
+        """
+        infos = {k: m.reseed(base, mutation, round_index) for k, m in self.members.items()}
+        return {"infos": infos, **self.snapshot()}
 
     def pid(self) -> int:
         return os.getpid()
@@ -385,6 +391,7 @@ class RayExecutor:
         # Where a rebuilt actor restarts from (None: the initial state a new actor has), and
         # the state-changing calls made since, which it replays.
         self._restore_members: list[dict] | None = None
+        self._after_reseed: list[list[dict]] | None = None  # [members, archives] sent back by the last reseed
         self._since_restore: list[tuple[str, Callable[[int], tuple]]] = []
         self._restore_archives: list[dict] = [a.state_dict() for a in make_archives(config)]
         self.restarts = 0
@@ -491,6 +498,7 @@ class RayExecutor:
     # ---- the Executor interface --------------------------------------------------------------
     def train(self, n_epochs: int) -> list[list[dict]]:
         self._round += 1
+        self._after_reseed = None  # the members move on: those states are no snapshot any more
         self.metrics.record_round(self._round)
         results: dict[int, list[dict]] = {}
         for part in self._call("train", lambda g: (n_epochs,), replayable=True).values():
@@ -507,11 +515,21 @@ class RayExecutor:
         return [weights[k] for k in member_ids]
 
     def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+        """Every member re-seeds from ``base``; the states the actors send back with their answer
+        serve the :meth:`snapshot` that follows (the round's checkpoint), without another call."""
         ref = ray.put(dict(base))  # one copy in the object store, shared by every actor
-        infos: dict[int, dict] = {}
-        for part in self._call("reseed", lambda g: (ref, mutation, round_index), replayable=True).values():
-            infos.update(part)
-        return [infos[k] for k in range(self.n_members)]
+        parts = self._call("reseed", lambda g: (ref, mutation, round_index), replayable=True).values()
+        infos, *states = self._merge_parts(parts, ("infos", "members", "archives"))
+        self._after_reseed = states
+        return infos
+
+    def _merge_parts(self, parts, keys: Sequence[str]) -> list[list]:
+        """Per-actor answers ``{key: {member id: value}}`` → for each key, the values in member order."""
+        merged: dict[str, dict] = {key: {} for key in keys}
+        for part in parts:
+            for key in keys:
+                merged[key].update(part[key])
+        return [[merged[key].get(k) for k in range(self.n_members)] for key in keys]
 
     def _archive_states(self) -> list[dict]:
         if not self._in_groups:
@@ -538,21 +556,20 @@ class RayExecutor:
     def snapshot(self) -> tuple[list[dict], list[dict]]:
         """Member and archive states for the round checkpoint; also the restart point of lost actors.
 
-        With the archives in the member actors, one call per actor returns both.
+        One call per actor returns both where the archives live in the member actors; right
+        after :meth:`reseed`, none: its answer carried the states.
         """
+        fresh, self._after_reseed = self._after_reseed, None  # states sent back by reseed, if it was the last call
+        if fresh is not None:
+            members, archives = fresh
+        else:
+            members, archives = self._merge_parts(
+                self._call("snapshot", lambda g: ()).values(), ("members", "archives")
+            )
+        self._restore_members, self._restore_archives, self._since_restore = members, archives, []
         if self._in_groups:
-            members: dict[int, dict] = {}
-            archives: dict[int, dict] = {}
-            for part in self._call("snapshot", lambda g: ()).values():
-                members.update(part["members"])
-                archives.update(part["archives"])
-            self._restore_members = [members[k] for k in range(self.n_members)]
-            self._restore_archives = [archives[k] for k in range(self.n_members)]
-            self._since_restore = []
             return self._restore_members, self._restore_archives
-        self._restore_members = self.member_states()
         self._restore_archives = ray.get(self.archive.state_dicts.remote())
-        self._since_restore = []
         pid = ray.get(self.archive.pid.remote())
         if pid != self._archive_pid:  # Ray restarted it during the round
             self._archive_pid = pid
@@ -567,12 +584,14 @@ class RayExecutor:
         return self._restore_members, self._restore_archives
 
     def load_member_states(self, states: Sequence[dict]) -> None:
+        self._after_reseed = None
         self._round = states[0]["epochs_done"] // self.config.scheduler.interval_epochs - 1
         self._restore_members = list(states)
         self._since_restore = []
         self._call("load_states", lambda g: ({k: states[k] for k in self._groups[g]},))
 
     def load_archive_states(self, states: Sequence[dict]) -> None:
+        self._after_reseed = None
         self._restore_archives = list(states)
         if self._in_groups:
             self._call("load_archive_states", lambda g: ({k: states[k] for k in self._groups[g]},))
