@@ -266,7 +266,7 @@ class Member:
         keep. Returns the request's handle, or None when the insert waits for the epoch's end."""
         rewards = batch.rewards
         batch.finite = torch.isfinite(rewards)
-        batch.n_bad = int((~batch.finite).sum())
+        batch.n_bad = 0 if bool(batch.finite.all()) else int((~batch.finite).sum())
         if batch.n_bad:
             self._handle_bad_rewards(batch.n_bad, rewards.numel())
         if self._archive_deferred:
@@ -302,10 +302,12 @@ class Member:
     def _score_end(self, batch: StepBatch, archive_result) -> StepBatch:
         """Archive bonus and novelty into the returns (``archive_result`` None: deferred), then the advantages."""
         if archive_result is None:
-            returns = torch.where(batch.finite, batch.rewards, torch.zeros_like(batch.rewards))
+            returns = batch.rewards
+            if batch.n_bad:
+                returns = torch.where(batch.finite, returns, torch.zeros_like(returns))
         else:
             returns, batch.info = self._shape_returns(batch.rewards, batch.finite, *archive_result)
-        batch.advantages = self._advantages(returns, batch.complexity, batch.finite).to(self.device)
+        batch.advantages = self._advantages(returns, batch.complexity, batch.finite, batch.n_bad).to(self.device)
         return batch
 
     def _loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -367,9 +369,11 @@ class Member:
         }
         return returns, info
 
-    def _advantages(self, returns: torch.Tensor, complexity: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    def _advantages(
+        self, returns: torch.Tensor, complexity: torch.Tensor, finite: torch.Tensor, n_bad: int
+    ) -> torch.Tensor:
         cfg = self.config
-        if not bool(finite.all()):
+        if n_bad:
             # A bad idea takes its group's mean return, so it has exactly zero advantage.
             counts = finite.sum(dim=1, keepdim=True).clamp_min(1)
             group_mean = (returns * finite).sum(dim=1, keepdim=True) / counts
@@ -378,7 +382,7 @@ class Member:
             adv = binned_advantages(returns, complexity, cfg.maxent.complexity_bins, cfg.grpo.adv_eps)
         else:
             adv = group_advantages(returns, cfg.grpo.adv_eps)
-        return torch.where(finite, adv, torch.zeros_like(adv))
+        return torch.where(finite, adv, torch.zeros_like(adv)) if n_bad else adv
 
     def _epoch_row(self, steps: list[dict]) -> dict:
         """The epoch's metrics row: per-step statistics (each step's batch on its own, as the paper

@@ -45,6 +45,11 @@ class PromptGaussianPolicy(nn.Module):
         self.mean_head = nn.Linear(hidden, idea_dim)
         self.log_std_head = nn.Linear(hidden, idea_dim)
         self._init_parameters(log_std_init, generator)
+        # The layers' parameter dicts (not the tensors, which load_state_dict and functional_call
+        # may replace), in forward order; a plain tuple, so not registered twice.
+        self._layer_params = tuple(
+            m._parameters for m in (self.trunk[0], self.trunk[2], self.mean_head, self.log_std_head)
+        )
 
     @torch.no_grad()
     def _init_parameters(self, log_std_init: float, generator: torch.Generator | None) -> None:
@@ -62,18 +67,23 @@ class PromptGaussianPolicy(nn.Module):
     def forward(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``[P]`` prompt ids → mean ``[P, d]`` and log-std ``[P, d]``.
 
-        The layers' own modules are not called: for a policy this small, ``nn.Module.__call__``
-        costs more than the layer's arithmetic (profiled: about 5% of a GRPO step). The
-        parameters are read from the modules at each call, so ``functional_call`` (packed
-        members) and ``load_state_dict`` see the same weights as ever.
+        For a policy this small the framework costs more than the arithmetic, so the forward
+        calls no ``nn.Module`` and reads each layer's parameters from its ``_parameters`` dict:
+        ``Module.__call__`` and ``Module.__getattr__`` took about 40% of a forward here
+        (profiled, BENCHMARKS.md). That dict is where ``load_state_dict`` writes and where
+        ``torch.func.functional_call`` (packed members) swaps in its tensors, so both still see
+        the weights they set.
         """
-        first, second = self.trunk[0], self.trunk[2]
-        h = F.relu(F.linear(self.prompt_embedding[prompts], first.weight, first.bias))
-        h = F.relu(F.linear(h, second.weight, second.bias))
-        log_std = F.linear(h, self.log_std_head.weight, self.log_std_head.bias).clamp(
-            self.log_std_min, self.log_std_max
-        )
-        return F.linear(h, self.mean_head.weight, self.mean_head.bias), log_std
+        first, second, mean_head, log_std_head = self._layers
+        h = F.relu(F.linear(self._parameters["prompt_embedding"][prompts], *first))
+        h = F.relu(F.linear(h, *second))
+        log_std = F.linear(h, *log_std_head).clamp(self.log_std_min, self.log_std_max)
+        return F.linear(h, *mean_head), log_std
+
+    @property
+    def _layers(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """``(weight, bias)`` of the two trunk layers, the mean head and the log-std head."""
+        return tuple((p["weight"], p["bias"]) for p in self._layer_params)
 
     @torch.no_grad()
     def sample(self, prompts: torch.Tensor, group_size: int, generator: torch.Generator) -> torch.Tensor:
