@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # A header row of each section's table (the peer's belongs to benchmarks.peer_rllib).
 TABLE_HEADERS = {
     "summary": "| § | figure | measured | target | status |",
-    "floor": "| implementation | ms/step (median) |",
+    "floor": "| implementation | CPU ms/step (median) |",
     "profile": "| where the member's step goes (cumulative) |",
     "throughput": "| K | layout | actors × members @ CPUs | ideas/s |",
     "overhead": "| executor | round ms | outside member training | target | status |",
