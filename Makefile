@@ -20,7 +20,7 @@ run: install
 	$(BIN)/popgrpo train
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: install
 	$(BIN)/ruff check popgrpo tests benchmarks
