@@ -125,3 +125,27 @@ def test_private_archives_in_vectorized_packs_equal_the_in_process_run(ray_local
         assert state["epochs_done"] == b["epochs_done"] and state["alpha"] == b["alpha"]
     for wa, wb in zip(weights, local.get_weights(range(6)), strict=True):
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_epoch_inserts_into_a_shared_archive_actor_lose_and_double_nothing(ray_local):
+    """Plain Pop-GRPO members (no QD bonus, no novelty) insert each epoch's ideas into the shared
+    archive actor in one call at the epoch's end. Whatever order the actors' calls arrive in,
+    every opened cell is reported exactly once: the "new" counts add up to the elites, and the
+    shared archive holds only ideas from the members' epochs."""
+    sets = ["population.size=4", "population.members_per_actor=2", "population.resources.num_cpus=0.5",
+            "run.epochs=4", "scheduler.interval_epochs=2", "grpo.steps_per_epoch=3", "archive.shared=true"]  # fmt: skip
+    cfg = load_config(preset_path("pop_grpo"), sets)
+    assert not cfg.qd.enabled and not cfg.maxent.novelty.enabled
+    executor = RayExecutor(cfg)
+    try:
+        assert executor.archive is not None  # a shared archive lives in the archive actor
+        rows, _ = drive(cfg, executor)
+        archives = executor.archives()
+    finally:
+        executor.close()
+    elites = len(archives[0].archive)
+    assert all(len(a.archive) == elites for a in archives)  # one archive, seen by every member
+    assert elites > 0 and sum(r["archive_new"] for r in rows) == elites
+    # The member whose insert came last read the archive's final coverage right after it.
+    last = [r["archive_coverage"] for r in rows if r["epoch"] == cfg.run.epochs - 1]
+    assert max(last) == pytest.approx(elites / archives[0].archive.n_cells)
