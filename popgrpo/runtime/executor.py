@@ -18,7 +18,7 @@ from popgrpo.config import Config
 from popgrpo.core.merge import Mutation
 from popgrpo.envs import make_env
 
-__all__ = ["Executor", "LocalExecutor", "make_archives"]
+__all__ = ["Executor", "LocalExecutor", "make_archives", "new_archive"]
 
 
 class Executor(Protocol):
@@ -59,11 +59,16 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+def new_archive(config: Config) -> LocalArchive:
+    """An empty archive and novelty memory sized as the config says."""
+    nov = config.maxent.novelty
+    return LocalArchive(config.archive.cells_per_dim, nov.capacity, nov.k)
+
+
 def make_archives(config: Config) -> list[LocalArchive]:
     """One shared archive, or one per member, as ``archive.shared`` says."""
     n = 1 if config.archive.shared else config.population.size
-    nov = config.maxent.novelty
-    return [LocalArchive(config.archive.cells_per_dim, nov.capacity, nov.k) for _ in range(n)]
+    return [new_archive(config) for _ in range(n)]
 
 
 class LocalExecutor:

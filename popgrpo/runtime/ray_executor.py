@@ -48,7 +48,7 @@ from popgrpo.algorithms.member import make_member, resolve_device
 from popgrpo.config import Config
 from popgrpo.core.merge import Mutation
 from popgrpo.runtime.archive_store import resolve_redis_password
-from popgrpo.runtime.executor import make_archives
+from popgrpo.runtime.executor import make_archives, new_archive
 from popgrpo.telemetry.live import LiveMetrics
 
 log = logging.getLogger(__name__)
@@ -214,12 +214,6 @@ class ArchiveActor:
         return os.getpid()
 
 
-def _private_archive(config: Config) -> LocalArchive:
-    """A member's own archive and novelty memory (as :func:`~popgrpo.runtime.executor.make_archives` builds them)."""
-    nov = config.maxent.novelty
-    return LocalArchive(config.archive.cells_per_dim, nov.capacity, nov.k)
-
-
 def archives_in_groups(config: Config) -> bool:
     """True when each member's private archive lives in its member actor (no per-step archive calls)."""
     return not config.archive.shared and not config.archive.redis_url
@@ -264,7 +258,7 @@ class MemberGroup:
             log.warning("members %s: %s", list(member_ids), self.device_warning)
         self.archives: dict[int, LocalArchive] = {}
         if archive_handle is None:
-            self.archives = {k: _private_archive(config) for k in member_ids}
+            self.archives = {k: new_archive(config) for k in member_ids}
         self.members = {
             k: make_member(
                 k,
