@@ -30,7 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=20)
     args = parser.parse_args()
-    from popgrpo.runtime.ray_executor import RayExecutor, start_local_ray
+    from popgrpo.runtime.cluster import start_local_ray
+    from popgrpo.runtime.ray_executor import RayExecutor
 
     start_local_ray(num_cpus=2, temp_dir=tempfile.mkdtemp(prefix="pgb-", dir="/tmp"), include_dashboard=False)
     print(

@@ -166,7 +166,7 @@ def local_ray(num_cpus: int, prefix: str = "pgbench-"):
     """An embedded single-node Ray on 127.0.0.1 (no dashboard), shut down on exit."""
     import ray
 
-    from popgrpo.runtime.ray_executor import start_local_ray
+    from popgrpo.runtime.cluster import start_local_ray
 
     temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
     start_local_ray(num_cpus=num_cpus, temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
@@ -192,7 +192,7 @@ def loopback_ray_cluster(head_node_args: dict, worker_cpus: tuple[int, ...] = ()
     import ray
     from ray.cluster_utils import Cluster
 
-    from popgrpo.runtime.ray_executor import force_loopback
+    from popgrpo.runtime.cluster import force_loopback
 
     force_loopback()
     temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited

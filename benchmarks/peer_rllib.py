@@ -247,7 +247,7 @@ def run(
     """
     import ray
 
-    from popgrpo.runtime.ray_executor import force_loopback
+    from popgrpo.runtime.cluster import force_loopback
 
     config = grpo_config(preset, seed)
     per_epoch = ideas_per_epoch(config)

@@ -116,8 +116,9 @@ def _train(cfg: Config, factory) -> TimedExecutor:
 
 def run(quick: bool = False, cores: int = CORES) -> dict:
     """Needs a connected single-node Ray with at least ``population.size`` logical CPUs."""
+    from popgrpo.runtime.actors import archives_in_groups
     from popgrpo.runtime.executor import LocalExecutor
-    from popgrpo.runtime.ray_executor import RayExecutor, archives_in_groups
+    from popgrpo.runtime.ray_executor import RayExecutor
 
     cfg, rounds = default_config(quick)
     remote = _train(cfg, lambda c, d: RayExecutor(c, run_dir=d))

@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import md_table, met
-from popgrpo.algorithms.member import initial_weights, make_optimizer
+from popgrpo.algorithms.member import make_optimizer
+from popgrpo.algorithms.rollouts import initial_weights
 from popgrpo.config import Config, load_config, preset_path
 from popgrpo.envs import make_env
 from popgrpo.runtime.executor import LocalExecutor
@@ -78,11 +79,11 @@ class BareGRPO:
 # (file suffix, function) → what the profile row means, and whether the bare loop does that work
 # too; reported as cumulative time per step (rows nest inside the whole step).
 _PHASES = [
-    (("member.py", "_step"), "Member._step (whole step)", True),
+    (("member.py", "step"), "Member.step (whole step)", True),
     (("gaussian.py", "sample"), "policy.sample", True),
     (("gaussian.py", "log_prob"), "policy.log_prob (old, reference, update)", True),
     (("idea.py", "reward"), "env.reward", True),
-    (("member.py", "_advantages"), "Member._advantages", True),
+    (("step.py", "step_advantages"), "step_advantages", True),
     (("_tensor.py", "backward"), "loss.backward", True),
     (("adam.py", "step"), "Adam.step", True),
     (("optimizer.py", "zero_grad"), "optimizer.zero_grad", True),
@@ -92,7 +93,7 @@ _PHASES = [
     (("archive_service.py", "step"), "LocalArchive.step (MAP-Elites insert)", False),
     (("metrics.py", "pairwise_diversity"), "pairwise_diversity (metrics)", False),
     (("metrics.py", "group_pass_best_at_k"), "pass@k / best@k (metrics)", False),
-    (("member.py", "_epoch_row"), "Member._epoch_row (once per epoch)", False),
+    (("member.py", "end_epoch"), "Member.end_epoch (once per epoch)", False),
 ]
 
 

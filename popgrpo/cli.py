@@ -13,30 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from popgrpo.config import Config, ConfigError, config_markdown, load_config, preset_path
-
-DEFAULT_PRESET = "pop_grpo"
-
-
-def resolve_config_path(value: str | None) -> Path:
-    """A file path, or a preset name (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
-    if value is None:
-        return preset_path(DEFAULT_PRESET)
-    path = Path(value)
-    if path.exists() or path.suffix in (".yaml", ".yml") or "/" in value:
-        return path
-    preset = preset_path(value)
-    if preset.exists():
-        return preset
-    raise ConfigError(f"config file not found: {value} (and no preset named {value!r})")
-
-
-def load_args_config(args: argparse.Namespace) -> Config:
-    """The validated config of ``--config`` (file or preset) with ``--set`` overrides and ``--seed``."""
-    overrides = list(args.set or [])
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    return load_config(resolve_config_path(args.config), overrides)
+from popgrpo.config import ConfigError, config_markdown, load_args_config, load_config, resolve_config_path
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -54,7 +31,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.executor == "local":
         from popgrpo.runtime.executor import LocalExecutor as factory
     else:
-        from popgrpo.runtime.ray_executor import RayExecutor, SetupError
+        from popgrpo.runtime.cluster import SetupError
+        from popgrpo.runtime.ray_executor import RayExecutor
 
         def factory(cfg, run_dir):
             try:

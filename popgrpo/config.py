@@ -21,7 +21,19 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["Config", "ConfigError", "config_markdown", "load_config", "parse_override"]
+from popgrpo.algorithms.merges import MERGES, MUTATIONS
+from popgrpo.schema import POP_SCORE
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "config_markdown",
+    "load_args_config",
+    "load_config",
+    "parse_override",
+    "preset_path",
+    "resolve_config_path",
+]
 
 # The presets are the job configs in jobs/configs/: installed as popgrpo/presets/ by a wheel
 # (pyproject's package-dir), read in place from a source checkout or an editable install.
@@ -32,8 +44,7 @@ PRESET_DIR = next(
 
 
 # Names a selection objective may take (scheduler.objectives): the main paper's S_k, then
-# columns of the members' metrics rows (popgrpo.algorithms.member.METRIC_COLUMNS); all maximised.
-POP_SCORE = "pop_score"
+# columns of the members' metrics rows (popgrpo.schema.METRIC_COLUMNS); all maximised.
 SELECTION_METRICS = (
     POP_SCORE,
     "reward_max",
@@ -50,6 +61,11 @@ SELECTION_METRICS = (
 )
 # What the driver's held-out evaluation of weights reports (popgrpo.algorithms.evaluation).
 HELD_OUT_METRICS = (POP_SCORE, "reward_mean", "reward_max", "diversity", "pass_at_1", "pass_at_k", "best_at_k")
+
+
+# The allowed values of scheduler.merge / scheduler.mutate: the registered strategies.
+MergeName = Literal[tuple(MERGES)]
+MutationName = Literal[tuple(MUTATIONS)]
 
 
 class ConfigError(ValueError):
@@ -379,7 +395,7 @@ class SchedulerConfig(_Section):
         + ", ".join(f"`{m}`" for m in SELECTION_METRICS[1:])
         + ".",
     )
-    merge: Literal["soup", "weighted_soup", "greedy_soup", "wise_ft", "task_arithmetic"] = Field(
+    merge: MergeName = Field(
         "soup",
         description="How the top M become the merged model (docs/MERGING.md). `soup`: uniform mean (model soup, main paper §4.3). `weighted_soup`: weights from the selection scores (weighted_soup_temperature). `greedy_soup`: add members in score order while the held-out greedy_soup_metric improves (model soups, Wortsman et al. 2022). `wise_ft`: δ·θ_0 + (1 − δ)·soup, θ_0 the round-0 weights (WiSE-FT for reasoning §3.2). `task_arithmetic`: θ_0 + Σ_i (w_i/Σ_j w_j)·(θ_i − θ_0), w_i ~ N(μ, σ²) (CycleQD §3.2).",
     )
@@ -410,7 +426,7 @@ class SchedulerConfig(_Section):
         ge=0,
         description="task_arithmetic: standard deviation σ of the crossover weights (CycleQD appendix A.1.3: 0.03).",
     )
-    mutate: Literal["gaussian", "svd"] = Field(
+    mutate: MutationName = Field(
         "gaussian",
         description="What each member adds to the merged model when re-seeded, drawn from its own (member, round) stream. `gaussian`: θ + σ_p·ε (main paper §4.3). `svd`: for each weight matrix of the task vector τ = θ − θ_0 = UΣVᵀ (θ_0 the member's round-0 weights), scale each singular component by w_i ~ U[0, svd_w_max]; biases and other rank-one parameters pass through (CycleQD §3.3).",
     )
@@ -626,3 +642,31 @@ def config_markdown() -> str:
 
     walk(Config, "")
     return "\n".join(lines) + "\n"
+
+
+DEFAULT_PRESET = "pop_grpo"
+
+
+def resolve_config_path(value: str | None) -> Path:
+    """A file path, or a preset name (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
+    if value is None:
+        return preset_path(DEFAULT_PRESET)
+    path = Path(value)
+    if path.exists() or path.suffix in (".yaml", ".yml") or "/" in value:
+        return path
+    preset = preset_path(value)
+    if preset.exists():
+        return preset
+    raise ConfigError(f"config file not found: {value} (and no preset named {value!r})")
+
+
+def load_args_config(args) -> Config:
+    """The validated config of a command line's ``--config`` (file or preset), ``--set`` overrides and ``--seed``.
+
+    ``args`` is an :class:`argparse.Namespace` with ``config``, ``set`` and ``seed`` (``popgrpo
+    train`` and ``popgrpo submit`` share these options).
+    """
+    overrides = list(args.set or [])
+    if args.seed is not None:
+        overrides.append(f"run.seed={args.seed}")
+    return load_config(resolve_config_path(args.config), overrides)

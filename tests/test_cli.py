@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from popgrpo.algorithms.member import METRIC_COLUMNS
+from popgrpo.schema import METRIC_COLUMNS
 from tests.services import ray_subprocess_env
 
 SHORT = [

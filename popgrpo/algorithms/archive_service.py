@@ -7,15 +7,16 @@ so the semantics cannot drift between executors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from popgrpo.core.archive import MapElitesArchive
+from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW, MapElitesArchive
 from popgrpo.core.novelty import NoveltyMemory
 
-__all__ = ["ArchiveService", "LocalArchive"]
+__all__ = ["ArchiveService", "EpochInserts", "LocalArchive"]
 
 
 class ArchiveService(Protocol):
@@ -42,10 +43,10 @@ class ArchiveService(Protocol):
 
 
 class LocalArchive:
-    """A MAP-Elites archive plus a novelty memory, in this process."""
+    """A MAP-Elites grid (``grid``) plus a novelty memory (``memory``), in this process."""
 
     def __init__(self, cells_per_dim: int = 10, novelty_capacity: int = 512, novelty_k: int = 5) -> None:
-        self.archive = MapElitesArchive(cells_per_dim)
+        self.grid = MapElitesArchive(cells_per_dim)
         self.memory = NoveltyMemory(novelty_capacity, novelty_k)
 
     def submit(self, behaviours, rewards, ideas, keep, novelty: bool):
@@ -57,7 +58,7 @@ class LocalArchive:
     def step(self, behaviours, rewards, ideas, keep, novelty: bool):
         statuses = np.zeros(len(keep), dtype=np.int64)
         if keep.any():
-            statuses[keep] = self.archive.add(behaviours[keep], rewards[keep], ideas[keep])
+            statuses[keep] = self.grid.add(behaviours[keep], rewards[keep], ideas[keep])
         scores = None
         if novelty:
             ideas_t = torch.tensor(np.asarray(ideas), dtype=torch.float32)  # a copy: Ray's arrays are read-only
@@ -67,15 +68,81 @@ class LocalArchive:
 
     def stats(self) -> dict[str, float]:
         return {
-            "coverage": self.archive.coverage,
-            "qd_score": self.archive.qd_score,
-            "best_reward": self.archive.best_reward,
-            "elites": float(len(self.archive)),
+            "coverage": self.grid.coverage,
+            "qd_score": self.grid.qd_score,
+            "best_reward": self.grid.best_reward,
+            "elites": float(len(self.grid)),
         }
 
     def state_dict(self) -> dict:
-        return {"archive": self.archive.state_dict(), "memory": self.memory.state_dict()}
+        return {"archive": self.grid.state_dict(), "memory": self.memory.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.archive = MapElitesArchive.from_state_dict(state["archive"])
+        self.grid = MapElitesArchive.from_state_dict(state["archive"])
         self.memory = NoveltyMemory.from_state_dict(state["memory"])
+
+
+class EpochInserts:
+    """A member's view of its archive: each step's insert sent at once, or held for the epoch's end.
+
+    With ``deferred`` (no QD bonus and no novelty: no update needs the archive's answer) the
+    archive only feeds the epoch's metrics, so :meth:`submit` keeps the step's ideas and
+    :meth:`end_epoch` inserts the epoch's batches together, in step order. In-order statuses
+    make that the same archive and the same new/improved counts as step by step (tested), for
+    one insert, and one round trip to a remote archive, per epoch instead of one per step.
+
+    ``behaviour`` maps ``[N, e]`` stored ideas to ``[N, 2]`` descriptors (the environment's).
+    """
+
+    def __init__(self, archive: ArchiveService, behaviour: Callable, deferred: bool) -> None:
+        self.archive = archive
+        self.behaviour = behaviour
+        self.deferred = deferred
+        self._pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def pending(self) -> int:
+        """Batches waiting for the epoch's end."""
+        return len(self._pending)
+
+    def submit(self, flat: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor, novelty: bool):
+        """Send (or, deferred, keep) one step's ideas ``flat [N, e]``, rewards and finite mask;
+        returns the request's handle, or None when deferred."""
+        if self.deferred:
+            self._pending.append((flat, rewards, finite))
+            return None
+        return self.archive.submit(
+            self.behaviour(flat).numpy(),
+            rewards.reshape(-1).numpy(),
+            flat.numpy(),
+            finite.reshape(-1).numpy(),
+            novelty,
+        )
+
+    def result(self, handle) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """``(statuses, novelty)`` for :meth:`submit`'s handle; None when the insert was deferred."""
+        return None if handle is None else self.archive.result(handle)
+
+    def end_epoch(self) -> tuple[int, int] | None:
+        """Insert the epoch's held batches in one call: ``(new, improved)``; None when not deferred."""
+        if not self.deferred:
+            return None
+        if not self._pending:
+            return 0, 0
+        flat = torch.cat([f for f, _, _ in self._pending])
+        statuses, _ = self.archive.step(
+            self.behaviour(flat).numpy(),
+            torch.cat([r.reshape(-1) for _, r, _ in self._pending]).numpy(),
+            flat.numpy(),
+            torch.cat([k.reshape(-1) for _, _, k in self._pending]).numpy(),
+            False,
+        )
+        self._pending = []
+        return int((statuses == STATUS_NEW).sum()), int((statuses == STATUS_IMPROVED).sum())
+
+    def discard(self) -> None:
+        """Forget held batches (an interrupted epoch, when the member's state is replaced)."""
+        self._pending = []
+
+    def stats(self) -> dict[str, float]:
+        return self.archive.stats()

@@ -16,10 +16,9 @@ from collections.abc import Mapping
 
 import torch
 
-from popgrpo.algorithms.member import STREAM_EVAL
 from popgrpo.config import Config, EvalConfig
 from popgrpo.core.metrics import group_pass_best_at_k, pairwise_diversity
-from popgrpo.core.seeding import torch_generator
+from popgrpo.core.seeding import STREAM_EVAL, torch_generator
 from popgrpo.core.selection import pop_score
 from popgrpo.envs import Environment, make_env
 from popgrpo.policies import Policy, make_policy

@@ -8,44 +8,57 @@ The four methods of the main paper are one loop with switches, not four copies:
 * MaxEnt-GRPO (``maxent.*``): entropy bonus ``α·H`` with α by dual descent (eq. 4), novelty
   reward ``γ·kNN`` (eq. 5), normalisation within complexity bins (eq. 6).
 * Pop-GRPO: several members plus the scheduler (:mod:`popgrpo.runtime.scheduler`), which
-  calls :meth:`Member.reseed` with the merged model after each round; the member adds its
+  calls :meth:`Member.adopt` with the merged model after each round; the member adds its
   own mutation (Gaussian, or CycleQD's SVD mutation of its task vector).
 
-Any combination is allowed (e.g. a population of MaxEnt members with archive bonuses).
-A member knows nothing about Ray: the executors in :mod:`popgrpo.runtime` hold members
-and call these methods.
+Any combination is allowed (e.g. a population of MaxEnt members with archive bonuses). The
+step's formulas are the pure functions of :mod:`popgrpo.algorithms.step`; what depends on what
+an idea is (a vector, or a language model's completion) is the member's
+:mod:`~popgrpo.algorithms.rollouts`; where rewards come from is its reward source. A member
+knows nothing about Ray: the executors in :mod:`popgrpo.runtime` hold members and call these
+methods.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import logging
-import math
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from popgrpo.algorithms.archive_service import ArchiveService
+from popgrpo.algorithms.archive_service import ArchiveService, EpochInserts
+from popgrpo.algorithms.rollouts import (
+    RewardSource,
+    Rollouts,
+    init_generator,
+    initial_weights,
+    make_rollouts,
+    round0_weights,
+)
+from popgrpo.algorithms.step import (
+    Samples,
+    StepBatch,
+    StepStats,
+    epoch_means,
+    grpo_loss,
+    shape_returns,
+    step_advantages,
+    zero_bad,
+)
 from popgrpo.config import Config
-from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
 from popgrpo.core.entropy import AdaptiveAlpha
-from popgrpo.core.grpo import binned_advantages, clipped_surrogate, group_advantages, kl_penalty
-from popgrpo.core.merge import Mutation, mutate, soup
-from popgrpo.core.metrics import group_pass_best_at_k_batches, pairwise_diversity_batches
-from popgrpo.core.seeding import torch_generator
-from popgrpo.envs import Environment, make_env
-from popgrpo.policies import Policy, make_policy
+from popgrpo.core.merge import Mutation, mutate
+from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
+from popgrpo.schema import REASONS_COLUMN
 
 __all__ = [
-    "METRIC_COLUMNS",
-    "STREAM_EVAL",
-    "STREAM_MERGE",
     "BadRewardError",
     "Member",
+    "init_generator",
     "initial_weights",
-    "make_member",
     "make_optimizer",
     "resolve_device",
     "round0_weights",
@@ -53,83 +66,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Seed-stream keys (see popgrpo.core.seeding): each purpose gets its own stream.
-_STREAM_INIT = 0  # shared initial weights
-_STREAM_MEMBER = 1  # (1, k): member k's sampling and reward noise
-_STREAM_PERTURB = 2  # (2, k, round): member k's perturbation (mutation) at a round
-STREAM_MERGE = 3  # (3, round): the driver's merge draws (task_arithmetic's w)
-STREAM_EVAL = 4  # (4, round, purpose): the driver's held-out evaluation draws
-
-METRIC_COLUMNS = (
-    "epoch",
-    "member",
-    "reward_mean",
-    "reward_max",
-    "diversity",
-    "complexity",
-    "entropy",
-    "alpha",
-    "kl",
-    "novelty",
-    "archive_new",
-    "archive_improved",
-    "archive_coverage",
-    "archive_qd_score",
-    "bad_rewards",
-    "ideas",
-    "pass_at_k",
-    "best_at_k",
-    *(f"complexity_p{q}" for q in (10, 25, 50, 75, 90)),
-)
-COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)  # of every idea of an epoch (paper Figure 3)
-
-
-@dataclass
-class StepBatch:
-    """What a GRPO step scored: ``P`` prompts × ``G`` ideas (``flat`` is ``[P·G, d]`` on the CPU)."""
-
-    ideas: torch.Tensor  # [P, G, d], member's device
-    old_logp: torch.Tensor  # [P, G]
-    ref_logp: torch.Tensor  # [P, G]
-    flat: torch.Tensor
-    rewards: torch.Tensor  # [P, G]
-    complexity: torch.Tensor  # [P, G]
-    finite: torch.Tensor  # [P, G] bool
-    n_bad: int
-    advantages: torch.Tensor | None  # [P, G], member's device (set once the archive has answered)
-    info: dict
-
 
 class BadRewardError(RuntimeError):
     """Too many NaN/inf rewards in one batch: the environment is broken, stop the run."""
-
-
-def init_generator(config: Config, member_id: int) -> torch.Generator:
-    """The stream a member's initial weights are drawn from: shared unless ``shared_init`` is off."""
-    key = (_STREAM_INIT,) if config.population.shared_init else (_STREAM_INIT, member_id)
-    return torch_generator(config.run.seed, *key)
-
-
-def initial_weights(config: Config, member_id: int = 0) -> dict[str, torch.Tensor]:
-    """The weights a member starts from (a language model's: its initial adapters).
-
-    For ``policy.kind=causal_lm`` this loads the model in this process.
-    """
-    idea_dim = make_env(config.env).idea_dim if config.policy.kind == "gaussian" else 0
-    policy = make_policy(config.policy, idea_dim, init_generator(config, member_id))
-    return {k: v.detach().clone() for k, v in policy.state_dict().items()}
-
-
-def round0_weights(config: Config, member_ids: list[int] | None = None) -> dict[str, torch.Tensor]:
-    """θ_0, the early checkpoint of WiSE-FT and the base of task vectors: the round-0 weights.
-
-    With ``population.shared_init`` (the default) every member starts there. Otherwise it is
-    the uniform soup of the given members' own initial weights (all members when None).
-    """
-    if config.population.shared_init:
-        return initial_weights(config, 0)
-    ids = range(config.population.size) if member_ids is None else member_ids
-    return soup([initial_weights(config, k) for k in ids])
 
 
 def make_optimizer(params, config: Config) -> torch.optim.Adam:
@@ -149,19 +88,14 @@ def make_optimizer(params, config: Config) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, foreach=impl == "foreach")
 
 
-def make_member(
-    member_id: int,
-    config: Config,
-    archive: ArchiveService,
-    env: Environment | None = None,
-    device: str | torch.device = "cpu",
-) -> Member:
-    """The member class ``policy.kind`` needs: :class:`Member`, or the language-model member."""
-    if config.policy.kind == "causal_lm":
-        from popgrpo.algorithms.lm_member import LMMember
+class _Scoring:
+    """A step between its environment rewards and the archive's answer (see :meth:`Member.score_begin`)."""
 
-        return LMMember(member_id, config, archive, env, device)
-    return Member(member_id, config, archive, env, device)
+    __slots__ = ("complexity", "finite", "flat", "n_bad", "reasons", "request", "rewards", "samples")
+
+    def __init__(self, samples, flat, rewards, complexity, finite, n_bad, reasons, request) -> None:
+        self.samples, self.flat, self.rewards, self.complexity = samples, flat, rewards, complexity
+        self.finite, self.n_bad, self.reasons, self.request = finite, n_bad, reasons, request
 
 
 class Member:
@@ -172,6 +106,9 @@ class Member:
         config: the validated run config.
         archive: where archive statuses and novelty scores come from (private or shared).
         env: the environment; built from ``config.env`` when omitted.
+        device: where the policy computes (the environment, the archive and the advantages
+            work on the CPU).
+        reward_source: what ideas are worth; the environment's execution reward when omitted.
     """
 
     def __init__(
@@ -179,162 +116,155 @@ class Member:
         member_id: int,
         config: Config,
         archive: ArchiveService,
-        env: Environment | None = None,
+        env=None,
         device: str | torch.device = "cpu",
+        reward_source: RewardSource | None = None,
     ) -> None:
         self.member_id = member_id
         self.config = config
-        self.archive = archive
-        self.env = env if env is not None else make_env(config.env)
         self.device = torch.device(device)
-        self.policy: Policy = make_policy(config.policy, self.env.idea_dim)
-        self.policy.load_state_dict(initial_weights(config, member_id))
-        self.policy.to(self.device)
-        self.reference: Policy = copy.deepcopy(self.policy).requires_grad_(False)
+        self.rollouts: Rollouts = make_rollouts(config, member_id, env, self.device)
+        self.env = self.rollouts.env
+        self.policy = self.rollouts.policy
+        self.reward_source: RewardSource = reward_source or self.rollouts.execution_reward
+        self.archive = archive
+        self.inserts = EpochInserts(archive, self.rollouts.behaviour, deferred=self.defers_archive_inserts)
         self.optimizer = make_optimizer(self.policy.parameters(), config)
         ent = config.maxent.entropy
         self.alpha = AdaptiveAlpha(ent.target, ent.alpha_init, ent.alpha_lr)
-        self.generator = torch_generator(config.run.seed, _STREAM_MEMBER, member_id)
-        self.prompts = torch.arange(config.policy.n_prompts, device=self.device)
+        self.generator = torch_generator(config.run.seed, STREAM_MEMBER, member_id)
         self.epochs_done = 0
         self.bad_rewards_total = 0
-        self._round0: dict[str, torch.Tensor] | None = None  # θ_0 for the svd mutation, built when needed
-        self._pending: list[StepBatch] = []  # this epoch's batches whose archive insert waits (see _archive_deferred)
 
     @property
-    def _archive_deferred(self) -> bool:
-        """True when no step needs the archive's answer before its update (no QD bonus, no novelty).
-
-        The archive then only feeds the epoch's metrics, so the epoch's batches are inserted
-        together at its end (:meth:`_flush_archive`): in-order statuses make that the same
-        archive and the same new/improved counts as step by step (tested), for one insert,
-        and one round trip to a remote archive, per epoch instead of one per step.
-        """
+    def defers_archive_inserts(self) -> bool:
+        """True when no step needs the archive's answer before its update (no QD bonus, no
+        novelty): the epoch's inserts then wait for its end (:class:`EpochInserts`)."""
         return not (self.config.qd.enabled or self.config.maxent.novelty.enabled)
 
     # ---- training ---------------------------------------------------------------------
     def train_epochs(self, n_epochs: int) -> list[dict]:
-        """Run ``n_epochs`` epochs; return one metrics row per epoch (:data:`METRIC_COLUMNS`)."""
+        """Run ``n_epochs`` epochs; return one metrics row per epoch (:data:`popgrpo.schema.METRIC_COLUMNS`)."""
         rows = []
         for _ in range(n_epochs):
-            steps = [self._step() for _ in range(self.config.grpo.steps_per_epoch)]
-            rows.append(self._epoch_row(steps))
-            self.epochs_done += 1
+            steps = [self.step() for _ in range(self.config.grpo.steps_per_epoch)]
+            rows.append(self.end_epoch(steps))
         return rows
 
-    def _step(self) -> dict:
-        """One GRPO step: sample, score (env, archive, advantages), update. Returns its statistics."""
-        with torch.no_grad():  # one forward samples and scores: [P, G, d] ideas, [P, G] log-probs
-            ideas, old_logp = self.policy.sample_with_log_prob(
-                self.prompts, self.config.grpo.group_size, self.generator
-            )
-            ref_logp = self.reference.log_prob(self.prompts, ideas)
-        batch = self._score(ideas, old_logp, ref_logp)
+    def step(self) -> StepStats:
+        """One GRPO step: sample, score (reward, archive, advantages), update."""
+        samples = self.rollouts.sample(self.generator)
+        batch = self.score_end(self.score_begin(samples))
         for _ in range(self.config.grpo.updates_per_batch):
-            logp, entropy = self.policy.log_prob_and_entropy(self.prompts, ideas)
-            entropy = entropy.mean()
-            loss, kl = self._loss(batch, logp, entropy)
+            logp, entropy = self.rollouts.log_prob_and_entropy(samples)
+            loss, kl = self.loss(batch, logp, entropy)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-        return self._finish_step(batch, entropy, kl)
+        return self.finish_step(batch, entropy, kl)
 
-    # The three parts of a step that do not touch the policy's parameters directly: shared
-    # with PackedMembers (popgrpo.algorithms.packed), which batches the policy work of
-    # several members into one vectorised pass.
-    def _score(self, ideas: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor) -> StepBatch:
-        """Rewards, archive statuses / novelty and advantages of a step's ideas ``[P, G, d]``.
+    # A step's parts that do not touch the policy's parameters: PackedMembers
+    # (popgrpo.algorithms.packed) calls them around one vectorised policy pass for several members.
+    def score_begin(self, samples: Samples) -> _Scoring:
+        """Rewards of a step's ideas from the reward source, and the archive request sent (not awaited)."""
+        flat, complexity = self.rollouts.describe(samples)
+        rewards, reasons = self.reward_source(samples, flat, self.generator)
+        rewards = rewards.reshape(samples.n_prompts, samples.group_size)
+        finite = torch.isfinite(rewards)
+        n_bad = 0 if bool(finite.all()) else int((~finite).sum())
+        if n_bad:
+            self._count_bad_rewards(n_bad, rewards.numel())
+        request = self.inserts.submit(flat, rewards, finite, self.config.maxent.novelty.enabled)
+        return _Scoring(samples, flat, rewards, complexity, finite, n_bad, reasons, request)
 
-        The environment, the archive and the advantages work on the CPU; only the loss runs on
-        the member's device.
-        """
-        batch, request = self._score_begin(ideas, old_logp, ref_logp)
-        return self._score_end(batch, self._archive_result(request))
-
-    def _score_begin(self, ideas: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor):
-        """Environment rewards, and the archive request sent (not awaited): ``(batch so far, request)``."""
-        P, G = ideas.shape[:2]
-        flat = ideas.reshape(P * G, -1).cpu()
-        rewards = self.env.reward(flat, self.generator).reshape(P, G).float()
-        complexity = self.env.complexity(flat).reshape(P, G)
-        batch = StepBatch(ideas, old_logp, ref_logp, flat, rewards, complexity, torch.ones(0), 0, None, {})
-        return batch, self._submit(batch)
-
-    def _submit(self, batch: StepBatch):
-        """Count bad rewards into ``batch``, then send the archive its request: the behaviours of
-        ``batch.flat`` (what the archive stores and novelty compares), the rewards, which ideas to
-        keep. Returns the request's handle, or None when the insert waits for the epoch's end."""
-        rewards = batch.rewards
-        batch.finite = torch.isfinite(rewards)
-        batch.n_bad = 0 if bool(batch.finite.all()) else int((~batch.finite).sum())
-        if batch.n_bad:
-            self._handle_bad_rewards(batch.n_bad, rewards.numel())
-        if self._archive_deferred:
-            self._pending.append(batch)
-            return None
-        return self.archive.submit(
-            self.env.behaviour(batch.flat).numpy(),
-            rewards.reshape(-1).numpy(),
-            batch.flat.numpy(),
-            batch.finite.reshape(-1).numpy(),
-            self.config.maxent.novelty.enabled,
-        )
-
-    def _archive_result(self, request):
-        """The archive's answer to :meth:`_submit`'s request: ``(statuses, novelty)``, or None when deferred."""
-        return None if request is None else self.archive.result(request)
-
-    def _flush_archive(self) -> tuple[int, int]:
-        """Insert the epoch's deferred batches in one call, in step order: ``(new, improved)`` counts."""
-        if not self._pending:
-            return 0, 0
-        flat = torch.cat([b.flat for b in self._pending])
-        statuses, _ = self.archive.step(
-            self.env.behaviour(flat).numpy(),
-            torch.cat([b.rewards.reshape(-1) for b in self._pending]).numpy(),
-            flat.numpy(),
-            torch.cat([b.finite.reshape(-1) for b in self._pending]).numpy(),
-            False,
-        )
-        self._pending = []
-        return int((statuses == STATUS_NEW).sum()), int((statuses == STATUS_IMPROVED).sum())
-
-    def _score_end(self, batch: StepBatch, archive_result) -> StepBatch:
-        """Archive bonus and novelty into the returns (``archive_result`` None: deferred), then the advantages."""
-        if archive_result is None:
-            returns = batch.rewards
-            if batch.n_bad:
-                returns = torch.where(batch.finite, returns, torch.zeros_like(returns))
-        else:
-            returns, batch.info = self._shape_returns(batch.rewards, batch.finite, *archive_result)
-        batch.advantages = self._advantages(returns, batch.complexity, batch.finite, batch.n_bad).to(self.device)
-        return batch
-
-    def _loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Clipped surrogate + KL (k3) − α·H for log-probs ``[P, G]`` and mean entropy; returns (loss, kl)."""
+    def score_end(self, scoring: _Scoring) -> StepBatch:
+        """Archive bonus and novelty into the returns (when the archive answered this step), then the advantages."""
         cfg = self.config
-        kl = kl_penalty(logp, batch.ref_logp).mean()
-        loss = clipped_surrogate(logp, batch.old_logp, batch.advantages, cfg.grpo.clip) + cfg.grpo.kl_coef * kl
-        if cfg.maxent.entropy.enabled:
-            loss = loss - self.alpha.value * entropy
-        return loss, kl
+        returns = zero_bad(scoring.rewards, scoring.finite) if scoring.n_bad else scoring.rewards
+        info = {}
+        answer = self.inserts.result(scoring.request)
+        if answer is not None:
+            returns, info = shape_returns(
+                returns,
+                *answer,
+                beta_new=cfg.qd.beta_new if cfg.qd.enabled else None,
+                beta_imp=cfg.qd.beta_imp,
+                novelty_coef=cfg.maxent.novelty.coef,
+            )
+        advantages = step_advantages(
+            returns, scoring.complexity, scoring.finite, scoring.n_bad, cfg.maxent.complexity_bins, cfg.grpo.adv_eps
+        )
+        return StepBatch(
+            samples=scoring.samples,
+            flat=scoring.flat,
+            rewards=scoring.rewards,
+            complexity=scoring.complexity,
+            finite=scoring.finite,
+            n_bad=scoring.n_bad,
+            advantages=advantages.to(self.device),
+            info=info,
+            reasons=scoring.reasons,
+        )
 
-    def _finish_step(self, batch: StepBatch, entropy: torch.Tensor, kl: torch.Tensor) -> dict:
-        """Dual step on α, and what the epoch's metrics need of this step (reduced in :meth:`_epoch_row`)."""
+    def loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 4 for the current log-probs and (reduced) entropy of ``batch``'s samples; returns (loss, kl)."""
+        cfg, samples = self.config, batch.samples
+        return grpo_loss(
+            logp,
+            samples.old_logp,
+            samples.ref_logp,
+            self.rollouts.expand(batch.advantages, samples),
+            entropy,
+            clip=cfg.grpo.clip,
+            kl_coef=cfg.grpo.kl_coef,
+            alpha=self.alpha.value if cfg.maxent.entropy.enabled else None,
+            reduce=lambda values: self.rollouts.reduce(values, samples),
+        )
+
+    def finish_step(self, batch: StepBatch, entropy: torch.Tensor, kl: torch.Tensor) -> StepStats:
+        """Dual step on α, and what the epoch's metrics need of this step."""
         if self.config.maxent.entropy.enabled:
             self.alpha.update(float(entropy.detach()))
-        return {
-            "rewards": batch.rewards,
-            "finite": batch.finite,
-            "flat": batch.flat,
-            "complexity": batch.complexity,
-            "entropy": entropy.detach(),
-            "kl": kl.detach(),
-            "bad_rewards": batch.n_bad,
+        return StepStats(
+            rewards=batch.rewards,
+            finite=batch.finite,
+            flat=batch.flat,
+            complexity=batch.complexity,
+            entropy=entropy.detach(),
+            kl=kl.detach(),
+            bad_rewards=batch.n_bad,
+            reasons=batch.reasons,
             **batch.info,
-        }
+        )
 
-    def _handle_bad_rewards(self, n_bad: int, n_total: int) -> None:
+    def end_epoch(self, steps: list[StepStats]) -> dict:
+        """Close an epoch: the deferred archive inserts, then the epoch's metrics row."""
+        counts = self.inserts.end_epoch()
+        if counts is None:
+            counts = sum(s.archive_new for s in steps), sum(s.archive_improved for s in steps)
+        stats = self.inserts.stats()
+        means = epoch_means(steps, self.config.eval.success_threshold, self.config.eval.k)
+        quantiles = {key: means.pop(key) for key in [k for k in means if k.startswith("complexity_p")]}
+        row = {
+            "epoch": self.epochs_done,
+            "member": self.member_id,
+            **means,
+            "alpha": self.alpha.value,
+            "archive_new": int(counts[0]),
+            "archive_improved": int(counts[1]),
+            "archive_coverage": stats["coverage"],
+            "archive_qd_score": stats["qd_score"],
+            "bad_rewards": int(sum(s.bad_rewards for s in steps)),
+            "ideas": int(sum(s.rewards.numel() for s in steps)),
+            **quantiles,
+        }
+        if any(s.reasons is not None for s in steps):
+            reasons = sum((s.reasons for s in steps if s.reasons is not None), Counter())
+            row[REASONS_COLUMN] = json.dumps(dict(sorted(reasons.items())))
+        self.epochs_done += 1
+        return row
+
+    def _count_bad_rewards(self, n_bad: int, n_total: int) -> None:
         self.bad_rewards_total += n_bad
         fraction = n_bad / n_total
         limit = self.config.grpo.max_bad_reward_fraction
@@ -346,98 +276,13 @@ class Member:
             )
         log.warning("member %d: %d NaN/inf rewards left out of this update", self.member_id, n_bad)
 
-    def _shape_returns(
-        self, rewards: torch.Tensor, finite: torch.Tensor, statuses: np.ndarray, novelty: np.ndarray | None
-    ) -> tuple[torch.Tensor, dict]:
-        """Reward plus archive bonus (eq. 3) and novelty (eq. 5); ``[P, G]``."""
-        cfg = self.config
-        returns = torch.where(finite, rewards, torch.zeros_like(rewards))
-        status_t = torch.as_tensor(np.array(statuses)).reshape(rewards.shape)  # a copy: Ray's arrays are read-only
-        if cfg.qd.enabled:
-            returns = (
-                returns + cfg.qd.beta_new * (status_t == STATUS_NEW) + cfg.qd.beta_imp * (status_t == STATUS_IMPROVED)
-            )
-        novelty_mean = math.nan
-        if novelty is not None:
-            novelty_t = torch.tensor(np.asarray(novelty), dtype=torch.float32).reshape(rewards.shape)
-            returns = returns + cfg.maxent.novelty.coef * novelty_t
-            novelty_mean = float(novelty_t.mean())
-        info = {
-            "archive_new": int((statuses == STATUS_NEW).sum()),
-            "archive_improved": int((statuses == STATUS_IMPROVED).sum()),
-            "novelty": novelty_mean,
-        }
-        return returns, info
-
-    def _advantages(
-        self, returns: torch.Tensor, complexity: torch.Tensor, finite: torch.Tensor, n_bad: int
-    ) -> torch.Tensor:
-        cfg = self.config
-        if n_bad:
-            # A bad idea takes its group's mean return, so it has exactly zero advantage.
-            counts = finite.sum(dim=1, keepdim=True).clamp_min(1)
-            group_mean = (returns * finite).sum(dim=1, keepdim=True) / counts
-            returns = torch.where(finite, returns, group_mean.expand_as(returns))
-        if cfg.maxent.complexity_bins > 1:
-            adv = binned_advantages(returns, complexity, cfg.maxent.complexity_bins, cfg.grpo.adv_eps)
-        else:
-            adv = group_advantages(returns, cfg.grpo.adv_eps)
-        return torch.where(finite, adv, torch.zeros_like(adv)) if n_bad else adv
-
-    def _epoch_row(self, steps: list[dict]) -> dict:
-        """The epoch's metrics row: per-step statistics (each step's batch on its own, as the paper
-        reports them), averaged over the epoch's steps; all steps reduced together, not one by one."""
-        cfg = self.config
-        if self._archive_deferred:
-            new, improved = self._flush_archive()
-        else:
-            new = sum(s["archive_new"] for s in steps)
-            improved = sum(s["archive_improved"] for s in steps)
-        stats = self.archive.stats()
-        rewards = torch.stack([s["rewards"] for s in steps])  # [S, P, G]
-        finite = torch.stack([s["finite"] for s in steps])
-        complexity = torch.stack([s["complexity"] for s in steps])
-        good = finite.flatten(1)
-        reward_sum = torch.where(finite, rewards, torch.zeros((), dtype=rewards.dtype)).flatten(1).sum(1)
-        step_mean = reward_sum / good.sum(1)  # a step with no finite reward: 0/0 = NaN
-        step_max = torch.where(finite, rewards, torch.tensor(-math.inf)).flatten(1).amax(1)
-        step_max = torch.where(good.any(1), step_max, torch.tensor(math.nan))
-        pass_k, best_k = group_pass_best_at_k_batches(rewards, cfg.eval.success_threshold, cfg.eval.k)
-        per_step = {  # [S] each; the row holds their means over the steps, NaN steps left out
-            "reward_mean": step_mean,
-            "reward_max": step_max,
-            "diversity": pairwise_diversity_batches(torch.stack([s["flat"] for s in steps])),
-            "complexity": complexity.flatten(1).mean(1),
-            "entropy": torch.stack([s["entropy"] for s in steps]),
-            "kl": torch.stack([s["kl"] for s in steps]),
-            "novelty": torch.tensor([s.get("novelty", math.nan) for s in steps]),
-            "pass_at_k": pass_k,
-            "best_at_k": best_k,
-        }
-        means = dict(zip(per_step, _nanmean_rows(torch.stack([v.double() for v in per_step.values()])), strict=True))
-        # numpy's quantile (linear interpolation, as torch.quantile) is 3× faster here on an epoch's values.
-        quantiles = np.quantile(complexity.flatten().double().numpy(), COMPLEXITY_QUANTILES).tolist()
-        return {
-            "epoch": self.epochs_done,
-            "member": self.member_id,
-            **means,
-            "alpha": self.alpha.value,
-            "archive_new": int(new),
-            "archive_improved": int(improved),
-            "archive_coverage": stats["coverage"],
-            "archive_qd_score": stats["qd_score"],
-            "bad_rewards": int(sum(s["bad_rewards"] for s in steps)),
-            "ideas": int(rewards.numel()),
-            **{f"complexity_p{round(q * 100)}": v for q, v in zip(COMPLEXITY_QUANTILES, quantiles, strict=True)},
-        }
-
     # ---- weights, for the scheduler ----------------------------------------------------
     def get_weights(self) -> dict[str, torch.Tensor]:
         """CPU copies, whatever the member's device: they go to checkpoints and the object store."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
-    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict:
-        """Load the merged model ``base`` with this member's own mutation (Pop-GRPO re-seeding).
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict:
+        """Continue from the merged model ``base`` plus this member's own mutation (Pop-GRPO).
 
         ``mutation`` is a :class:`~popgrpo.core.merge.Mutation`, or a float σ_p for the main
         paper's Gaussian perturbation. The svd mutation's task vector is relative to this
@@ -448,12 +293,8 @@ class Member:
         """
         if not isinstance(mutation, Mutation):
             mutation = Mutation("gaussian", sigma=float(mutation))
-        generator = torch_generator(self.config.run.seed, _STREAM_PERTURB, self.member_id, round_index)
-        round0 = None
-        if mutation.kind == "svd":
-            if self._round0 is None:
-                self._round0 = initial_weights(self.config, self.member_id)
-            round0 = self._round0
+        generator = torch_generator(self.config.run.seed, STREAM_PERTURB, self.member_id, round_index)
+        round0 = self.rollouts.round0() if mutation.kind == "svd" else None
         weights, info = mutate(base, mutation, generator, round0)
         self.policy.load_state_dict(weights)
         self.optimizer = make_optimizer(self.policy.parameters(), self.config)
@@ -485,18 +326,7 @@ class Member:
         self.generator.set_state(state["generator"])
         self.epochs_done = int(state["epochs_done"])
         self.bad_rewards_total = int(state["bad_rewards_total"])
-        self._pending = []  # an interrupted epoch's deferred inserts belong to the state being replaced
-
-
-def _nanmean_rows(values: torch.Tensor) -> list[float]:
-    """Mean of each row's non-NaN entries, ``[R, S]`` → R floats; ``math.nan`` for a row with none.
-
-    Always the one ``math.nan`` object, as metric rows have always held: two rows with the same
-    numbers then compare equal (``==`` on containers takes an identical object as equal).
-    """
-    kept = ~values.isnan()
-    means = (torch.where(kept, values, 0.0).sum(1) / kept.sum(1)).tolist()  # 0/0 = NaN
-    return [math.nan if math.isnan(m) else m for m in means]
+        self.inserts.discard()  # an interrupted epoch's deferred inserts belong to the state being replaced
 
 
 def _to_cpu(obj):

@@ -11,7 +11,7 @@ the members' insertions interleave step by step instead of epoch by epoch.
 
 Adam is elementwise, so one Adam over the stacked tensors is K independent Adams. Between
 calls the members' own modules and optimisers hold the state (checkpoints, ``get_weights``,
-``reseed`` see nothing different): each call stacks them at the start and writes back at
+``adopt`` see nothing different): each call stacks them at the start and writes back at
 the end.
 """
 
@@ -24,6 +24,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from popgrpo.algorithms.member import Member, make_optimizer
+from popgrpo.algorithms.step import Samples, StepStats
 
 __all__ = ["PackedMembers", "can_pack"]
 
@@ -55,7 +56,7 @@ class PackedMembers:
         self.members = list(members)
         first = self.members[0]
         self.config = first.config
-        self.prompts = first.prompts
+        self.prompts = first.rollouts.prompts
         self._template = _LogProbEntropy(first.policy)  # structure only; parameters come from the stacks
         self._names = [name for name, _ in first.policy.named_parameters()]
 
@@ -63,7 +64,7 @@ class PackedMembers:
     def _stack(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.optim.Adam]:
         """Stacked trainable parameters (leaves), stacked reference parameters, one Adam over them."""
         own = [dict(m.policy.named_parameters()) for m in self.members]
-        ref = [dict(m.reference.named_parameters()) for m in self.members]
+        ref = [dict(m.rollouts.reference.named_parameters()) for m in self.members]
         params = {n: torch.stack([o[n].detach() for o in own]).requires_grad_(True) for n in self._names}
         reference = {n: torch.stack([r[n].detach() for r in ref]) for n in self._names}
         optimizer = make_optimizer(params.values(), self.config)
@@ -108,8 +109,7 @@ class PackedMembers:
             for _ in range(n_epochs):
                 steps = [self._step(params, reference, optimizer) for _ in range(self.config.grpo.steps_per_epoch)]
                 for k, member in enumerate(self.members):
-                    rows[k].append(member._epoch_row([s[k] for s in steps]))
-                    member.epochs_done += 1
+                    rows[k].append(member.end_epoch([s[k] for s in steps]))
         finally:
             self._unstack(params, optimizer)
         return rows
@@ -122,31 +122,32 @@ class PackedMembers:
 
         return vmap(one)(params, ideas)
 
-    def _step(self, params, reference, optimizer) -> list[dict]:
+    def _step(self, params, reference, optimizer) -> list[StepStats]:
+        """One GRPO step of every member (:meth:`Member.step`, with the policy work batched)."""
         cfg, members = self.config, self.members
         policy = members[0].policy
+        n_prompts, group = len(self.prompts), cfg.grpo.group_size
         with torch.no_grad():
             heads = vmap(lambda p: functional_call(policy, p, (self.prompts,)))(params)  # (mean, log_std) [K, P, d]
-            noise = torch.stack(
-                [m.policy.draw_noise(len(self.prompts), cfg.grpo.group_size, m.generator) for m in members]
-            ).to(heads[0].device)
+            noise = torch.stack([m.policy.draw_noise(n_prompts, group, m.generator) for m in members]).to(
+                heads[0].device
+            )
             ideas = vmap(policy.ideas_from_noise)(*heads, noise)  # [K, P, G, d]
             old_logp = vmap(policy.log_prob_from)(*heads, ideas)  # from the sampling pass, as Member does
             ref_logp, _ = self._forward(reference, ideas)
+        samples = [Samples(ideas[k], old_logp[k], ref_logp[k], n_prompts, group) for k in range(len(members))]
         # Every member's archive request goes out before any answer is awaited: on Ray that is
         # one round-trip latency per step for the whole pack, not one per member.
-        begun = [m._score_begin(ideas[k], old_logp[k], ref_logp[k]) for k, m in enumerate(members)]
-        batches = [
-            m._score_end(batch, m._archive_result(request)) for m, (batch, request) in zip(members, begun, strict=True)
-        ]
+        begun = [m.score_begin(s) for m, s in zip(members, samples, strict=True)]
+        batches = [m.score_end(scoring) for m, scoring in zip(members, begun, strict=True)]
         for _ in range(cfg.grpo.updates_per_batch):
             logp, entropy = self._forward(params, ideas)
             losses, kls = [], []
             for k, (member, batch) in enumerate(zip(members, batches, strict=True)):
-                loss, kl = member._loss(batch, logp[k], entropy[k])
+                loss, kl = member.loss(batch, logp[k], entropy[k])
                 losses.append(loss)
                 kls.append(kl)
             optimizer.zero_grad(set_to_none=True)
             torch.stack(losses).sum().backward()  # members are independent: each gets its own gradient
             optimizer.step()
-        return [m._finish_step(b, entropy[k], kls[k]) for k, (m, b) in enumerate(zip(members, batches, strict=True))]
+        return [m.finish_step(b, entropy[k], kls[k]) for k, (m, b) in enumerate(zip(members, batches, strict=True))]

@@ -12,6 +12,7 @@ from popgrpo.core.entropy import AdaptiveAlpha, alpha_dual_step, gaussian_entrop
 from popgrpo.core.grpo import (
     binned_advantages,
     clipped_surrogate,
+    clipped_terms,
     group_advantages,
     kl_penalty,
     masked_aggregate,
@@ -52,6 +53,7 @@ __all__ = [
     "best_at_k",
     "binned_advantages",
     "clipped_surrogate",
+    "clipped_terms",
     "complexity",
     "cyclic_objective",
     "gaussian_entropy",

@@ -97,7 +97,7 @@ class MapElitesArchive:
             self._grid = self._make_grid(ideas.shape[1])
 
         cells = self._grid.index_of(behaviours)
-        occupied, current = self._grid._store.retrieve(cells)
+        occupied, current = self._grid.retrieve(behaviours)
         elite_reward = np.where(occupied, current["objective"], -np.inf)
         status = _in_order_status(cells, rewards, occupied, elite_reward)
 

@@ -15,6 +15,7 @@ __all__ = [
     "LOSS_NORMALISATIONS",
     "binned_advantages",
     "clipped_surrogate",
+    "clipped_terms",
     "group_advantages",
     "kl_penalty",
     "masked_aggregate",
@@ -80,6 +81,22 @@ def binned_advantages(
     return advantages
 
 
+def clipped_terms(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float = 0.2
+) -> torch.Tensor:
+    """The PPO/GRPO clipped surrogate per idea (or token), as a loss: ``−min(ρ A, clip(ρ, 1 ± ε) A)``.
+
+    ``ρ = exp(logp − old_logp)``; ``advantages`` broadcasts against ``logp`` (``[N, 1]`` for
+    ``[N, T]`` tokens sharing their completion's advantage). The caller reduces the terms:
+    :func:`clipped_surrogate` takes their mean, :func:`token_clipped_surrogate` a
+    :func:`masked_aggregate`.
+    """
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * advantages
+    return -torch.minimum(unclipped, clipped)
+
+
 def clipped_surrogate(
     logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float = 0.2
 ) -> torch.Tensor:
@@ -93,10 +110,7 @@ def clipped_surrogate(
         advantages: same shape.
         clip: the clipping range ε.
     """
-    ratio = torch.exp(logp - old_logp)
-    unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * advantages
-    return -torch.minimum(unclipped, clipped).mean()
+    return clipped_terms(logp, old_logp, advantages, clip).mean()
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -158,7 +172,4 @@ def token_clipped_surrogate(
         advantages: ``[N]`` one per completion.
         mask: ``[N, T]`` 1 on completion tokens, 0 on padding.
     """
-    ratio = torch.exp(logp - old_logp)
-    adv = advantages[:, None]
-    per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
-    return masked_aggregate(per_token, mask, normalisation)
+    return masked_aggregate(clipped_terms(logp, old_logp, advantages[:, None], clip), mask, normalisation)

@@ -5,7 +5,23 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["derive_seed", "torch_generator"]
+__all__ = [
+    "STREAM_EVAL",
+    "STREAM_INIT",
+    "STREAM_MEMBER",
+    "STREAM_MERGE",
+    "STREAM_PERTURB",
+    "derive_seed",
+    "torch_generator",
+]
+
+# The first key of every stream a run draws from ``run.seed``: each purpose has its own, so
+# adding draws to one purpose never shifts another's numbers.
+STREAM_INIT = 0  # (0,) shared initial weights; (0, k) member k's own with population.shared_init off
+STREAM_MEMBER = 1  # (1, k): member k's sampling, prompt draws and reward noise
+STREAM_PERTURB = 2  # (2, k, round): member k's mutation when it adopts the merged model of a round
+STREAM_MERGE = 3  # (3, round): the driver's merge draws (task_arithmetic's w)
+STREAM_EVAL = 4  # (4, round, purpose): the driver's held-out evaluation draws
 
 
 def derive_seed(root: int, *keys: int) -> int:

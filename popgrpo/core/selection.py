@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["POP_SCORE", "cyclic_objective", "objective_scores", "pop_score", "select_top_m"]
+from popgrpo.schema import POP_SCORE  # the main paper's S_k; any other objective is a column of the member's rows
 
-POP_SCORE = "pop_score"  # the main paper's S_k; any other objective is a metric column of the member's rows
+__all__ = ["POP_SCORE", "cyclic_objective", "objective_scores", "pop_score", "select_top_m"]
 
 
 def pop_score(diversity: float, max_reward: float) -> float:

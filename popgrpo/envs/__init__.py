@@ -1,6 +1,8 @@
 """Environments: what an idea is worth, where it sits in behaviour space, how complex it is.
 
-Bring your own by implementing :class:`Environment`; the runtime needs nothing else.
+Bring your own by implementing :class:`Environment` (ideas are vectors, for policies such as
+the Gaussian one) or :class:`TextEnvironment` (ideas are completions of a language-model
+member); a member needs nothing else (:mod:`popgrpo.algorithms.rollouts` says which is used).
 
 ``IdeaGymEnv`` and ``register_gym_env`` (:mod:`popgrpo.envs.gym`, the Gymnasium adapter for
 RLlib and other Gymnasium learners) are importable from here too, but loaded on first use:
@@ -9,11 +11,13 @@ popgrpo itself never needs Gymnasium, so importing this package must not import 
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Environment", "make_env"]
+__all__ = ["Environment", "TextEnvironment", "make_env"]
 
 
 @runtime_checkable
@@ -33,11 +37,28 @@ class Environment(Protocol):
         """``[N, d]`` → ``[N]`` complexity (the thinking-length proxy)."""
 
 
+@runtime_checkable
+class TextEnvironment(Protocol):
+    """What a language-model member asks of its environment (:class:`popgrpo.envs.text.TextEnv`)."""
+
+    prompts: list[str]
+    behaviour_dim: int
+
+    def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, Counter]:
+        """``N`` (prompt, completion) pairs → ``[N]`` rewards and reason counts ``"fn:reason" → n``."""
+
+    def embed(self, texts: Sequence[str]) -> torch.Tensor:
+        """``N`` texts → ``[N, E]`` unit embeddings: what the archive stores, novelty and diversity compare."""
+
+    def behaviour(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """``[N, E]`` → ``[N, behaviour_dim]`` descriptors in [0, 1]."""
+
+
 def make_env(cfg, device: str | torch.device = "cpu"):
     """Build the environment named by an :class:`popgrpo.config.EnvConfig`.
 
-    ``idea`` gives an :class:`Environment`; ``text`` a :class:`popgrpo.envs.text.TextEnv`
-    (for language-model members; its embedding model runs on ``device``).
+    ``idea`` gives an :class:`Environment`; ``text`` a :class:`TextEnvironment`
+    (:class:`popgrpo.envs.text.TextEnv`, whose embedding model runs on ``device``).
     """
     if cfg.kind == "idea":
         from popgrpo.envs.idea import IdeaEnv

@@ -1,6 +1,6 @@
 """The text environment: prompts, reward callables and embedding behaviours for language-model members.
 
-A language-model member (:class:`popgrpo.algorithms.lm_member.LMMember`) samples completions
+A language-model member (:class:`popgrpo.algorithms.rollouts.TextRollouts`) samples completions
 of prompts; this module says what they are worth and where they sit:
 
 * **Prompts** come inline from the config or from a file on disk (``.txt`` one per line,

@@ -41,6 +41,7 @@ from urllib.parse import quote, urlsplit
 import yaml
 
 from popgrpo.config import ConfigError
+from popgrpo.telemetry.atomic import atomic_write
 
 __all__ = [
     "DASHBOARD_PATH",
@@ -398,11 +399,7 @@ def copy_to_ray(target_dir: Path, dashboard: dict | None = None) -> Path:
     datasource it wrote (``$RAY_PROMETHEUS_NAME``).
     """
     dashboard = load_dashboard() if dashboard is None else dashboard
-    target = target_dir / RAY_DASHBOARD_FILE
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, target)
-    return target
+    return atomic_write(target_dir / RAY_DASHBOARD_FILE, json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n")
 
 
 # ---- command line ------------------------------------------------------------------------------

@@ -162,7 +162,7 @@ def _exit_for(status: str) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    from popgrpo.cli import load_args_config
+    from popgrpo.config import load_args_config
 
     config = load_args_config(args)
     runtime_env = None

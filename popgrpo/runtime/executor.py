@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
-from popgrpo.algorithms.member import make_member, resolve_device
+from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.config import Config
 from popgrpo.core.merge import Mutation
 from popgrpo.envs import make_env
@@ -26,16 +26,16 @@ class Executor(Protocol):
     restarts: int  # member actors rebuilt after dying (always 0 in-process)
     events: list[dict]  # failures and recoveries not yet reported; the driver drains it
 
-    def train(self, n_epochs: int) -> list[list[dict]]:
-        """Every member trains ``n_epochs``; per member, one metrics row per epoch."""
+    def train(self, n_epochs: int, round_index: int = 0) -> list[list[dict]]:
+        """Every member trains ``n_epochs`` of round ``round_index``; per member, one metrics row per epoch."""
 
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         """State dicts of the given members, in that order."""
 
-    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
-        """Every member loads the merged model ``base`` with its own mutation (a float: Gaussian σ_p).
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+        """Every member continues from the merged model ``base`` with its own mutation (a float: Gaussian σ_p).
 
-        Returns each member's mutation description (:meth:`Member.reseed`), in member order.
+        Returns each member's mutation description (:meth:`Member.adopt`), in member order.
         """
 
     def archives(self) -> list[LocalArchive]:
@@ -86,11 +86,11 @@ class LocalExecutor:
         if warning:
             self.events.append({"event": "device_fallback", "reason": warning})
         self.members = [
-            make_member(k, config, self._archives[0 if config.archive.shared else k], env, device)
+            Member(k, config, self._archives[0 if config.archive.shared else k], env, device)
             for k in range(self.n_members)
         ]
 
-    def train(self, n_epochs: int) -> list[list[dict]]:
+    def train(self, n_epochs: int, round_index: int = 0) -> list[list[dict]]:
         if self.config.population.vectorize:
             from popgrpo.algorithms.packed import PackedMembers
 
@@ -100,8 +100,8 @@ class LocalExecutor:
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         return [self.members[k].get_weights() for k in member_ids]
 
-    def reseed(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
-        return [member.reseed(base, mutation, round_index) for member in self.members]
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+        return [member.adopt(base, mutation, round_index) for member in self.members]
 
     def archives(self) -> list[LocalArchive]:
         return self._archives

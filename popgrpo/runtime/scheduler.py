@@ -3,15 +3,15 @@
 Each decision at the end of a round is a helper that returns what to do *and* a JSON-able
 description of it, in the spirit of Ray Tune's PBT helpers: :func:`plan_round` (which members,
 under which objective), :func:`merge_selected` (the merged model), :func:`mutation_for` (what
-each member adds when it re-seeds). :func:`run_rounds` carries them out through an executor
+each member adds when it adopts the merged model). :func:`run_rounds` carries them out through an executor
 and assembles the lineage record. The strategies are chosen by config only
-(``scheduler.merge``, ``scheduler.mutate``, ``scheduler.objectives``); the defaults are the
-main paper's S_k ranking, uniform soup and Gaussian perturbation. See docs/MERGING.md.
+(``scheduler.merge`` and ``scheduler.mutate`` name entries of the registries in
+:mod:`popgrpo.algorithms.merges`; ``scheduler.objectives``); the defaults are the main paper's
+S_k ranking, uniform soup and Gaussian perturbation. See docs/MERGING.md.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -19,12 +19,14 @@ from functools import partial
 import torch
 
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
-from popgrpo.algorithms.member import STREAM_MERGE, round0_weights
+from popgrpo.algorithms.merges import MERGES, MUTATIONS, MergeInputs
+from popgrpo.algorithms.rollouts import round0_weights
 from popgrpo.config import Config
-from popgrpo.core.merge import Mutation, crossover_weights, greedy_soup, score_weights, soup, task_arithmetic, wise_ft
-from popgrpo.core.seeding import torch_generator
+from popgrpo.core.merge import Mutation
+from popgrpo.core.seeding import STREAM_MERGE, torch_generator
 from popgrpo.core.selection import cyclic_objective, objective_scores, select_top_m
 from popgrpo.runtime.executor import Executor
+from popgrpo.schema import json_float
 
 __all__ = ["RoundPlan", "merge_selected", "mutation_for", "plan_round", "round_lengths", "run_rounds"]
 
@@ -60,14 +62,14 @@ def plan_round(round_index: int, epoch_end: int, last_rows: list[dict], config: 
         "round": round_index,
         "epoch_end": epoch_end,
         "objective": objective,
-        "scores": {str(r["member"]): _json_float(s) for r, s in zip(last_rows, scores, strict=True)},
+        "scores": {str(r["member"]): json_float(s) for r, s in zip(last_rows, scores, strict=True)},
         "selected": selected,
     }
     others = [o for o in sched.objectives if o != objective]
     if others:
         values = {o: objective_scores(last_rows, o) for o in others}
         record["behaviour"] = {
-            str(r["member"]): {o: _json_float(values[o][i]) for o in others} for i, r in enumerate(last_rows)
+            str(r["member"]): {o: json_float(values[o][i]) for o in others} for i, r in enumerate(last_rows)
         }
     return RoundPlan(selected, record, [scores[k] for k in selected])
 
@@ -90,50 +92,22 @@ def merge_selected(
     (:func:`~popgrpo.algorithms.member.round0_weights`); ``task_arithmetic`` draws its ``w``
     from the stream ``(run.seed, STREAM_MERGE, round)``.
     """
-    sched = config.scheduler
     selected = list(selected)
-    m = len(selected)
-    if sched.merge == "soup":
-        return soup(weights), {"kind": "soup", "members": selected, "weights": [1.0 / m] * m}
-    if sched.merge == "weighted_soup":
-        w = score_weights(scores, sched.weighted_soup_temperature)
-        description = {"kind": "weighted_soup", "members": selected, "weights": w}
-        description.update(scores=[_json_float(s) for s in scores], temperature=sched.weighted_soup_temperature)
-        return soup(weights, w), description
-    if sched.merge == "greedy_soup":
-        if evaluate is None:
-            raise ValueError("greedy_soup needs a held-out evaluate function")
-        metric = sched.greedy_soup_metric
-        merged, kept, held_out = greedy_soup(weights, lambda sd: evaluate(sd)[metric])
-        description = {
-            "kind": "greedy_soup",
-            "members": [selected[i] for i in kept],
-            "weights": [1.0 / len(kept)] * len(kept),
-        }
-        description.update(candidates=selected, metric=metric, held_out=[_json_float(h) for h in held_out])
-        return merged, description
-    if sched.merge == "wise_ft":
-        merged = wise_ft(round0_weights(config, selected), soup(weights), sched.wise_ft_delta)
-        description = {"kind": "wise_ft", "members": selected, "weights": [1.0 / m] * m}
-        description.update(delta=sched.wise_ft_delta, early="round0")
-        return merged, description
-    if sched.merge == "task_arithmetic":
-        generator = torch_generator(config.run.seed, STREAM_MERGE, round_index)
-        w = crossover_weights(m, sched.task_arithmetic_mu, sched.task_arithmetic_sigma, generator)
-        merged = task_arithmetic(round0_weights(config, selected), weights, w)
-        description = {"kind": "task_arithmetic", "members": selected, "weights": [x / sum(w) for x in w]}
-        description.update(w=w, mu=sched.task_arithmetic_mu, sigma=sched.task_arithmetic_sigma, base="round0")
-        return merged, description
-    raise ValueError(f"unknown scheduler.merge {sched.merge!r}")
+    inputs = MergeInputs(
+        selected=selected,
+        weights=weights,
+        scores=scores,
+        params=config.scheduler,
+        round0=lambda: round0_weights(config, selected),
+        generator=lambda: torch_generator(config.run.seed, STREAM_MERGE, round_index),
+        evaluate=evaluate,
+    )
+    return MERGES[config.scheduler.merge](inputs)
 
 
 def mutation_for(config: Config) -> tuple[Mutation, dict]:
-    """The mutation every member applies when it re-seeds, and its lineage description."""
-    sched = config.scheduler
-    if sched.mutate == "gaussian":
-        return Mutation("gaussian", sigma=sched.perturb_sigma), {"kind": "gaussian", "sigma": sched.perturb_sigma}
-    mutation = Mutation("svd", w_max=sched.svd_w_max, mode=sched.svd_mode)
-    return mutation, {"kind": "svd", "w_max": sched.svd_w_max, "mode": sched.svd_mode, "base": "round0"}
+    """The mutation every member applies when it adopts the merged model, and its lineage description."""
+    return MUTATIONS[config.scheduler.mutate](config.scheduler)
 
 
 def run_rounds(
@@ -155,7 +129,7 @@ def run_rounds(
     evaluator: WeightsEvaluator | None = None
     for round_index in range(start_round, len(lengths)):
         n_epochs = lengths[round_index]
-        rows = executor.train(n_epochs)
+        rows = executor.train(n_epochs, round_index)
         epoch_end += n_epochs
         record = None
         is_last = round_index == len(lengths) - 1
@@ -171,7 +145,7 @@ def run_rounds(
             merged, merge_record = merge_selected(plan.selected, weights, plan.scores, round_index, config, held_out)
             merged_eval = evaluator(merged, round_index, PURPOSE_MERGED) if config.eval.merged else None
             mutation, perturb_record = mutation_for(config)
-            infos = executor.reseed(merged, mutation, round_index + 1)
+            infos = executor.adopt(merged, mutation, round_index + 1)
             perturb_record["members"] = list(range(len(last_rows)))
             if mutation.kind == "svd":
                 perturb_record["w"] = {str(k): info for k, info in enumerate(infos or [])}
@@ -190,13 +164,9 @@ def _eval_record(config: Config, last_rows: list[dict], merged: dict | None) -> 
         "k": config.eval.k,
         "threshold": config.eval.success_threshold,
         "members": {
-            str(r["member"]): {key: _json_float(r[key]) for key in ("pass_at_k", "best_at_k")} for r in last_rows
+            str(r["member"]): {key: json_float(r[key]) for key in ("pass_at_k", "best_at_k")} for r in last_rows
         },
     }
     if merged is not None:
-        record["merged"] = {key: _json_float(v) if isinstance(v, float) else v for key, v in merged.items()}
+        record["merged"] = {key: json_float(v) if isinstance(v, float) else v for key, v in merged.items()}
     return record
-
-
-def _json_float(x: float) -> float | None:
-    return None if math.isnan(x) else float(x)

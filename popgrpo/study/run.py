@@ -75,7 +75,7 @@ def reproduce(
     import ray
     from ray import tune
 
-    from popgrpo.runtime.ray_executor import connect
+    from popgrpo.runtime.cluster import connect
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)

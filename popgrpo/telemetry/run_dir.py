@@ -15,17 +15,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from popgrpo.algorithms.member import METRIC_COLUMNS
 from popgrpo.config import Config
+from popgrpo.schema import metrics_schema
+from popgrpo.telemetry.atomic import atomic_path, atomic_write
 
 __all__ = ["RunDirectory", "metrics_schema"]
-
-
-def metrics_schema() -> pa.Schema:
-    ints = {"epoch", "member", "archive_new", "archive_improved", "bad_rewards", "ideas"}
-    columns = [(c, pa.int64() if c in ints else pa.float64()) for c in METRIC_COLUMNS]
-    # Why rewards were what they were, as JSON {"reward:reason": count} (text environments; null otherwise).
-    return pa.schema([*columns, ("reward_reasons", pa.string())])
 
 
 class RunDirectory:
@@ -39,11 +33,7 @@ class RunDirectory:
         return self
 
     def _replace(self, name: str, data: bytes | str) -> Path:
-        target = self.path / name
-        tmp = target.with_name(f".{name}.tmp")
-        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, target)
-        return target
+        return atomic_write(self.path / name, data)
 
     def write_config(self, config: Config) -> Path:
         return self._replace("config.yaml", config.to_yaml())
@@ -53,9 +43,8 @@ class RunDirectory:
         rows = [r if isinstance(r.get("reward_reasons"), str) else {**r, "reward_reasons": None} for r in rows]
         table = pa.Table.from_pylist(rows, schema=metrics_schema())
         target = self.path / "metrics.parquet"
-        tmp = target.with_name(".metrics.parquet.tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, target)
+        with atomic_path(target) as tmp:
+            pq.write_table(table, tmp)
         return target
 
     def append_lineage(self, record: dict) -> None:

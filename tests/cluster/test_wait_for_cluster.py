@@ -8,7 +8,8 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from popgrpo.config import load_config, preset_path  # noqa: E402
-from popgrpo.runtime.ray_executor import ClusterTooSmallError, RayExecutor  # noqa: E402
+from popgrpo.runtime.cluster import ClusterTooSmallError  # noqa: E402
+from popgrpo.runtime.ray_executor import RayExecutor  # noqa: E402
 from tests.services import loopback_cluster  # noqa: E402
 
 pytestmark = pytest.mark.ray

@@ -135,10 +135,10 @@ def test_distinct_completions_open_more_cells_and_score_more_novelty(text_env):
 
     distinct, _, _ = fill(DISTINCT)
     same, s_status, _ = fill([DISTINCT[0]] * len(DISTINCT))
-    assert len(same.archive) == 1 and (s_status == 2).sum() == 1
-    assert len(distinct.archive) >= len(DISTINCT) // 2  # most distinct texts get a cell of their own
+    assert len(same.grid) == 1 and (s_status == 2).sum() == 1
+    assert len(distinct.grid) >= len(DISTINCT) // 2  # most distinct texts get a cell of their own
     # Pairs in different cells: every pair of identical texts shares one cell.
-    cells = distinct.archive.cell_of(text_env.behaviour(text_env.embed(DISTINCT)).numpy())
+    cells = distinct.grid.cell_of(text_env.behaviour(text_env.embed(DISTINCT)).numpy())
     pairs_apart = np.mean([cells[i] != cells[j] for i in range(len(cells)) for j in range(i)])
     assert pairs_apart > 0.8
     # k-NN novelty against the memory: a completion the memory already holds has one neighbour

@@ -14,7 +14,7 @@ def ray_local():
     """A real single-node Ray with its dashboard and metrics agent: loopback only, own temp
     dir and ports, metrics reported every 0.5 s; shut down by its own handle. It declares one
     logical GPU (there is no hardware behind it) so GPU reservations can be tested."""
-    from popgrpo.runtime.ray_executor import start_local_ray
+    from popgrpo.runtime.cluster import start_local_ray
 
     temp_dir = tempfile.mkdtemp(prefix="pgray-", dir="/tmp")  # short: Ray's socket paths are length-limited
     metrics_port = free_port()

@@ -14,8 +14,9 @@ import ray
 import torch
 
 from popgrpo.config import load_config, preset_path
+from popgrpo.runtime.cluster import SetupError
 from popgrpo.runtime.executor import LocalExecutor
-from popgrpo.runtime.ray_executor import RayExecutor, SetupError
+from popgrpo.runtime.ray_executor import RayExecutor
 from popgrpo.train import train
 from tests.driving import drive, kill_when_busy
 from tests.services import RedisServer
@@ -61,7 +62,7 @@ def _sigkill_member_actor_mid_round(cfg):
 def _assert_same_archives(remote, local):
     assert len(remote) == len(local)
     for a, b in zip(remote, local, strict=True):
-        ea, eb = a.archive.elites(), b.archive.elites()
+        ea, eb = a.grid.elites(), b.grid.elites()
         for key in ea:
             np.testing.assert_array_equal(ea[key], eb[key])
         np.testing.assert_array_equal(a.memory.state_dict()["ideas"], b.memory.state_dict()["ideas"])
@@ -110,7 +111,7 @@ def _train_and_kill_archive(tmp_path, cfg, monkeypatch):
         ex = captured["executor"]
         captured["snapshot"] = torch.load(latest.parent / "round_0000" / "archive.pt", weights_only=False)
         captured["before_kill"] = ray.get(ex.archive.state_dicts.remote())
-        os.kill(ray.get(ex.archive.pid.remote()), signal.SIGKILL)
+        os.kill(ray.get(ex.archive_actor.pid.remote()), signal.SIGKILL)
         captured["killed"] = True
 
     thread = threading.Thread(target=killer, daemon=True)

@@ -49,7 +49,7 @@ def test_ray_equals_local_with_private_archives(ray_local):
     assert remote[1] == local[1]  # lineage
     assert len(remote[2]) == 4
     for a, b in zip(remote[2], local[2], strict=True):
-        ea, eb = a.archive.elites(), b.archive.elites()
+        ea, eb = a.grid.elites(), b.grid.elites()
         for key in ea:
             np.testing.assert_array_equal(ea[key], eb[key])
     for wa, wb in zip(remote[3], local[3], strict=True):
@@ -60,7 +60,7 @@ def test_archive_holds_exactly_the_reported_elites(ray_local):
     cfg = load_config(preset_path("qd_grpo"), ["run.epochs=2", "grpo.steps_per_epoch=3"])
     rows, _, archives, _ = _run(RayExecutor, cfg)
     opened = sum(r["archive_new"] for r in rows)
-    assert len(archives[0].archive) == opened  # each opened cell holds one elite, nothing else
+    assert len(archives[0].grid) == opened  # each opened cell holds one elite, nothing else
     assert archives[0].stats()["coverage"] == pytest.approx(rows[-1]["archive_coverage"])
 
 
@@ -71,7 +71,7 @@ def test_shared_archive_accounts_for_every_member(ray_local):
     rows, lineage, archives, _ = _run(RayExecutor, cfg)
     assert len(archives) == 1
     assert len(rows) == 4 * 4 and {r["member"] for r in rows} == {0, 1, 2, 3}
-    assert len(archives[0].archive) == sum(r["archive_new"] for r in rows)
+    assert len(archives[0].grid) == sum(r["archive_new"] for r in rows)
     assert len(archives[0].memory) == min(512, sum(r["ideas"] for r in rows))
     assert [rec["round"] for rec in lineage if rec] == [0]
 
@@ -104,7 +104,7 @@ def test_private_archives_in_vectorized_packs_equal_the_in_process_run(ray_local
     reference = drive(cfg, local)
     executor = RayExecutor(cfg)
     try:
-        assert executor.archive is None  # nothing to call per step
+        assert executor.archive_actor is None  # nothing to call per step
         rows, lineage = drive(cfg, executor)
         members, archive_states = executor.snapshot()
         archives = executor.archives()
@@ -116,7 +116,7 @@ def test_private_archives_in_vectorized_packs_equal_the_in_process_run(ray_local
     assert sum(r["archive_new"] for r in rows) > 0 and not any(np.isnan(r["novelty"]) for r in rows)
     assert len(archives) == len(archive_states) == 6
     for a, b, state in zip(archives, local.archives(), archive_states, strict=True):
-        ea, eb = a.archive.elites(), b.archive.elites()
+        ea, eb = a.grid.elites(), b.grid.elites()
         for key in ea:
             np.testing.assert_array_equal(ea[key], eb[key])
             np.testing.assert_array_equal(state["archive"][key], eb[key])
@@ -138,14 +138,14 @@ def test_epoch_inserts_into_a_shared_archive_actor_lose_and_double_nothing(ray_l
     assert not cfg.qd.enabled and not cfg.maxent.novelty.enabled
     executor = RayExecutor(cfg)
     try:
-        assert executor.archive is not None  # a shared archive lives in the archive actor
+        assert executor.archive_actor is not None  # a shared archive lives in the archive actor
         rows, _ = drive(cfg, executor)
         archives = executor.archives()
     finally:
         executor.close()
-    elites = len(archives[0].archive)
-    assert all(len(a.archive) == elites for a in archives)  # one archive, seen by every member
+    elites = len(archives[0].grid)
+    assert all(len(a.grid) == elites for a in archives)  # one archive, seen by every member
     assert elites > 0 and sum(r["archive_new"] for r in rows) == elites
     # The member whose insert came last read the archive's final coverage right after it.
     last = [r["archive_coverage"] for r in rows if r["epoch"] == cfg.run.epochs - 1]
-    assert max(last) == pytest.approx(elites / archives[0].archive.n_cells)
+    assert max(last) == pytest.approx(elites / archives[0].grid.n_cells)

@@ -1,0 +1,209 @@
+"""One GRPO step's math, from scored ideas to the loss, as small pure functions (main paper eqs. 3–6).
+
+A step of :class:`~popgrpo.algorithms.member.Member` reads top to bottom as::
+
+    samples = rollouts.sample(generator)                     # P prompts × G ideas, old/ref log-probs
+    rewards = reward_source(samples, flat, generator)        # execution (or a learned proxy)
+    returns, info = shape_returns(rewards, ..., statuses, novelty)   # eqs. 3, 5
+    advantages = step_advantages(returns, complexity, finite, ...)    # eq. 6, bad rewards masked
+    loss, kl = grpo_loss(logp, old_logp, ref_logp, advantages, ...)   # eq. 4
+
+Everything here works on one step's tensors and holds no state; the member owns the policy,
+the optimiser, α and the archive. Shapes: ``P`` prompts (groups), ``G`` ideas per group,
+``N = P·G``, ``e`` the width of what the archive stores for an idea.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
+from popgrpo.core.grpo import binned_advantages, clipped_terms, group_advantages, kl_penalty
+from popgrpo.core.metrics import group_pass_best_at_k_batches, pairwise_diversity_batches
+from popgrpo.schema import COMPLEXITY_QUANTILES
+
+__all__ = [
+    "Samples",
+    "StepBatch",
+    "StepStats",
+    "epoch_means",
+    "grpo_loss",
+    "shape_returns",
+    "step_advantages",
+    "zero_bad",
+]
+
+
+@dataclass(frozen=True)
+class Samples:
+    """What the policy sampled in one step (no gradient).
+
+    ``ideas`` is ``[P, G, d]`` on the member's device for vector ideas, a
+    :class:`~popgrpo.policies.causal_lm.Rollout` for text. ``old_logp`` / ``ref_logp`` are
+    ``[P, G]`` per idea, or ``[N, T]`` per token, under the sampling and the reference policy.
+    """
+
+    ideas: Any
+    old_logp: torch.Tensor
+    ref_logp: torch.Tensor
+    n_prompts: int
+    group_size: int
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One step's scored batch, ready for the update (built once the archive has answered)."""
+
+    samples: Samples
+    flat: torch.Tensor  # [N, e] CPU: what the archive stores and novelty compares
+    rewards: torch.Tensor  # [P, G] as the reward source gave them (NaN/inf kept, for the metrics)
+    complexity: torch.Tensor  # [P, G]
+    finite: torch.Tensor  # [P, G] bool
+    n_bad: int  # rewards that are NaN/inf
+    advantages: torch.Tensor  # [P, G] on the member's device
+    info: dict = field(default_factory=dict)  # archive_new / archive_improved / novelty, when answered this step
+    reasons: Counter | None = None  # why rewards were what they were (text reward callables)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What an epoch's metrics row needs of one step (reduced together in :func:`epoch_means`)."""
+
+    rewards: torch.Tensor  # [P, G]
+    finite: torch.Tensor  # [P, G]
+    flat: torch.Tensor  # [N, e]
+    complexity: torch.Tensor  # [P, G]
+    entropy: torch.Tensor  # scalar
+    kl: torch.Tensor  # scalar
+    bad_rewards: int
+    archive_new: int = 0
+    archive_improved: int = 0
+    novelty: float = math.nan
+    reasons: Counter | None = None
+
+
+def zero_bad(rewards: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    """Rewards with every NaN/inf replaced by 0 (``[P, G]``)."""
+    return torch.where(finite, rewards, torch.zeros_like(rewards))
+
+
+def shape_returns(
+    returns: torch.Tensor,
+    statuses: np.ndarray,
+    novelty: np.ndarray | None,
+    *,
+    beta_new: float | None,
+    beta_imp: float,
+    novelty_coef: float,
+) -> tuple[torch.Tensor, dict]:
+    """Archive bonus (eq. 3, when ``beta_new`` is not None) and novelty reward (eq. 5) added to ``returns``.
+
+    ``R + β_new·1[new] + β_imp·1[improved] + γ·kNN``, all ``[P, G]``; ``statuses`` and
+    ``novelty`` are the archive's ``[N]`` answers for the step's ideas. Returns the shaped
+    returns and the step's ``archive_new`` / ``archive_improved`` counts and mean ``novelty``.
+    """
+    status_t = torch.as_tensor(np.array(statuses)).reshape(returns.shape)  # a copy: Ray's arrays are read-only
+    if beta_new is not None:
+        returns = returns + beta_new * (status_t == STATUS_NEW) + beta_imp * (status_t == STATUS_IMPROVED)
+    novelty_mean = math.nan
+    if novelty is not None:
+        novelty_t = torch.tensor(np.asarray(novelty), dtype=torch.float32).reshape(returns.shape)
+        returns = returns + novelty_coef * novelty_t
+        novelty_mean = float(novelty_t.mean())
+    info = {
+        "archive_new": int((statuses == STATUS_NEW).sum()),
+        "archive_improved": int((statuses == STATUS_IMPROVED).sum()),
+        "novelty": novelty_mean,
+    }
+    return returns, info
+
+
+def step_advantages(
+    returns: torch.Tensor, complexity: torch.Tensor, finite: torch.Tensor, n_bad: int, bins: int, eps: float
+) -> torch.Tensor:
+    """Group-relative advantages of ``returns [P, G]`` (eq. 6 within complexity bins when ``bins > 1``).
+
+    An idea with a NaN/inf reward takes its group's mean return before normalising, so it
+    does not move its group's statistics, and then gets advantage exactly 0.
+    """
+    if n_bad:
+        counts = finite.sum(dim=1, keepdim=True).clamp_min(1)
+        group_mean = (returns * finite).sum(dim=1, keepdim=True) / counts
+        returns = torch.where(finite, returns, group_mean.expand_as(returns))
+    adv = binned_advantages(returns, complexity, bins, eps) if bins > 1 else group_advantages(returns, eps)
+    return torch.where(finite, adv, torch.zeros_like(adv)) if n_bad else adv
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    entropy: torch.Tensor,
+    *,
+    clip: float,
+    kl_coef: float,
+    alpha: float | None,
+    reduce: Callable[[torch.Tensor], torch.Tensor] = torch.mean,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The GRPO loss of eq. 4: clipped surrogate + β·KL(k3) − α·H; returns ``(loss, kl)``.
+
+    ``logp`` (with gradient), ``old_logp`` and ``ref_logp`` have one shape (``[P, G]`` per idea
+    or ``[N, T]`` per token), ``advantages`` broadcasts against it, ``entropy`` is the policy's
+    (already reduced) entropy. ``reduce`` turns per-idea or per-token terms into one number:
+    the mean, or a masked token aggregate for text. ``alpha`` None: no entropy bonus.
+    """
+    kl = reduce(kl_penalty(logp, ref_logp))
+    loss = reduce(clipped_terms(logp, old_logp, advantages, clip)) + kl_coef * kl
+    if alpha is not None:
+        loss = loss - alpha * entropy
+    return loss, kl
+
+
+def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dict:
+    """An epoch's per-step statistics (each step's batch on its own, as the paper reports them),
+    averaged over the epoch's steps, NaN steps left out; plus the complexity quantiles of every
+    idea of the epoch. All steps are reduced together, not one by one."""
+    rewards = torch.stack([s.rewards for s in steps])  # [S, P, G]
+    finite = torch.stack([s.finite for s in steps])
+    complexity = torch.stack([s.complexity for s in steps])
+    good = finite.flatten(1)
+    reward_sum = torch.where(finite, rewards, torch.zeros((), dtype=rewards.dtype)).flatten(1).sum(1)
+    step_mean = reward_sum / good.sum(1)  # a step with no finite reward: 0/0 = NaN
+    step_max = torch.where(finite, rewards, torch.tensor(-math.inf)).flatten(1).amax(1)
+    step_max = torch.where(good.any(1), step_max, torch.tensor(math.nan))
+    pass_k, best_k = group_pass_best_at_k_batches(rewards, success_threshold, k)
+    per_step = {  # [S] each
+        "reward_mean": step_mean,
+        "reward_max": step_max,
+        "diversity": pairwise_diversity_batches(torch.stack([s.flat for s in steps])),
+        "complexity": complexity.flatten(1).mean(1),
+        "entropy": torch.stack([s.entropy for s in steps]),
+        "kl": torch.stack([s.kl for s in steps]),
+        "novelty": torch.tensor([s.novelty for s in steps]),
+        "pass_at_k": pass_k,
+        "best_at_k": best_k,
+    }
+    means = dict(zip(per_step, _nanmean_rows(torch.stack([v.double() for v in per_step.values()])), strict=True))
+    # numpy's quantile (linear interpolation, as torch.quantile) is 3× faster here on an epoch's values.
+    quantiles = np.quantile(complexity.flatten().double().numpy(), COMPLEXITY_QUANTILES).tolist()
+    means.update({f"complexity_p{round(q * 100)}": v for q, v in zip(COMPLEXITY_QUANTILES, quantiles, strict=True)})
+    return means
+
+
+def _nanmean_rows(values: torch.Tensor) -> list[float]:
+    """Mean of each row's non-NaN entries, ``[R, S]`` → R floats; ``math.nan`` for a row with none.
+
+    Always the one ``math.nan`` object: two rows with the same numbers then compare equal
+    (``==`` on containers takes an identical object as equal).
+    """
+    kept = ~values.isnan()
+    means = (torch.where(kept, values, 0.0).sum(1) / kept.sum(1)).tolist()  # 0/0 = NaN
+    return [math.nan if math.isnan(m) else m for m in means]

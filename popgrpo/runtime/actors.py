@@ -1,0 +1,232 @@
+"""The Ray actors of a run: member groups (several members per actor) and the archive actor.
+
+Thin by design: actors hold :class:`~popgrpo.algorithms.member.Member` and
+:class:`~popgrpo.algorithms.archive_service.LocalArchive` objects and call their methods; all
+math stays in ``popgrpo.core`` / ``popgrpo.algorithms``. Where the archives live is described
+in :mod:`popgrpo.runtime.ray_executor`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+
+import ray
+import torch
+
+from popgrpo.algorithms.archive_service import LocalArchive
+from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.config import Config
+from popgrpo.core.merge import Mutation
+from popgrpo.runtime.executor import make_archives, new_archive
+from popgrpo.telemetry.live import LiveMetrics
+
+__all__ = ["ArchiveActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
+
+log = logging.getLogger(__name__)
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+class ArchiveActor:
+    """Owns the run's archive(s) and novelty memories: one shared, or one per member.
+
+    Only with a shared archive or with ``archive.redis_url`` (see the module docstring);
+    private archives without Redis live in the member actors instead.
+
+    Ray restarts it if its process dies, and retries the calls that were in flight. A
+    restarted actor rebuilds its state from the run directory's last round snapshot (it is
+    pinned to the driver's node, where the run directory is) and then, with
+    ``archive.redis_url``, from Redis, which holds every elite ever accepted. Without Redis,
+    elites accepted since the last round's snapshot are lost; with it, nothing accepted is.
+    The novelty memories always come from the snapshot.
+    """
+
+    def __init__(self, config_json: str, run_dir: str | None, run_key: str, redis_password: str | None) -> None:
+        config = Config.model_validate_json(config_json)
+        self.archives = make_archives(config)
+        self.store = None
+        if config.archive.redis_url:
+            from popgrpo.runtime.archive_store import RedisArchiveStore
+
+            self.store = RedisArchiveStore(config.archive.redis_url, run_key, redis_password)
+        # A fresh run has no snapshot yet and a Redis key of its own, so this restores
+        # nothing; after Ray restarts this actor it brings back what the run had.
+        self.restored = {"snapshot_round": None, "redis_elites": 0}
+        self._restore(run_dir)
+
+    def _restore(self, run_dir: str | None) -> None:
+        from popgrpo.telemetry.checkpoint import Checkpointer
+
+        checkpointer = Checkpointer(run_dir) if run_dir else None
+        info = checkpointer.latest() if checkpointer else None
+        if info is not None:
+            for archive, state in zip(self.archives, checkpointer.load_archives(info), strict=True):
+                archive.load_state_dict(state)
+            self.restored["snapshot_round"] = info["round"]
+        if self.store is not None:
+            for archive_id, archive in enumerate(self.archives):
+                elites = self.store.read(archive_id)
+                if len(elites["reward"]):
+                    archive.grid.add(elites["behaviour"], elites["reward"], elites["idea"])
+                    self.restored["redis_elites"] += len(elites["reward"])
+
+    def restore_info(self) -> dict:
+        return dict(self.restored)
+
+    def step(self, archive_id: int, behaviours, rewards, ideas, keep, novelty: bool):
+        statuses, scores = self.archives[archive_id].step(behaviours, rewards, ideas, keep, novelty)
+        if self.store is not None:
+            stored = statuses > 0
+            if stored.any():
+                archive = self.archives[archive_id].grid
+                self.store.write(
+                    archive_id, archive.cell_of(behaviours[stored]), rewards[stored], behaviours[stored], ideas[stored]
+                )
+        return statuses, scores
+
+    def stats(self, archive_id: int) -> dict[str, float]:
+        return self.archives[archive_id].stats()
+
+    def state_dicts(self) -> list[dict]:
+        return [a.state_dict() for a in self.archives]
+
+    def load_state_dicts(self, states: list[dict]) -> None:
+        self.load_states(dict(enumerate(states)))
+
+    def load_states(self, states: Mapping[int, dict]) -> None:
+        """Set individual archives (a resume, or a lost member's private archive rolled back)."""
+        for archive_id, state in states.items():
+            self.archives[archive_id].load_state_dict(state)
+            if self.store is not None:
+                self.store.replace(archive_id, self.archives[archive_id].grid.elites())
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def archives_in_groups(config: Config) -> bool:
+    """True when each member's private archive lives in its member actor (no per-step archive calls)."""
+    return not config.archive.shared and not config.archive.redis_url
+
+
+class RemoteArchive:
+    """ArchiveService that forwards each step to the archive actor (one round trip)."""
+
+    def __init__(self, handle, archive_id: int) -> None:
+        self.handle, self.archive_id = handle, archive_id
+
+    def step(self, behaviours, rewards, ideas, keep, novelty: bool):
+        return self.result(self.submit(behaviours, rewards, ideas, keep, novelty))
+
+    def submit(self, behaviours, rewards, ideas, keep, novelty: bool):
+        # One caller's calls run on the actor in submission order, so a shared archive sees
+        # packed members' batches in member order.
+        return self.handle.step.remote(self.archive_id, behaviours, rewards, ideas, keep, novelty)
+
+    def result(self, handle):
+        return ray.get(handle)
+
+    def stats(self) -> dict[str, float]:
+        return ray.get(self.handle.stats.remote(self.archive_id))
+
+
+@ray.remote
+class MemberGroup:
+    """Several members packed into one actor (``population.members_per_actor``).
+
+    With ``archive_handle`` None each member's private archive lives here and is called
+    in-process (:func:`archives_in_groups`); otherwise members call the archive actor.
+    """
+
+    def __init__(self, config_json: str, member_ids: Sequence[int], archive_handle, run_tag: str) -> None:
+        config = Config.model_validate_json(config_json)
+        torch.set_num_threads(config.run.torch_threads)
+        self.metrics = LiveMetrics(run_tag)
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+        self.device, self.device_warning = resolve_device(config.policy.device, bool(self.gpu_ids))
+        if self.device_warning:
+            log.warning("members %s: %s", list(member_ids), self.device_warning)
+        self.archives: dict[int, LocalArchive] = {}
+        if archive_handle is None:
+            self.archives = {k: new_archive(config) for k in member_ids}
+        self.members = {
+            k: Member(
+                k,
+                config,
+                self.archives[k]
+                if archive_handle is None
+                else RemoteArchive(archive_handle, 0 if config.archive.shared else k),
+                device=self.device,
+            )
+            for k in member_ids
+        }
+        self.packed = None
+        self.train_cpu_s: list[float] = []
+        if config.population.vectorize:
+            from popgrpo.algorithms.packed import PackedMembers
+
+            self.packed = PackedMembers(list(self.members.values()))
+
+    def train(self, n_epochs: int) -> dict[int, list[dict]]:
+        """Epoch by epoch across the packed members, publishing live metrics after each."""
+        rows: dict[int, list[dict]] = {k: [] for k in self.members}
+        cpu = 0.0
+        for _ in range(n_epochs):
+            start = time.thread_time()
+            if self.packed is not None:  # population.vectorize: one batched step for all members
+                epoch = dict(zip(self.members, (r[0] for r in self.packed.train_epochs(1)), strict=True))
+            else:
+                epoch = {k: member.train_epochs(1)[0] for k, member in self.members.items()}
+            cpu += time.thread_time() - start
+            for k, row in epoch.items():
+                rows[k].append(row)
+                self.metrics.record_epoch(row)
+        self.train_cpu_s.append(cpu)
+        return rows
+
+    def train_cpu_seconds(self) -> list[float]:
+        """CPU seconds this actor's members spent training, one entry per ``train`` call (benchmarks)."""
+        return list(self.train_cpu_s)
+
+    def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
+        return {k: self.members[k].get_weights() for k in member_ids}
+
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict:
+        """Every member adopts the merged model: ``{"infos": {k: mutation description}, **snapshot()}``.
+
+        The round's checkpoint is taken right after, so the states come back with the answer:
+        one round of actor calls less per round.
+        """
+        infos = {k: m.adopt(base, mutation, round_index) for k, m in self.members.items()}
+        return {"infos": infos, **self.snapshot()}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def placement(self) -> dict:
+        """Where this actor's members compute: device, the GPUs Ray gave it, and any fallback."""
+        return {"device": str(self.device), "gpu_ids": self.gpu_ids, "warning": self.device_warning}
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def states(self) -> dict[int, dict]:
+        return {k: m.state_dict() for k, m in self.members.items()}
+
+    def load_states(self, states: Mapping[int, dict]) -> None:
+        for k, state in states.items():
+            self.members[k].load_state_dict(state)
+
+    # The archives held here (archives_in_groups); empty otherwise.
+    def archive_states(self) -> dict[int, dict]:
+        return {k: a.state_dict() for k, a in self.archives.items()}
+
+    def load_archive_states(self, states: Mapping[int, dict]) -> None:
+        for k, state in states.items():
+            self.archives[k].load_state_dict(state)  # in place: the member keeps its reference
+
+    def snapshot(self) -> dict[str, dict[int, dict]]:
+        """Member states and the archives held here, in one call."""
+        return {"members": self.states(), "archives": self.archive_states()}

@@ -1,0 +1,123 @@
+"""Getting a Ray cluster to run on: an embedded loopback-only Ray, or an existing cluster, and
+whether the population fits on it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import ray
+
+__all__ = ["ClusterTooSmallError", "SetupError", "check_fits", "connect", "force_loopback", "start_local_ray"]
+
+log = logging.getLogger(__name__)
+
+
+class SetupError(RuntimeError):
+    """The run cannot start as configured on this cluster (the CLI exits 2 with the message)."""
+
+
+class ClusterTooSmallError(SetupError):
+    """The population's resource request can never be met by the cluster."""
+
+
+def force_loopback() -> None:
+    """Make every Ray process this one starts bind to 127.0.0.1, nothing else.
+
+    ``ray.init(_node_ip_address="127.0.0.1")`` alone is not enough on Linux: Ray rewrites a
+    loopback node address to the machine's interface address so that other machines could
+    join. Nodes started from this process (an embedded Ray, or a test's
+    ``ray.cluster_utils.Cluster``) never have other machines, so we switch that rewrite off
+    the way Ray does on macOS/Windows (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``): the
+    environment variable reaches Ray's child processes, the module constant this process.
+    Never used when attaching to a real cluster.
+    """
+    import ray._private.ray_constants as ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def start_local_ray(
+    num_cpus: int | None = None,
+    temp_dir: str | None = None,
+    include_dashboard: bool = True,
+    dashboard_port: int | None = None,
+    **kwargs,
+):
+    """Start an embedded single-node Ray bound to 127.0.0.1 only (see :func:`force_loopback`).
+
+    The dashboard (and with it the per-node metrics agent that serves ``popgrpo_*`` metrics
+    to Prometheus) listens on 127.0.0.1 too.
+    """
+    force_loopback()
+    if include_dashboard:
+        kwargs.update(dashboard_host="127.0.0.1")
+        if dashboard_port is not None:
+            kwargs.update(dashboard_port=dashboard_port)
+    return ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=include_dashboard,
+        _node_ip_address="127.0.0.1",
+        _temp_dir=temp_dir,
+        configure_logging=False,
+        **kwargs,
+    )
+
+
+def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Attach to Ray; return True when this call started an embedded local instance.
+
+    ``address=None`` inside a Ray job (or with ``RAY_ADDRESS`` set) attaches to that
+    cluster; otherwise it starts an embedded loopback-only Ray (:func:`start_local_ray`)
+    with ``num_cpus`` logical CPUs (members then share the physical cores), its dashboard on
+    ``$POPGRPO_RAY_DASHBOARD_PORT`` (default 8265).
+    """
+    if ray.is_initialized():
+        return False
+    if address is None and not os.environ.get("RAY_ADDRESS"):
+        port = os.environ.get("POPGRPO_RAY_DASHBOARD_PORT")
+        start_local_ray(num_cpus, dashboard_port=int(port) if port else None)
+        return True
+    ray.init(address=address, configure_logging=False)
+    return False
+
+
+def check_fits(n_actors: int, cpus_each: float, gpus_each: float, wait_s: float = 0.0) -> None:
+    """Fail fast instead of leaving actors pending forever on a cluster that is too small.
+
+    On an autoscaling cluster the nodes may not exist yet: with ``wait_s > 0`` the
+    population's bundles are requested from the autoscaler (``request_resources``) and the
+    check is repeated until they fit or ``wait_s`` has passed.
+    """
+    need = {"CPU": n_actors * cpus_each, "GPU": n_actors * gpus_each}
+
+    def shortfall() -> str | None:
+        total = ray.cluster_resources()
+        for name, amount in need.items():
+            if amount > total.get(name, 0.0) + 1e-9:
+                return (
+                    f"the population needs {amount:g} {name}s (actors × population.resources.num_{name.lower()}s) "
+                    f"but the Ray cluster has {total.get(name, 0.0):g}"
+                )
+        return None
+
+    missing = shortfall()
+    if missing and wait_s > 0:
+        from ray.autoscaler.sdk import request_resources
+
+        bundle = {k: v for k, v in (("CPU", cpus_each), ("GPU", gpus_each)) if v > 0}
+        if bundle:
+            request_resources(bundles=[bundle] * n_actors)
+        log.warning("%s; waiting up to %gs for the cluster to grow", missing, wait_s)
+        deadline = time.monotonic() + wait_s
+        while missing and time.monotonic() < deadline:
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+            missing = shortfall()
+    if missing:
+        waited = f" after waiting {wait_s:g}s" if wait_s > 0 else ""
+        raise ClusterTooSmallError(
+            f"{missing}{waited}: raise population.members_per_actor, lower population.resources.num_cpus/num_gpus, "
+            "or on an autoscaling cluster set population.resources.wait_for_cluster_s"
+        )

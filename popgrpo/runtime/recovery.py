@@ -1,0 +1,64 @@
+"""Fault recovery of member actors: where a rebuilt actor restarts from, and what it replays.
+
+A member's results depend only on its state and its own random stream, so an actor lost in
+the middle of a round (process killed, node gone) is rebuilt exactly: it loads the last
+restore point (the round's snapshot, taken at each checkpoint) and replays, in order, the
+state-changing calls made since (``train``, ``adopt``). :class:`RecoveryLog` keeps both; the
+executor sets the restore point, records calls, and asks the log to replay them into a new
+actor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import ray
+
+__all__ = ["RecoveryLog"]
+
+ArgsFor = Callable[[int], tuple]  # actor index → the call's arguments for that actor
+
+
+class RecoveryLog:
+    """The restore point of every member and archive, and the calls made since.
+
+    Args:
+        initial_archives: every archive's state before anything was inserted (the restore
+            point of a private archive until the first snapshot).
+    """
+
+    def __init__(self, initial_archives: Sequence[dict]) -> None:
+        self.members: list[dict] | None = None  # None: a new actor's own initial state
+        self.archives: list[dict] = list(initial_archives)
+        self.calls: list[tuple[str, ArgsFor]] = []
+
+    def set_restore_point(self, members: Sequence[dict] | None = None, archives: Sequence[dict] | None = None) -> None:
+        """A new restore point (members, archives, or both); the recorded calls are forgotten."""
+        if members is not None:
+            self.members = list(members)
+        if archives is not None:
+            self.archives = list(archives)
+        self.calls = []
+
+    def record(self, method: str, args_for: ArgsFor) -> None:
+        """A state-changing call made on every actor since the restore point, to replay."""
+        self.calls.append((method, args_for))
+
+    def replay_into(self, actor, index: int, members: Sequence[int], archive_home) -> None:
+        """Bring a new ``actor`` (actor ``index``, holding ``members``) to where the lost one was.
+
+        ``archive_home`` says where its members' private archives are rolled back: ``"actor"``
+        (they live in the member actor), an archive-actor handle, or None (a shared archive,
+        which is not rolled back). Raises Ray's actor errors if the new actor dies too.
+        """
+        if self.members is not None:
+            ray.get(actor.load_states.remote({k: self.members[k] for k in members}))
+        else:
+            ray.get(actor.pid.remote())  # wait until it is up
+        own_archives = {k: self.archives[k] for k in members}
+        if archive_home == "actor":
+            ray.get(actor.load_archive_states.remote(own_archives))
+        elif archive_home is not None:
+            ray.get(archive_home.load_states.remote(own_archives))
+        for method, args_for in self.calls:
+            ray.get(getattr(actor, method).remote(*args_for(index)))

@@ -1,0 +1,71 @@
+"""The metrics schema: the columns of a member's per-epoch row, as written to ``metrics.parquet``.
+
+A leaf module (no torch, no pyarrow until a schema is asked for), imported by whoever produces rows (:mod:`popgrpo.algorithms.member`) and whoever
+stores or reads them (:mod:`popgrpo.telemetry`, :mod:`popgrpo.study`, the config's selection
+objectives).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "COMPLEXITY_QUANTILES",
+    "INT_COLUMNS",
+    "METRIC_COLUMNS",
+    "POP_SCORE",
+    "REASONS_COLUMN",
+    "json_float",
+    "metrics_schema",
+]
+
+# The main paper's selection score S_k = d_k·(1 + max R_k): the default objective of the
+# scheduler (scheduler.objectives) and a held-out metric; every other objective is a column.
+POP_SCORE = "pop_score"
+
+# Of every idea of an epoch (paper Figure 3): complexity_p10 … complexity_p90.
+COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
+
+METRIC_COLUMNS = (
+    "epoch",
+    "member",
+    "reward_mean",
+    "reward_max",
+    "diversity",
+    "complexity",
+    "entropy",
+    "alpha",
+    "kl",
+    "novelty",
+    "archive_new",
+    "archive_improved",
+    "archive_coverage",
+    "archive_qd_score",
+    "bad_rewards",
+    "ideas",
+    "pass_at_k",
+    "best_at_k",
+    *(f"complexity_p{round(q * 100)}" for q in COMPLEXITY_QUANTILES),
+)
+INT_COLUMNS = frozenset({"epoch", "member", "archive_new", "archive_improved", "bad_rewards", "ideas"})
+
+# Why rewards were what they were, as JSON {"reason": count}: rows of members whose reward source
+# gives reasons (the text environment's reward callables); null otherwise.
+REASONS_COLUMN = "reward_reasons"
+
+
+def metrics_schema() -> pa.Schema:
+    """The Arrow schema of ``metrics.parquet``: every metric column, then the reasons column."""
+    import pyarrow as pa
+
+    columns = [(c, pa.int64() if c in INT_COLUMNS else pa.float64()) for c in METRIC_COLUMNS]
+    return pa.schema([*columns, (REASONS_COLUMN, pa.string())])
+
+
+def json_float(x: float) -> float | None:
+    """``x`` for a JSON record (the lineage): NaN, which JSON cannot hold, becomes null."""
+    return None if math.isnan(x) else float(x)
