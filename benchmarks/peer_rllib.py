@@ -2,7 +2,7 @@
 
     python -m benchmarks.peer_rllib [--quick] [--budget IDEAS]
 
-The question (issue 6): how many ideas per second does popgrpo's GRPO evaluate and learn
+The question: how many ideas per second does popgrpo's GRPO evaluate and learn
 from, compared with a general RL library training on the same environment, and is it at
 least 20× faster? Both sides get:
 
@@ -52,7 +52,7 @@ from popgrpo.runtime.executor import LocalExecutor
 
 __all__ = ["TARGET_RATIO", "GRPORunner", "PPORunner", "markdown", "run"]
 
-TARGET_RATIO = 20.0  # issue 6: popgrpo's ideas/s at least 20× RLlib's env steps/s
+TARGET_RATIO = 20.0  # the target: popgrpo's ideas/s at least 20× RLlib's env steps/s
 CORES = 2
 QUICK_EPOCHS = 4  # quick mode's default budget, in GRPO epochs (4 × 1024 ideas)
 

@@ -3,7 +3,7 @@
 A real run (:func:`popgrpo.train.train`, pop_grpo preset: K = 5, one member per actor,
 T = 10 epochs per round) goes through :class:`TimedExecutor`, which only timestamps the calls
 the round loop makes: ``train`` (the actors' epochs), ``get_weights`` (the top-M fetch),
-``reseed`` (``ray.put`` of the soup, broadcast, perturbation) and ``snapshot`` (member and
+``adopt`` (``ray.put`` of the soup, broadcast, perturbation) and ``snapshot`` (member and
 archive states for the checkpoint). A round runs from one ``train`` call to the next, so it
 also holds what the driver does in between: selection, the soup, the held-out evaluation of
 the merged model, and writing metrics, lineage and the checkpoint. The first round (first
@@ -34,7 +34,7 @@ from popgrpo.config import Config, load_config, preset_path
 
 CORES = os.cpu_count() or 1
 TARGET = 0.05
-TIMED = ("train", "get_weights", "reseed", "snapshot")
+TIMED = ("train", "get_weights", "adopt", "snapshot")
 
 
 class TimedExecutor:
@@ -179,8 +179,8 @@ def markdown(r: dict) -> str:
         ],
         ["`get_weights` (top-M fetch)", ms(ray_p["get_weights"]), pct(ray_p["get_weights"], ray_p["round"]),
          ms(local_p["get_weights"]), pct(local_p["get_weights"], local_p["round"])],
-        ["`reseed` (`ray.put` soup, broadcast, perturb)", ms(ray_p["reseed"]), pct(ray_p["reseed"], ray_p["round"]),
-         ms(local_p["reseed"]), pct(local_p["reseed"], local_p["round"])],
+        ["`adopt` (`ray.put` soup, broadcast, perturb)", ms(ray_p["adopt"]), pct(ray_p["adopt"], ray_p["round"]),
+         ms(local_p["adopt"]), pct(local_p["adopt"], local_p["round"])],
         ["`snapshot` (member + archive states)", ms(ray_p["snapshot"]), pct(ray_p["snapshot"], ray_p["round"]),
          ms(local_p["snapshot"]), pct(local_p["snapshot"], local_p["round"])],
         ["driver: selection, soup, held-out eval, metrics/lineage/checkpoint files", ms(ray_p["other"]),
@@ -190,7 +190,7 @@ def markdown(r: dict) -> str:
     breakdown = md_table(["part of a round", "Ray ms", "share", "in-process ms", "share"], rows)
     biggest = max(
         [("the rest of the train call", in_train)]
-        + [(f"`{n}`", ray_p[n]) for n in ("get_weights", "reseed", "snapshot")]
+        + [(f"`{n}`", ray_p[n]) for n in ("get_weights", "adopt", "snapshot")]
         + [("the driver's own work", ray_p["other"])],
         key=lambda kv: kv[1],
     )

@@ -1,4 +1,4 @@
-"""The benchmark suite (issue 6): every figure in one run, side by side, written to BENCHMARKS.md.
+"""The benchmark suite: every figure in one run, side by side, written to BENCHMARKS.md.
 
     python -m benchmarks [--quick] [--out BENCHMARKS.md]
 

@@ -276,8 +276,8 @@ class GRPOConfig(_Section):
         "fused",
         description="Adam's implementation (torch.optim.Adam fused= / foreach=): the same update, different kernels. "
         "'fused' is one kernel for all parameters (several times faster than 'for_loop' on a CPU for the "
-        "paper's small policy: BENCHMARKS.md, section 1); 'for_loop' is torch's CPU default before this option existed, for "
-        "reproducing older runs to the last bit. Falls back to 'foreach' where torch has no fused kernel.",
+        "paper's small policy: BENCHMARKS.md, section 1); 'for_loop' is torch's plain per-parameter loop, for "
+        "reproducing runs made with it to the last bit. Falls back to 'foreach' where torch has no fused kernel.",
     )
     max_bad_reward_fraction: float = Field(
         0.5,
@@ -387,7 +387,7 @@ class SchedulerConfig(_Section):
     perturb_sigma: float = Field(
         0.01,
         ge=0,
-        description="σ_p of the Gaussian perturbation each member adds to the soup when re-seeded (paper: 0.01); used by scheduler.mutate=gaussian.",
+        description="σ_p of the Gaussian perturbation each member adds to the soup when it adopts it (paper: 0.01); used by scheduler.mutate=gaussian.",
     )
     objectives: list[str] = Field(
         default_factory=lambda: [POP_SCORE],
@@ -428,7 +428,7 @@ class SchedulerConfig(_Section):
     )
     mutate: MutationName = Field(
         "gaussian",
-        description="What each member adds to the merged model when re-seeded, drawn from its own (member, round) stream. `gaussian`: θ + σ_p·ε (main paper §4.3). `svd`: for each weight matrix of the task vector τ = θ − θ_0 = UΣVᵀ (θ_0 the member's round-0 weights), scale each singular component by w_i ~ U[0, svd_w_max]; biases and other rank-one parameters pass through (CycleQD §3.3).",
+        description="What each member adds to the merged model when it adopts it, drawn from its own (member, round) stream. `gaussian`: θ + σ_p·ε (main paper §4.3). `svd`: for each weight matrix of the task vector τ = θ − θ_0 = UΣVᵀ (θ_0 the member's round-0 weights), scale each singular component by w_i ~ U[0, svd_w_max]; biases and other rank-one parameters pass through (CycleQD §3.3).",
     )
     svd_w_max: float = Field(
         0.3,

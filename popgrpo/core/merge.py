@@ -13,7 +13,7 @@ Merges (what the scheduler does with the top-M members; ``scheduler.merge``):
 * :func:`wise_ft` — interpolate with an early checkpoint (WiSE-FT for reasoning, §3.2).
 * :func:`task_arithmetic` — CycleQD's crossover of task vectors (CycleQD §3.2).
 
-Mutations (what each member adds when it re-seeds from the merge; ``scheduler.mutate``):
+Mutations (what each member adds when it adopts the merged model; ``scheduler.mutate``):
 
 * :func:`perturb` — Gaussian noise σ_p (the main paper §4.3).
 * :func:`svd_mutate` — rescale the singular components of the task vector (CycleQD §3.3).
@@ -209,7 +209,7 @@ def task_arithmetic(base: StateDict, state_dicts: Sequence[StateDict], w: Sequen
 def perturb(state_dict: StateDict, sigma: float, generator: torch.Generator) -> dict[str, torch.Tensor]:
     """``θ + σ·ε`` with ``ε ~ N(0, I)`` drawn from ``generator``, for every floating tensor.
 
-    Pop-GRPO's re-seeding step (σ_p = 0.01 in the main paper). Integer buffers pass through.
+    Pop-GRPO's re-seeding step, where each member adopts the soup (σ_p = 0.01 in the main paper). Integer buffers pass through.
     """
     if sigma < 0:
         raise ValueError(f"sigma must be >= 0, got {sigma}")
@@ -277,7 +277,7 @@ def svd_mutate(tau: StateDict, scales: Mapping[str, torch.Tensor]) -> dict[str, 
 
 @dataclass(frozen=True)
 class Mutation:
-    """What each member adds to the merged weights when it re-seeds (``scheduler.mutate``).
+    """What each member adds to the merged weights when it adopts them (``scheduler.mutate``).
 
     Plain data, so it travels to Ray actors. ``gaussian``: :func:`perturb` with ``sigma``.
     ``svd``: :func:`svd_mutate` of the task vector relative to the member's round-0 weights,

@@ -63,8 +63,7 @@ def make_env(cfg, device: str | torch.device = "cpu"):
     if cfg.kind == "idea":
         from popgrpo.envs.idea import IdeaEnv
 
-        fields = cfg.model_dump(exclude={"kind", "text"})
-        return IdeaEnv(**fields)
+        return IdeaEnv(cfg)
     if cfg.kind == "text":
         from popgrpo.envs.text import TextEnv
 

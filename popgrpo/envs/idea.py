@@ -7,6 +7,8 @@ import math
 import numpy as np
 import torch
 
+from popgrpo.config import EnvConfig
+
 __all__ = ["IdeaEnv"]
 
 
@@ -23,7 +25,7 @@ class IdeaEnv:
         * complexity ``‖x‖``.
 
     What the paper leaves open, and what we chose (fixed before comparing methods, the
-    same for every method; all are constructor arguments and config fields):
+    same for every method; all are fields of ``env`` in the config):
         * **Peak shape**: Gaussian bumps, ``Q(x) = max_i q_i · exp(−‖x − c_i‖² / (2 w_i²))``
           (``max``, not a sum, so each region has one identifiable best peak).
         * **Peak centres**: ``c_i = r_i · u_i`` with ``u_i`` uniform random unit vectors drawn
@@ -39,37 +41,27 @@ class IdeaEnv:
 
     behaviour_dim = 2
 
-    def __init__(
-        self,
-        dim: int = 16,
-        n_peaks: int = 8,
-        quality_base: float = 0.5,
-        quality_step: float = 0.3,
-        width_base: float = 2.0,
-        width_step: float = 0.5,
-        radius_min: float = 1.5,
-        radius_max: float = 8.0,
-        exec_lambda: float = 1.0,
-        p_exec_min: float = 0.05,
-        p_exec_max: float = 0.95,
-        noise_std: float = 0.3,
-        peak_seed: int = 0,
-    ) -> None:
-        if dim < 2:
-            raise ValueError(f"dim must be >= 2 (behaviour uses x[0], x[1]), got {dim}")
-        if n_peaks < 1:
-            raise ValueError(f"n_peaks must be >= 1, got {n_peaks}")
+    # The paper's execution-probability clip (eq. 2); not a config field.
+    P_EXEC_MIN, P_EXEC_MAX = 0.05, 0.95
+
+    def __init__(self, config: EnvConfig | None = None, /, **fields) -> None:
+        """The landscape of ``config`` (an :class:`~popgrpo.config.EnvConfig`; its defaults when
+        None), with any field overridden by keyword, e.g. ``IdeaEnv(exec_lambda=0.5)``. Every
+        constant of the landscape is set once, in the config's field defaults."""
+        base = config.model_dump(exclude={"kind", "text"}) if config is not None else {}
+        cfg = EnvConfig(**{**base, **fields})
+        dim, n_peaks = cfg.dim, cfg.n_peaks
         self.idea_dim = dim
-        self.exec_lambda = exec_lambda
-        self.p_exec_min, self.p_exec_max = p_exec_min, p_exec_max
-        self.noise_std = noise_std
+        self.exec_lambda = cfg.exec_lambda
+        self.p_exec_min, self.p_exec_max = self.P_EXEC_MIN, self.P_EXEC_MAX
+        self.noise_std = cfg.noise_std
         i = torch.arange(n_peaks, dtype=torch.float32)
-        self.peak_quality = quality_base + quality_step * i
-        self.peak_width = width_base + width_step * i
-        rng = np.random.default_rng(peak_seed)
+        self.peak_quality = cfg.quality_base + cfg.quality_step * i
+        self.peak_width = cfg.width_base + cfg.width_step * i
+        rng = np.random.default_rng(cfg.peak_seed)
         directions = rng.standard_normal((n_peaks, dim))
         directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-        radii = np.linspace(radius_min, radius_max, n_peaks)
+        radii = np.linspace(cfg.radius_min, cfg.radius_max, n_peaks)
         self.peak_centres = torch.as_tensor(directions * radii[:, None], dtype=torch.float32)
 
     def quality(self, ideas: torch.Tensor) -> torch.Tensor:

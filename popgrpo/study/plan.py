@@ -78,7 +78,7 @@ ABLATIONS = {
 }
 
 
-# Issue 7's ablation: the scheduler's merge and mutation on the Pop-GRPO setting (docs/MERGING.md).
+# The merge ablation: the scheduler's merge and mutation on the Pop-GRPO setting (docs/MERGING.md).
 MERGE_STRATEGIES = {
     "soup": [],
     "weighted_soup": ["scheduler.merge=weighted_soup"],

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from popgrpo.config import load_config, preset_path
-from popgrpo.ops.jobs import build_job
+from popgrpo.ops.ray_jobs import build_job
 from tests.services import RayHead
 
 pytestmark = pytest.mark.ray
