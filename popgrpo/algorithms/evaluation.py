@@ -16,14 +16,13 @@ from collections.abc import Mapping
 
 import torch
 
+from popgrpo.algorithms.rollouts import Rollouts, make_rollouts
 from popgrpo.config import Config, EvalConfig
 from popgrpo.core.metrics import group_pass_best_at_k, pairwise_diversity
 from popgrpo.core.seeding import STREAM_EVAL, torch_generator
 from popgrpo.core.selection import pop_score
-from popgrpo.envs import Environment, make_env
-from popgrpo.policies import Policy, make_policy
 
-__all__ = ["PURPOSE_GREEDY", "PURPOSE_MERGED", "WeightsEvaluator", "evaluate_lm_weights", "evaluate_weights"]
+__all__ = ["PURPOSE_GREEDY", "PURPOSE_MERGED", "WeightsEvaluator", "evaluate_weights"]
 
 PURPOSE_GREEDY = 0  # greedy soup's held-out score of each candidate
 PURPOSE_MERGED = 1  # the merged model's reported pass@k / best@k (draws greedy soup never saw)
@@ -31,23 +30,24 @@ PURPOSE_MERGED = 1  # the merged model's reported pass@k / best@k (draws greedy 
 
 @torch.no_grad()
 def evaluate_weights(
-    weights: Mapping[str, torch.Tensor], policy: Policy, env: Environment, cfg: EvalConfig, generator: torch.Generator
+    weights: Mapping[str, torch.Tensor], rollouts: Rollouts, cfg: EvalConfig, generator: torch.Generator
 ) -> dict:
-    """Load ``weights`` into ``policy`` (scratch), sample and reward ``[P, n]`` ideas; return metrics.
+    """Load ``weights`` into ``rollouts``' (scratch) policy, sample and reward ``[P, n]`` ideas; return metrics.
 
-    ``n = cfg.samples`` ideas per prompt, each prompt one "problem" of WiSE-FT §3.1. An idea
-    succeeds when its reward is ``>= cfg.success_threshold``. Returns ``n, k, threshold``;
-    ``pass_at_1``, ``pass_at_k`` and ``best_at_k`` (unbiased per prompt, averaged over prompts:
-    :func:`~popgrpo.core.metrics.group_pass_best_at_k`); ``reward_mean`` and ``reward_max``
-    over all ideas, ``diversity`` (mean pairwise cosine distance of all ideas) and
+    ``n = cfg.samples`` ideas for each of the task's ``P`` prompts (the policy's prompts for
+    vector ideas, the text environment's prompts for a language model), each prompt one
+    "problem" of WiSE-FT §3.1. An idea succeeds when its reward is ``>= cfg.success_threshold``.
+    Returns ``n, k, threshold``; ``pass_at_1``, ``pass_at_k`` and ``best_at_k`` (unbiased per
+    prompt, averaged over prompts: :func:`~popgrpo.core.metrics.group_pass_best_at_k`);
+    ``reward_mean`` and ``reward_max`` over all ideas, ``diversity`` (mean pairwise cosine
+    distance of what the archive would store: the ideas, or the completions' embeddings) and
     ``pop_score = diversity · (1 + reward_max)``. NaN/inf rewards are left out.
     """
-    policy.load_state_dict(dict(weights))
-    prompts = torch.arange(policy.n_prompts)
-    ideas = policy.sample(prompts, cfg.samples, generator)  # [P, n, d]
-    flat = ideas.reshape(-1, ideas.shape[-1]).cpu()
-    rewards = env.reward(flat, generator).reshape(ideas.shape[0], ideas.shape[1]).to(torch.float64)
-    return _metrics(rewards, flat, cfg)
+    rollouts.policy.load_state_dict(dict(weights))
+    samples = rollouts.sample_every_prompt(cfg.samples, generator)
+    flat, _ = rollouts.describe(samples)
+    rewards = rollouts.execution_reward(samples, flat, generator).values
+    return _metrics(rewards.reshape(samples.n_prompts, samples.group_size).double(), flat, cfg)
 
 
 def _metrics(rewards: torch.Tensor, flat: torch.Tensor, cfg: EvalConfig) -> dict:
@@ -72,21 +72,6 @@ def _metrics(rewards: torch.Tensor, flat: torch.Tensor, cfg: EvalConfig) -> dict
     }
 
 
-@torch.no_grad()
-def evaluate_lm_weights(
-    weights: Mapping[str, torch.Tensor], policy, env, cfg: EvalConfig, generator: torch.Generator
-) -> dict:
-    """:func:`evaluate_weights` for a language model: ``weights`` are LoRA adapters loaded into
-    ``policy`` (a :class:`~popgrpo.policies.causal_lm.CausalLMPolicy`), each of the text
-    environment's prompts is one problem with ``cfg.samples`` completions, and diversity is the
-    mean pairwise cosine distance of the completions' embeddings."""
-    policy.load_state_dict(dict(weights))
-    rollout = policy.rollout(env.prompts, cfg.samples, generator)
-    prompt_of = [p for p in env.prompts for _ in range(cfg.samples)]
-    rewards, _ = env.reward(prompt_of, rollout.completions)
-    return _metrics(rewards.reshape(len(env.prompts), cfg.samples).double(), env.embed(rollout.completions), cfg)
-
-
 class WeightsEvaluator:
     """The driver's evaluator: one environment and one scratch CPU policy for the whole run.
 
@@ -94,16 +79,13 @@ class WeightsEvaluator:
     ``(run.seed, STREAM_EVAL, round_index, purpose)``, created afresh for every call.
     """
 
-    def __init__(self, config: Config, env: Environment | None = None) -> None:
+    def __init__(self, config: Config, env=None) -> None:
         self.config = config
-        self.env = env if env is not None else make_env(config.env)
-        # A fixed generator: the initial values are overwritten by every evaluation's weights,
-        # and the global torch RNG stays untouched. A language model is loaded here, on the CPU.
-        self.is_lm = config.policy.kind == "causal_lm"
-        idea_dim = 0 if self.is_lm else self.env.idea_dim
-        self.policy = make_policy(config.policy, idea_dim, torch.Generator().manual_seed(0))
+        # Scratch rollouts on the CPU (a language model is loaded here): every evaluation
+        # overwrites their weights, and the global torch RNG stays untouched.
+        self.rollouts = make_rollouts(config, 0, env)
+        self.env = self.rollouts.env
 
     def __call__(self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int) -> dict:
         generator = torch_generator(self.config.run.seed, STREAM_EVAL, round_index, purpose)
-        evaluate = evaluate_lm_weights if self.is_lm else evaluate_weights
-        return evaluate(weights, self.policy, self.env, self.config.eval, generator)
+        return evaluate_weights(weights, self.rollouts, self.config.eval, generator)

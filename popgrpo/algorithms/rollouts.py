@@ -51,6 +51,9 @@ __all__ = [
 ]
 
 
+_NO_LOGP = torch.empty(0)  # samples drawn for evaluation carry no log-probs
+
+
 class Rewards(NamedTuple):
     """A reward source's answer for ``N`` ideas."""
 
@@ -77,6 +80,9 @@ class Rollouts(Protocol):
 
     def sample(self, generator: torch.Generator) -> Samples:
         """One step's ideas with their sampling and reference log-probs (no gradient)."""
+
+    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples:
+        """``n`` ideas for each of the task's prompts (held-out evaluation; no log-probs)."""
 
     def log_prob_and_entropy(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs of ``samples`` under the current policy (same shape as ``samples.old_logp``)
@@ -147,6 +153,11 @@ class IdeaRollouts:
             ref_logp = self.reference.log_prob(self.prompts, ideas)
         return Samples(ideas, old_logp, ref_logp, len(self.prompts), self.config.grpo.group_size)
 
+    @torch.no_grad()
+    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples:
+        ideas = self.policy.sample(self.prompts, n, generator)
+        return Samples(ideas, _NO_LOGP, _NO_LOGP, len(self.prompts), n)
+
     def log_prob_and_entropy(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
         logp, entropy = self.policy.log_prob_and_entropy(self.prompts, samples.ideas)
         return logp, entropy.mean()
@@ -208,6 +219,11 @@ class TextRollouts:
             old_logp, _ = self.policy.token_log_probs(rollout)
             ref_logp = self.policy.reference_log_probs(rollout)
         return Samples(rollout, old_logp, ref_logp, len(prompts), rollout.group_size)
+
+    @torch.no_grad()
+    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples:
+        rollout = self.policy.rollout(self.env.prompts, n, generator)
+        return Samples(rollout, _NO_LOGP, _NO_LOGP, len(self.env.prompts), n)
 
     def log_prob_and_entropy(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
         logp, token_entropy = self.policy.token_log_probs(samples.ideas, with_entropy=True)
