@@ -116,3 +116,25 @@ def test_atomic_write_replaces_whole_files_and_leaves_the_old_one_on_failure(tmp
     assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
     atomic_write(target, b"new")
     assert target.read_text() == "new"
+
+
+def test_a_reward_source_replaces_the_execution_reward_without_touching_the_step():
+    """The member's reward source is a seam: a learned proxy (here: −‖x‖) plugs in, and the
+    rows and the update follow it, while the environment still gives complexity and behaviour."""
+    from popgrpo.algorithms.member import Member
+    from popgrpo.algorithms.rollouts import Rewards
+
+    calls = []
+
+    def proxy(samples, flat, generator):
+        calls.append(flat.shape)
+        return Rewards(-flat.norm(dim=1))
+
+    cfg = load_config(None, ["grpo.steps_per_epoch=2"])
+    member = Member(0, cfg, LocalArchive(), reward_source=proxy)
+    (row,) = member.train_epochs(1)
+    ideas = cfg.policy.n_prompts * cfg.grpo.group_size
+    assert calls == [(ideas, cfg.env.dim)] * 2
+    assert row["reward_max"] <= 0 and row["reward_mean"] == pytest.approx(-row["complexity"], rel=1e-5)
+    plain = Member(0, cfg, LocalArchive())
+    assert plain.train_epochs(1)[0]["reward_mean"] != row["reward_mean"]
