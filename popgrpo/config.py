@@ -300,10 +300,15 @@ class QDConfig(_Section):
 class EntropyConfig(_Section):
     enabled: bool = Field(False, description="Adaptive entropy bonus α·H (MaxEnt-GRPO, paper §4.2, eq. 4).")
     target: float = Field(
-        1.0, description="Target entropy H* in nats per idea dimension (paper: 1.0; a unit Gaussian has 1.419)."
+        1.0,
+        description="Target entropy H* in nats, per idea dimension or in total as per_dimension says (paper: 1.0; a unit Gaussian has 1.419 per dimension).",
     )
     alpha_init: float = Field(0.0, ge=0, description="Initial α.")
     alpha_lr: float = Field(0.05, ge=0, description="Dual-descent step size for α (not in the paper).")
+    per_dimension: bool = Field(
+        True,
+        description="Count a vector-idea policy's entropy per idea dimension (H* then means the same whatever env.dim; a unit Gaussian has 1.419). False: the full joint entropy, d times as large, which is presumably the paper's reading of H*. Both the bonus, the dual step and the metrics column use the chosen count. A language model's entropy is always per token.",
+    )
 
 
 class NoveltyConfig(_Section):

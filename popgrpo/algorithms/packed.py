@@ -140,8 +140,11 @@ class PackedMembers:
         # one round-trip latency per step for the whole pack, not one per member.
         begun = [m.score_begin(s) for m, s in zip(members, samples, strict=True)]
         batches = [m.score_end(scoring) for m, scoring in zip(members, begun, strict=True)]
+        scale = members[0].rollouts.entropy_scale  # maxent.entropy.per_dimension (see IdeaRollouts)
         for _ in range(cfg.grpo.updates_per_batch):
             logp, entropy = self._forward(params, ideas)
+            if scale != 1:
+                entropy = entropy * scale
             losses, kls = [], []
             for k, (member, batch) in enumerate(zip(members, batches, strict=True)):
                 loss, kl = member.loss(batch, logp[k], entropy[k])

@@ -145,6 +145,8 @@ class IdeaRollouts:
         self.policy = make_policy(config.policy, env.idea_dim, init_generator(config, member_id)).to(device)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False)
         self.prompts = torch.arange(config.policy.n_prompts, device=device)
+        # maxent.entropy.per_dimension: the policy's entropy is per dimension; ×d gives the joint one.
+        self.entropy_scale = 1 if config.maxent.entropy.per_dimension else env.idea_dim
         self._round0: dict[str, torch.Tensor] | None = None
 
     def sample(self, generator: torch.Generator) -> Samples:
@@ -160,7 +162,8 @@ class IdeaRollouts:
 
     def log_prob_and_entropy(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
         logp, entropy = self.policy.log_prob_and_entropy(self.prompts, samples.ideas)
-        return logp, entropy.mean()
+        entropy = entropy.mean()
+        return logp, entropy if self.entropy_scale == 1 else entropy * self.entropy_scale
 
     def reduce(self, values: torch.Tensor, samples: Samples) -> torch.Tensor:
         return values.mean()

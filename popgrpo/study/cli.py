@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -46,7 +47,50 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from popgrpo.config import PRESET_DIR
+    from popgrpo.study.calibrate import calibrate
+
+    out = Path(args.out or ("runs/calibrate-quick" if args.quick else "runs/calibrate"))
+    seeds = (42,) if args.quick else tuple(args.seeds)
+    fit = calibrate(
+        out,
+        num_samples=args.num_samples if args.num_samples else (4 if args.quick else 48),
+        seeds=seeds,
+        epochs=args.epochs or (20 if args.quick else 120),
+        search_seed=args.search_seed,
+        num_cpus=args.num_cpus,
+        presets_dir=None if args.no_presets else Path(args.presets_dir or PRESET_DIR),
+        verbose=args.verbose,
+    )
+    print(json.dumps({k: fit[k] for k in ("point", "loss", "measured", "paper", "relative_error")}, indent=2))
+    print(f"{fit['search']['trials_finished']} trials in {fit['search']['wall_seconds']:.0f} s; study in {out}/")
+    for path in fit["presets"]:
+        print(f"  wrote {path}")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    cal = sub.add_parser(
+        "calibrate",
+        help="fit the environment's open choices to the paper's GRPO row (Ray Tune + Optuna), write the paper_* presets",
+        description="A pre-registered search (popgrpo.study.calibrate) over the landscape's open choices, fitted to "
+        "GRPO's Table 1 row only; the chosen point becomes the paper_* presets.",
+    )
+    cal.add_argument("--out", help="study directory (default runs/calibrate, or runs/calibrate-quick)")
+    cal.add_argument("--num-samples", type=int, help="search trials (default 48; 4 with --quick)")
+    cal.add_argument(
+        "--seeds", type=int, nargs="+", default=[42, 142, 242, 342, 442], help="seeds each point is run with"
+    )
+    cal.add_argument("--epochs", type=int, help="epochs per run (default 120; 20 with --quick)")
+    cal.add_argument("--search-seed", type=int, default=0, help="the search's own seed (Optuna's sampler)")
+    cal.add_argument("--num-cpus", type=int, help="CPUs of the embedded Ray (default: all)")
+    cal.add_argument("--presets-dir", help="where the paper_* presets are written (default: the package's presets)")
+    cal.add_argument("--no-presets", action="store_true", help="write the study only, no presets")
+    cal.add_argument("--quick", action="store_true", help="4 trials, seed 42, 20 epochs: a smoke test, not a fit")
+    cal.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Tune's progress output")
+    cal.set_defaults(func=_cmd_calibrate)
+
     rep = sub.add_parser(
         "reproduce",
         help="run the main paper's studies (Table 1, multi-seed, ablations) as a Ray Tune experiment",

@@ -138,3 +138,16 @@ def test_a_reward_source_replaces_the_execution_reward_without_touching_the_step
     assert row["reward_max"] <= 0 and row["reward_mean"] == pytest.approx(-row["complexity"], rel=1e-5)
     plain = Member(0, cfg, LocalArchive())
     assert plain.train_epochs(1)[0]["reward_mean"] != row["reward_mean"]
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_entropy_counted_over_all_dimensions_is_d_times_the_per_dimension_entropy(vectorize):
+    from popgrpo.runtime.executor import LocalExecutor
+
+    sets = ["grpo.steps_per_epoch=1", "population.size=2", f"population.vectorize={str(vectorize).lower()}"]
+    per_dim = LocalExecutor(load_config(None, sets)).train(1)
+    joint = LocalExecutor(load_config(None, [*sets, "maxent.entropy.per_dimension=false"])).train(1)
+    dim = load_config(None, []).env.dim
+    for a, b in zip(per_dim, joint, strict=True):
+        assert b[0]["entropy"] == pytest.approx(dim * a[0]["entropy"], rel=1e-6)
+        assert b[0]["reward_mean"] == a[0]["reward_mean"]  # without the bonus, training is the same

@@ -1,0 +1,68 @@
+"""Calibration: its loss against hand-computed values, a point's overrides, and presets that load and run."""
+
+import math
+
+import pytest
+import yaml
+
+from popgrpo.config import load_config
+from popgrpo.study.calibrate import (
+    PAPER_LANDSCAPE_PRESETS,
+    TARGET,
+    calibration_loss,
+    landscape_overrides,
+    measure_point,
+    write_presets,
+)
+
+POINT = {
+    "steps_per_epoch": 2,
+    "radius_min": 4.5,
+    "radius_max": 13.0,
+    "exec_lambda": 0.5,
+    "log_std_init": -0.1,
+    "peak_numbering": 1,
+}
+
+
+def test_loss_is_the_mean_relative_error_with_diversity_as_one_minus():
+    target = {"mean_reward": 0.1, "max_reward": 1.0, "diversity": 0.9, "complexity": 4.0}
+    measured = {"mean_reward": 0.12, "max_reward": 0.5, "diversity": 0.8, "complexity": 4.0}
+    loss, errors = calibration_loss(measured, target)
+    assert errors == pytest.approx({"mean_reward": 0.2, "max_reward": 0.5, "diversity": 1.0, "complexity": 0.0})
+    assert loss == pytest.approx((0.2 + 0.5 + 1.0 + 0.0) / 4)
+    assert calibration_loss(dict(TARGET))[0] == 0.0
+    assert calibration_loss({**measured, "max_reward": math.nan}, target)[0] == math.inf
+
+
+def test_a_point_becomes_config_overrides_with_peaks_numbered_from_one():
+    config = load_config(None, landscape_overrides(POINT))
+    assert config.grpo.steps_per_epoch == 2 and config.env.exec_lambda == 0.5
+    assert (config.env.radius_min, config.env.radius_max, config.policy.log_std_init) == (4.5, 13.0, -0.1)
+    assert (config.env.quality_base, config.env.width_base) == (0.8, 2.5)  # peak 1's quality and width first
+    zero = load_config(None, landscape_overrides({**POINT, "peak_numbering": 0}))
+    assert (zero.env.quality_base, zero.env.width_base) == (0.5, 2.0)
+
+
+def test_written_presets_carry_the_point_and_train(tmp_path):
+    measured = measure_point(POINT, seeds=(42,), epochs=2)
+    assert set(measured) == set(TARGET) and all(math.isfinite(v) for v in measured.values())
+    loss, _ = calibration_loss(measured)
+    fit = {
+        "overrides": landscape_overrides(POINT),
+        "loss": loss,
+        "measured": measured,
+        "search": {"seeds": [42]},
+    }
+    written = write_presets(fit, tmp_path)
+    assert sorted(p.stem for p in written) == sorted(PAPER_LANDSCAPE_PRESETS.values())
+    pop = load_config(tmp_path / "paper_pop_grpo.yaml")
+    assert pop.scheduler.enabled and pop.population.size == 5 and pop.run.name == "paper_pop_grpo"
+    assert pop.env.radius_max == 13.0 and pop.grpo.steps_per_epoch == 2
+    grpo = load_config(tmp_path / "paper_grpo.yaml", ["run.epochs=2"])
+    assert yaml.safe_load((tmp_path / "paper_grpo.yaml").read_text())["env"]["exec_lambda"] == 0.5
+    from popgrpo.runtime.executor import LocalExecutor
+    from popgrpo.train import train
+
+    summary = train(grpo, tmp_path / "run", LocalExecutor, progress=False)
+    assert summary["epochs"] == 2
