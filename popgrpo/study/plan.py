@@ -18,6 +18,7 @@ from popgrpo.config import Config, load_config, preset_path
 
 __all__ = [
     "ABLATIONS",
+    "CONTROLS",
     "MERGE_STRATEGIES",
     "METHODS",
     "PAPER_MULTISEED",
@@ -90,9 +91,22 @@ MERGE_STRATEGIES = {
 }
 
 
+# Compute-matched controls of Pop-GRPO (preset pop_grpo, K = 5): a population draws K times the
+# ideas of one policy, so its best member is compared with the best of K independent GRPO runs
+# (the same population with the scheduler off: no selection, merge or mutation), scored the
+# same way; each with one shared initial model (as fine-tuning one pretrained model) and with
+# independent initial weights.
+CONTROLS = {
+    "Pop-GRPO": [],
+    "Pop-GRPO, own inits": ["population.shared_init=false"],
+    "best-of-K GRPO": ["scheduler.enabled=false"],
+    "best-of-K GRPO, own inits": ["scheduler.enabled=false", "population.shared_init=false"],
+}
+
+
 @dataclass(frozen=True)
 class Membership:
-    study: str  # "table1" or an ABLATIONS key
+    study: str  # "table1", "controls", "merge_strategy" or an ABLATIONS key
     label: str  # method name, or the ablated value as text
     value: float | None = None  # the ablated value (None in table1)
 
@@ -126,8 +140,8 @@ class Trial:
 
 
 def build_plan(quick: bool = False, seeds: tuple[int, ...] | None = None, epochs: int | None = None) -> list[Trial]:
-    """Every trial of Table 1, the multi-seed runs, the paper's three ablations and the
-    merge-strategy ablation, deduplicated.
+    """Every trial of Table 1, the multi-seed runs, the compute-matched controls of Pop-GRPO,
+    the paper's three ablations and the merge-strategy ablation, deduplicated.
 
     ``quick``: 30 epochs and seeds 42, 142 (for CI and a first look); the full plan is the
     paper's 120 epochs and five seeds.
@@ -145,6 +159,8 @@ def build_plan(quick: bool = False, seeds: tuple[int, ...] | None = None, epochs
     for seed in seeds:
         for label, preset in METHODS.items():
             add(preset, [], seed, Membership("table1", label))
+        for label, overrides in CONTROLS.items():
+            add("pop_grpo", overrides, seed, Membership("controls", label))
         for study, (preset, _, values, overrides_for) in ABLATIONS.items():
             for value in values:
                 add(preset, overrides_for(value), seed, Membership(study, f"{value:g}", float(value)))

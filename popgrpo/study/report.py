@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from popgrpo.study.plan import ABLATIONS, MERGE_STRATEGIES, METHODS, PAPER_MULTISEED, PAPER_TABLE1
+from popgrpo.study.plan import ABLATIONS, CONTROLS, MERGE_STRATEGIES, METHODS, PAPER_MULTISEED, PAPER_TABLE1
 from popgrpo.telemetry.summary import population_by_epoch
 
 __all__ = ["FIGURES", "Claim", "check_claims", "render", "trial_table"]
@@ -141,9 +141,9 @@ def table1_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def paired(table: pd.DataFrame, a: str, b: str, key: str) -> dict:
-    """Per seed ``a − b`` of ``key`` over Table 1 rows, with a paired t-test where n ≥ 2."""
-    t1 = table[table.study == "table1"]
+def paired(table: pd.DataFrame, a: str, b: str, key: str, study: str = "table1") -> dict:
+    """Per seed ``a − b`` of ``key`` over the rows of ``study``, with a paired t-test where n ≥ 2."""
+    t1 = table[table.study == study]
     left = t1[t1.label == a].set_index("seed")[key]
     right = t1[t1.label == b].set_index("seed")[key]
     seeds = sorted(set(left.index) & set(right.index))
@@ -163,6 +163,43 @@ def paired_markdown(table: pd.DataFrame) -> str:
         r = paired(table, "Pop-GRPO", "GRPO", key)
         per_seed = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(r["seeds"], r["diff"], strict=True))
         lines.append(f"| {key} | {per_seed} | {r['mean']:+.4f} | {r['wins']}/{len(r['seeds'])} | {r['p']:.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+# The control each population claim must survive: (population label, its best-of-K control).
+CONTROL_PAIRS = (("Pop-GRPO", "best-of-K GRPO"), ("Pop-GRPO, own inits", "best-of-K GRPO, own inits"))
+
+
+def controls_markdown(table: pd.DataFrame) -> str:
+    """Pop-GRPO against its compute-matched controls: member mean and best member, per seed."""
+    rows = table[table.study == "controls"]
+    if rows.empty:
+        return ""
+    keys = (("max_reward", "member-mean max R"), ("population_max_reward", "best member's max R"))
+    keys += (("mean_reward", "member-mean R"), ("diversity", "member-mean diversity"))
+    lines = [
+        "## Controls: Pop-GRPO against the best of K independent GRPO runs (K = 5, the same ideas)",
+        "",
+        "Best-of-K GRPO is the Pop-GRPO population with the scheduler off: K GRPO members that never "
+        "select, merge or mutate, scored the same way. `own inits`: population.shared_init false.",
+        "",
+        "| run | " + " | ".join(label for _, label in keys) + " |",
+        "| --- |" + " --- |" * len(keys),
+    ]
+    for label in CONTROLS:
+        cells = rows[rows.label == label]
+        if not cells.empty:
+            lines.append(f"| {label} | " + " | ".join(_cell(cells[k]) for k, _ in keys) + " |")
+    lines += ["", "| comparison | metric | per-seed difference | mean | ahead | paired t-test p |"]
+    lines.append("|" + " --- |" * 6)
+    for pop, control in CONTROL_PAIRS:
+        for key in ("population_max_reward", "max_reward"):
+            r = paired(table, pop, control, key, study="controls")
+            per_seed = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(r["seeds"], r["diff"], strict=True))
+            lines.append(
+                f"| {pop} − {control} | {key} | {per_seed} | {r['mean']:+.4f} | {r['wins']}/{len(r['seeds'])} "
+                f"| {r['p']:.3g} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -219,7 +256,7 @@ def merge_winner(rows: pd.DataFrame, key: str) -> tuple[str, int]:
 class Claim:
     claim: str
     evidence: str
-    verdict: str  # "reproduced", "partly", "not reproduced"
+    verdict: str  # "reproduced", "partly", "not reproduced"; a control claim: "survives", "partly", "does not survive"
 
 
 def _means(table: pd.DataFrame, study: str, key: str) -> pd.Series:
@@ -276,7 +313,29 @@ def check_claims(table: pd.DataFrame) -> list[Claim]:
             "reproduced" if r["wins"] == len(r["seeds"]) else ("partly" if r["wins"] else "not reproduced"),
         )
     )
+    claims += _control_claims(table)
     claims += _ablation_claims(table)
+    return claims
+
+
+def _control_claims(table: pd.DataFrame) -> list[Claim]:
+    """Does Pop-GRPO's discovery gain survive its compute-matched control (best of K GRPO runs)?"""
+    claims = []
+    if not (table.study == "controls").any():
+        return claims
+    for pop, control in CONTROL_PAIRS:
+        r = paired(table, pop, control, "population_max_reward", study="controls")
+        if not r["seeds"]:
+            continue
+        verdict = "survives" if r["wins"] == len(r["seeds"]) else ("partly" if r["wins"] else "does not survive")
+        claims.append(
+            Claim(
+                f"{pop}'s best member beats the best of K independent GRPO runs ({control}; same K, same ideas).",
+                f"best member's max R, {pop} − {control} per seed {', '.join(f'{d:+.3f}' for d in r['diff'])}; "
+                f"mean {r['mean']:+.4f}; ahead in {r['wins']}/{len(r['seeds'])} seeds; paired t-test p = {r['p']:.3g}",
+                verdict,
+            )
+        )
     return claims
 
 
@@ -495,7 +554,8 @@ def render(out: str | Path) -> list[Path]:
     table = trial_table(plan, metrics)
     table.to_parquet(out / "study_table.parquet", index=False)
     written = []
-    text = "\n".join((table1_markdown(table), paired_markdown(table), ablation_markdown(table), merge_markdown(table)))
+    sections = (table1_markdown(table), paired_markdown(table), controls_markdown(table))
+    text = "\n".join((*sections, ablation_markdown(table), merge_markdown(table)))
     (out / "table1.md").write_text(text)
     (out / "claims.md").write_text(claims_markdown(check_claims(table)))
     written += [out / "table1.md", out / "claims.md"]

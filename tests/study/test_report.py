@@ -131,3 +131,32 @@ def test_claim_verdicts_follow_the_numbers(study_dir):
 def test_report_on_a_directory_without_a_study_is_a_clear_error(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "plan.json is missing" in capsys.readouterr().err
+
+
+def test_controls_score_best_of_k_like_the_population_and_decide_whether_the_claim_survives(study_dir):
+    from popgrpo.study.plan import CONTROLS
+
+    plan, metrics = load(study_dir)
+    table = trial_table(plan, metrics)
+    controls = table[table.study == "controls"]
+    assert set(controls.label) == set(CONTROLS) and set(controls.seed) == {42, 142}
+    control = controls[(controls.label == "best-of-K GRPO") & (controls.seed == 42)].iloc[0]
+    raw = metrics[(metrics.trial == control.trial) & (metrics.epoch >= EPOCHS - 10)]
+    best_of_k = raw.groupby("epoch").reward_max.max().mean()  # the best of the K runs, epoch by epoch
+    assert control.population_max_reward == pytest.approx(best_of_k)
+    assert control.max_reward == pytest.approx(raw.reward_max.mean())  # and the member mean beside it
+    # a population below its control in every seed: the claim does not survive; above it: it does
+    pop = table[(table.study == "controls") & (table.label == "Pop-GRPO")].trial.unique()
+    metrics.loc[metrics.trial.isin(pop), "reward_max"] -= 1.0
+    claims = {c.claim: c.verdict for c in check_claims(trial_table(plan, metrics))}
+    key = next(k for k in claims if k.startswith("Pop-GRPO's best member beats the best of K"))
+    assert claims[key] == "does not survive"
+    metrics.loc[metrics.trial.isin(pop), "reward_max"] += 2.0
+    claims = {c.claim: c.verdict for c in check_claims(trial_table(plan, metrics))}
+    assert claims[key] == "survives"
+    assert "## Controls: Pop-GRPO against the best of K" in main_report_text(study_dir)
+
+
+def main_report_text(study_dir) -> str:
+    assert main(["report", str(study_dir)]) == 0
+    return (study_dir / "table1.md").read_text()
