@@ -15,9 +15,17 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     from popgrpo.study.report import render
     from popgrpo.study.run import reproduce
 
-    out = Path(args.out or ("runs/reproduce-quick" if args.quick else "runs/reproduce"))
+    default = "runs/reproduce" + ("-quick" if args.quick else "") + ("-paper" if args.landscape == "paper" else "")
+    out = Path(args.out or default)
     try:
-        result = reproduce(out, quick=args.quick, address=args.address, num_cpus=args.num_cpus, verbose=args.verbose)
+        result = reproduce(
+            out,
+            quick=args.quick,
+            address=args.address,
+            num_cpus=args.num_cpus,
+            verbose=args.verbose,
+            landscape=args.landscape,
+        )
     except ValueError as exc:
         from popgrpo.config import ConfigError
 
@@ -102,6 +110,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("--address", help="Ray cluster to run the trials on (default: embedded local Ray)")
     rep.add_argument("--num-cpus", type=int, help="CPUs of the embedded Ray (default: all)")
     rep.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Tune's progress output")
+    rep.add_argument(
+        "--landscape",
+        choices=("collapse", "paper"),
+        default="collapse",
+        help="collapse: today's presets (default); paper: the calibrated paper_* presets of `popgrpo calibrate`",
+    )
     rep.set_defaults(func=_cmd_reproduce)
 
     report = sub.add_parser("report", help="re-render a study's tables and figures from its Parquet files")

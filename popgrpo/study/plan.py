@@ -19,6 +19,7 @@ from popgrpo.config import Config, load_config, preset_path
 __all__ = [
     "ABLATIONS",
     "CONTROLS",
+    "LANDSCAPES",
     "MERGE_STRATEGIES",
     "METHODS",
     "PAPER_MULTISEED",
@@ -104,6 +105,23 @@ CONTROLS = {
 }
 
 
+# The landscapes a study can run on: today's presets, or the calibrated paper_* presets that
+# `popgrpo calibrate` writes (README, "Calibrating the open choices").
+LANDSCAPES = ("collapse", "paper")
+
+
+def landscape_preset(preset: str, landscape: str) -> str:
+    """The preset of ``preset``'s method on ``landscape``; a clear error when it was never calibrated."""
+    if landscape not in LANDSCAPES:
+        raise ValueError(f"landscape must be one of {', '.join(LANDSCAPES)}, got {landscape!r}")
+    if landscape == "collapse":
+        return preset
+    name = f"paper_{preset}"
+    if not preset_path(name).exists():
+        raise ValueError(f"no preset {name!r}: run `popgrpo calibrate` first (it writes the paper_* presets)")
+    return name
+
+
 @dataclass(frozen=True)
 class Membership:
     study: str  # "table1", "controls", "merge_strategy" or an ABLATIONS key
@@ -139,12 +157,18 @@ class Trial:
         }
 
 
-def build_plan(quick: bool = False, seeds: tuple[int, ...] | None = None, epochs: int | None = None) -> list[Trial]:
+def build_plan(
+    quick: bool = False,
+    seeds: tuple[int, ...] | None = None,
+    epochs: int | None = None,
+    landscape: str = "collapse",
+) -> list[Trial]:
     """Every trial of Table 1, the multi-seed runs, the compute-matched controls of Pop-GRPO,
     the paper's three ablations and the merge-strategy ablation, deduplicated.
 
     ``quick``: 30 epochs and seeds 42, 142 (for CI and a first look); the full plan is the
-    paper's 120 epochs and five seeds.
+    paper's 120 epochs and five seeds. ``landscape``: ``collapse`` (today's presets) or
+    ``paper`` (the calibrated ``paper_*`` presets).
     """
     seeds = seeds or (QUICK_SEEDS if quick else SEEDS)
     epochs = epochs or (QUICK_EPOCHS if quick else EPOCHS)
@@ -152,7 +176,7 @@ def build_plan(quick: bool = False, seeds: tuple[int, ...] | None = None, epochs
     by_key: dict[str, Trial] = {}
 
     def add(preset: str, overrides: list[str], seed: int, membership: Membership) -> None:
-        trial = Trial(preset, (*common, *overrides), seed)
+        trial = Trial(landscape_preset(preset, landscape), (*common, *overrides), seed)
         trial = by_key.setdefault(trial.key, trial)
         trial.memberships.append(membership)
 

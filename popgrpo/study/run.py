@@ -65,6 +65,7 @@ def reproduce(
     verbose: int = 1,
     seeds: tuple[int, ...] | None = None,
     epochs: int | None = None,
+    landscape: str = "collapse",
 ) -> dict:
     """Run (or finish) the whole study under ``out``; return ``{"trials": n, "seconds": wall}``.
 
@@ -82,6 +83,10 @@ def reproduce(
     plan_file = out / "plan.json"
     if plan_file.exists():
         saved = json.loads(plan_file.read_text())
+        if saved.get("landscape", "collapse") != landscape:
+            raise ValueError(
+                f"{out} holds a study on the {saved.get('landscape', 'collapse')} landscape: use another --out"
+            )
         if saved["quick"] != quick:
             kind = "quick" if saved["quick"] else "full"
             raise ValueError(
@@ -89,8 +94,8 @@ def reproduce(
             )
         trials = saved["trials"]
     else:
-        trials = [t.to_json() for t in build_plan(quick, seeds, epochs)]
-        plan_file.write_text(json.dumps({"quick": quick, "trials": trials}, indent=1))
+        trials = [t.to_json() for t in build_plan(quick, seeds, epochs, landscape)]
+        plan_file.write_text(json.dumps({"quick": quick, "landscape": landscape, "trials": trials}, indent=1))
     runs_root = str(out / "runs")
     started = time.time()
     started_ray = connect(address, num_cpus=num_cpus)

@@ -66,3 +66,22 @@ def test_written_presets_carry_the_point_and_train(tmp_path):
 
     summary = train(grpo, tmp_path / "run", LocalExecutor, progress=False)
     assert summary["epochs"] == 2
+
+
+def test_the_paper_landscape_plan_uses_the_calibrated_presets_or_says_how_to_get_them(tmp_path, monkeypatch):
+    import popgrpo.study.plan as plan
+    from popgrpo.config import preset_path
+
+    with pytest.raises(ValueError, match="run `popgrpo calibrate` first"):
+        plan.build_plan(quick=True, landscape="paper")
+    fit = {"overrides": landscape_overrides(POINT), "loss": 0.1, "measured": dict(TARGET), "search": {"seeds": [42]}}
+    write_presets(fit, tmp_path)
+
+    def calibrated_or_shipped(name: str):
+        return tmp_path / f"{name}.yaml" if name.startswith("paper_") else preset_path(name)
+
+    monkeypatch.setattr(plan, "preset_path", calibrated_or_shipped)
+    trials = plan.build_plan(quick=True, landscape="paper")
+    assert {t.preset for t in trials} == set(PAPER_LANDSCAPE_PRESETS.values())
+    assert all(t.config().env.radius_max == 13.0 for t in trials)
+    assert len(trials) == len(plan.build_plan(quick=True))  # the same cells on either landscape
