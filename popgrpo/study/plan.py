@@ -24,6 +24,8 @@ __all__ = [
     "METHODS",
     "PAPER_MULTISEED",
     "PAPER_TABLE1",
+    "REGIME_INTENSITIES",
+    "REGIME_METHODS",
     "SEEDS",
     "Membership",
     "Trial",
@@ -105,6 +107,17 @@ CONTROLS = {
 }
 
 
+# The regime map: the main claims as a function of training intensity (GRPO updates per epoch)
+# at a fixed number of epochs. Each method at each intensity, every seed; value = intensity.
+REGIME_INTENSITIES = (1, 2, 4, 8)
+REGIME_METHODS = {
+    "GRPO": ("grpo", []),
+    "QD-GRPO": ("qd_grpo", []),
+    "MaxEnt-GRPO": ("maxent_grpo", []),
+    "Pop-GRPO": ("pop_grpo", []),
+    "best-of-K GRPO": ("pop_grpo", CONTROLS["best-of-K GRPO"]),
+}
+
 # The landscapes a study can run on: today's presets, or the calibrated paper_* presets that
 # `popgrpo calibrate` writes (README, "Calibrating the open choices").
 LANDSCAPES = ("collapse", "paper")
@@ -162,13 +175,16 @@ def build_plan(
     seeds: tuple[int, ...] | None = None,
     epochs: int | None = None,
     landscape: str = "collapse",
+    regime: bool = False,
 ) -> list[Trial]:
     """Every trial of Table 1, the multi-seed runs, the compute-matched controls of Pop-GRPO,
     the paper's three ablations and the merge-strategy ablation, deduplicated.
 
     ``quick``: 30 epochs and seeds 42, 142 (for CI and a first look); the full plan is the
     paper's 120 epochs and five seeds. ``landscape``: ``collapse`` (today's presets) or
-    ``paper`` (the calibrated ``paper_*`` presets).
+    ``paper`` (the calibrated ``paper_*`` presets). ``regime`` adds the regime map
+    (:data:`REGIME_INTENSITIES` × :data:`REGIME_METHODS`); ``popgrpo reproduce`` asks for it in
+    the full study, not in ``--quick``.
     """
     seeds = seeds or (QUICK_SEEDS if quick else SEEDS)
     epochs = epochs or (QUICK_EPOCHS if quick else EPOCHS)
@@ -190,4 +206,8 @@ def build_plan(
                 add(preset, overrides_for(value), seed, Membership(study, f"{value:g}", float(value)))
         for index, (label, overrides) in enumerate(MERGE_STRATEGIES.items()):
             add("pop_grpo", overrides, seed, Membership("merge_strategy", label, float(index)))
+        for intensity in REGIME_INTENSITIES if regime else ():
+            for label, (preset, overrides) in REGIME_METHODS.items():
+                steps = f"grpo.steps_per_epoch={intensity}"
+                add(preset, [*overrides, steps], seed, Membership("regime", label, float(intensity)))
     return list(by_key.values())

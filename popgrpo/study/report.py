@@ -27,7 +27,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from popgrpo.study.plan import ABLATIONS, CONTROLS, MERGE_STRATEGIES, METHODS, PAPER_MULTISEED, PAPER_TABLE1
+from popgrpo.study.plan import (
+    ABLATIONS,
+    CONTROLS,
+    MERGE_STRATEGIES,
+    METHODS,
+    PAPER_MULTISEED,
+    PAPER_TABLE1,
+    REGIME_METHODS,
+)
 from popgrpo.telemetry.summary import population_by_epoch
 
 __all__ = ["FIGURES", "Claim", "check_claims", "render", "trial_table"]
@@ -50,7 +58,9 @@ FIGURES = (
     "fig7_population_size.png",
     "fig8_merge_strategies.png",
 )
+REGIME_FIGURE = "fig9_regime_map.png"  # written when the study has the regime map (the full plan)
 COLORS = {
+    "best-of-K GRPO": "tab:gray",
     "GRPO": "tab:red",
     "QD-GRPO": "tab:green",
     "MaxEnt-GRPO": "tab:blue",
@@ -200,6 +210,62 @@ def controls_markdown(table: pd.DataFrame) -> str:
                 f"| {pop} − {control} | {key} | {per_seed} | {r['mean']:+.4f} | {r['wins']}/{len(r['seeds'])} "
                 f"| {r['p']:.3g} |"
             )
+    return "\n".join(lines) + "\n"
+
+
+def regime_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """Per training intensity (GRPO updates per epoch): the three main claims, over seeds.
+
+    * ``ordering``: Kendall's τ between the four methods' mean diversity and the paper's Table 1
+      order (Pop-GRPO > MaxEnt-GRPO > GRPO > QD-GRPO); 1 is the paper's order.
+    * ``pop_minus_control`` / ``pop_ahead``: Pop-GRPO's best member's max R minus that of the best
+      of K GRPO runs, mean over seeds, and in how many seeds it is ahead.
+    * ``grpo_complexity_ratio``: GRPO's complexity in the last 10 epochs over the first 10
+      (< 1: complexity collapses); ``grpo_diversity``: GRPO's last-10 diversity.
+    """
+    rows = table[table.study == "regime"]
+    paper_order = sorted((m for m in PAPER_TABLE1), key=lambda m: -PAPER_TABLE1[m]["diversity"])
+    out = []
+    for intensity, cell in rows.groupby("value"):
+        diversity = cell.groupby("label")["diversity"].mean().reindex(paper_order)
+        tau = float(stats.kendalltau(range(len(paper_order)), -diversity.values).statistic)
+        pop = cell[cell.label == "Pop-GRPO"].set_index("seed")["population_max_reward"]
+        control = cell[cell.label == "best-of-K GRPO"].set_index("seed")["population_max_reward"]
+        seeds = sorted(set(pop.index) & set(control.index))
+        diff = np.array([pop[s] - control[s] for s in seeds])
+        grpo = cell[cell.label == "GRPO"]
+        out.append(
+            {
+                "updates_per_epoch": int(intensity),
+                "ordering": tau,
+                "pop_minus_control": float(diff.mean()) if len(diff) else float("nan"),
+                "pop_ahead": f"{int((diff > 0).sum())}/{len(seeds)}",
+                "grpo_complexity_ratio": float((grpo.complexity / grpo.complexity_first).mean()),
+                "grpo_diversity": float(grpo.diversity.mean()),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def regime_markdown(table: pd.DataFrame) -> str:
+    regime = regime_rows(table)
+    if regime.empty:
+        return ""
+    lines = [
+        "## Regime map: the main claims by training intensity (GRPO updates per epoch, fixed epochs)",
+        "",
+        "ordering: Kendall's τ of the four methods' diversity with the paper's order (1 = as in Table 1); "
+        "Pop − best-of-K: best member's max R; GRPO complexity last/first: < 1 is a collapse.",
+        "",
+        "| updates/epoch | diversity ordering τ | Pop − best-of-K (mean) | Pop ahead | GRPO complexity last/first "
+        "| GRPO diversity |",
+        "|" + " --- |" * 6,
+    ]
+    for r in regime.itertuples():
+        lines.append(
+            f"| {r.updates_per_epoch} | {r.ordering:+.2f} | {r.pop_minus_control:+.3f} | {r.pop_ahead} "
+            f"| {r.grpo_complexity_ratio:.3f} | {r.grpo_diversity:.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -493,6 +559,27 @@ def fig_multiseed(table: pd.DataFrame, path: Path) -> Path:
     return _save(fig, path)
 
 
+def fig_regime(table: pd.DataFrame, path: Path) -> Path:
+    """Diversity, best member's max R and complexity of each method against training intensity."""
+    rows = table[table.study == "regime"]
+    keys = (("diversity", "diversity"), ("population_max_reward", "best member's max R"), ("complexity", "complexity"))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, (key, title) in zip(axes, keys, strict=True):
+        for label in REGIME_METHODS:
+            cell = rows[rows.label == label].groupby("value")[key].agg(["mean", "std"])
+            if cell.empty:
+                continue
+            ax.errorbar(cell.index, cell["mean"], yerr=cell["std"].fillna(0), marker="o", capsize=3, label=label,
+                        color=COLORS.get(label, "tab:purple"))  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GRPO updates per epoch")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Regime map: where the paper's conclusions hold (n = {rows.seed.nunique()} seeds, mean ± std)")
+    return _save(fig, path)
+
+
 def fig_ablation(table: pd.DataFrame, study: str, path: Path, figure_no: int) -> Path:
     preset, symbol, _, _ = ABLATIONS[study]
     rows = table[table.study == study]
@@ -554,7 +641,7 @@ def render(out: str | Path) -> list[Path]:
     table = trial_table(plan, metrics)
     table.to_parquet(out / "study_table.parquet", index=False)
     written = []
-    sections = (table1_markdown(table), paired_markdown(table), controls_markdown(table))
+    sections = (table1_markdown(table), paired_markdown(table), controls_markdown(table), regime_markdown(table))
     text = "\n".join((*sections, ablation_markdown(table), merge_markdown(table)))
     (out / "table1.md").write_text(text)
     (out / "claims.md").write_text(claims_markdown(check_claims(table)))
@@ -568,6 +655,8 @@ def render(out: str | Path) -> list[Path]:
     for figure_no, (study, name) in enumerate(zip(ABLATIONS, FIGURES[4:7], strict=True), start=5):
         written.append(fig_ablation(table, study, out / name, figure_no))
     written.append(fig_merge_strategies(table, out / FIGURES[7]))
+    if (table.study == "regime").any():
+        written.append(fig_regime(table, out / REGIME_FIGURE))
     for method in METHODS:
         trials = [t for t in plan for m in t["memberships"] if m["study"] == "table1" and m["label"] == method]
         if not trials:

@@ -94,7 +94,7 @@ def reproduce(
             )
         trials = saved["trials"]
     else:
-        trials = [t.to_json() for t in build_plan(quick, seeds, epochs, landscape)]
+        trials = [t.to_json() for t in build_plan(quick, seeds, epochs, landscape, regime=not quick)]
         plan_file.write_text(json.dumps({"quick": quick, "landscape": landscape, "trials": trials}, indent=1))
     runs_root = str(out / "runs")
     started = time.time()

@@ -48,7 +48,16 @@ def _synthetic_rows(trial: dict, rng: np.random.Generator) -> pd.DataFrame:
 
 @pytest.fixture
 def study_dir(tmp_path):
-    trials = [t.to_json() for t in build_plan(seeds=(42, 142), epochs=EPOCHS)]
+    return _make_study(tmp_path)
+
+
+@pytest.fixture
+def regime_study_dir(tmp_path):
+    return _make_study(tmp_path, regime=True)
+
+
+def _make_study(tmp_path, regime: bool = False):
+    trials = [t.to_json() for t in build_plan(seeds=(42, 142), epochs=EPOCHS, regime=regime)]
     (tmp_path / "plan.json").write_text(json.dumps({"quick": True, "trials": trials}))
     rng = np.random.default_rng(0)
     pd.concat([_synthetic_rows(t, rng) for t in trials]).to_parquet(tmp_path / "metrics.parquet")
@@ -160,3 +169,22 @@ def test_controls_score_best_of_k_like_the_population_and_decide_whether_the_cla
 def main_report_text(study_dir) -> str:
     assert main(["report", str(study_dir)]) == 0
     return (study_dir / "table1.md").read_text()
+
+
+def test_regime_map_reports_each_intensity_and_follows_the_numbers(regime_study_dir):
+    from popgrpo.study.plan import REGIME_INTENSITIES
+    from popgrpo.study.report import REGIME_FIGURE, regime_rows
+
+    study_dir = regime_study_dir
+    plan, metrics = load(study_dir)
+    regime = regime_rows(trial_table(plan, metrics))
+    assert regime.updates_per_epoch.tolist() == list(REGIME_INTENSITIES)
+    assert (regime.grpo_complexity_ratio < 1).all()  # the synthetic GRPO collapses at every intensity
+    assert regime.pop_ahead.tolist() == ["0/2"] * len(regime) or regime.pop_minus_control.abs().max() < 0.05
+    # the synthetic Pop-GRPO is the most diverse and MaxEnt next: the paper's order at the top
+    assert (regime.ordering > 0).all()
+    text = main_report_text(study_dir)
+    assert "## Regime map" in text and (study_dir / REGIME_FIGURE).stat().st_size > 1000
+    flat = metrics.copy()
+    flat.loc[flat.trial.str.startswith("grpo-"), "complexity"] = 3.5
+    assert (regime_rows(trial_table(plan, flat)).grpo_complexity_ratio == 1.0).all()
