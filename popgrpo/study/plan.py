@@ -77,6 +77,14 @@ ABLATIONS = {
         (0.0, 0.5, 1.0, 2.0, 4.0),
         lambda h: [f"maxent.entropy.target={h}"],
     ),
+    # The same H* values read as the full 16-d entropy (maxent.entropy.per_dimension false),
+    # presumably the paper's reading; popgrpo's default counts per dimension.
+    "entropy_target_joint": (
+        "maxent_grpo",
+        "H* (joint)",
+        (0.0, 0.5, 1.0, 2.0, 4.0),
+        lambda h: [f"maxent.entropy.target={h}", "maxent.entropy.per_dimension=false"],
+    ),
     "archive_bonus": ("qd_grpo", "β", (0.0, 0.1, 0.3, 0.5, 1.0, 2.0), _archive_bonus),
     "population_size": ("pop_grpo", "K", (1, 2, 3, 5, 8), _population),
 }
