@@ -9,12 +9,18 @@ from collections.abc import Callable
 from popgrpo.runtime.scheduler import run_rounds
 
 
-def drive(cfg, executor, after_first_round: Callable[[object], None] | None = None) -> tuple[list[dict], list]:
+def drive(
+    cfg,
+    executor,
+    after_first_round: Callable[[object], None] | None = None,
+    after_round: Callable[[int, object], None] | None = None,
+) -> tuple[list[dict], list]:
     """Run all rounds, snapshotting after each (as the driver's checkpoint does).
 
     ``after_first_round(executor)`` runs when round 0 has ended and round 1 is about to
-    start: the place to inject a failure into round 1. Returns the metrics rows and the
-    lineage records (``None`` for rounds that merged nothing). The caller closes the executor.
+    start: the place to inject a failure into round 1; ``after_round(i, executor)`` runs
+    after every round ``i``. Returns the metrics rows and the lineage records (``None`` for
+    rounds that merged nothing). The caller closes the executor.
     """
     rows, lineage = [], []
 
@@ -24,6 +30,8 @@ def drive(cfg, executor, after_first_round: Callable[[object], None] | None = No
         executor.snapshot()
         if after_first_round is not None and i == 0:
             after_first_round(executor)
+        if after_round is not None:
+            after_round(i, executor)
 
     run_rounds(cfg, executor, on_round)
     return rows, lineage
