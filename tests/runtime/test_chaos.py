@@ -31,12 +31,11 @@ class ChaosMonkey:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "ChaosMonkey":
+    def start(self) -> None:
         self._start = time.monotonic()
         self._thread.start()
-        return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
 
@@ -56,13 +55,15 @@ def test_random_member_kills_during_a_run_leave_its_numbers_unchanged(ray_local)
     cfg = _cfg("population.max_restarts=10")  # a call may see one actor lost several times
     local = LocalExecutor(cfg)
     reference_rows, reference_lineage = drive(cfg, local)
-    with ChaosMonkey(seed=16, kills=4) as monkey:
+    monkey, executor = ChaosMonkey(seed=16, kills=4), None
+    monkey.start()  # before the executor: construction is a moment like any other
+    try:
         executor = RayExecutor(cfg)
-        try:
-            rows, lineage = drive(cfg, executor)
-            archives = executor.archives()
-        finally:
-            monkey.__exit__()
+        rows, lineage = drive(cfg, executor)
+        archives = executor.archives()
+    finally:
+        monkey.stop()  # before close: its kills are the run's, not its teardown's
+        if executor is not None:
             executor.close()
     kills = "; ".join(f"{t}s {title}" for t, _, title in monkey.killed)
     print(f"chaos: {executor.restarts} restarts after kills at {kills}")  # shown with pytest -s
