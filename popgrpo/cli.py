@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -27,9 +28,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 
     if config is not None:
-        run_dir = Path(args.out) if args.out else default_run_dir(config)
+        _check_executor(config, args.executor)
+        run_dir = _created_run_dir(Path(args.out) if args.out else default_run_dir(config))
     if args.executor == "local":
-        from popgrpo.runtime.executor import LocalExecutor as factory
+        from popgrpo.runtime.executor import LocalExecutor
+
+        def factory(cfg, run_dir):
+            _check_executor(cfg, "local")  # a resumed run's own config
+            return LocalExecutor(cfg, run_dir)
     else:
         from popgrpo.runtime.cluster import SetupError
         from popgrpo.runtime.ray_executor import RayExecutor
@@ -55,6 +61,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2))
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _check_executor(config, executor: str) -> None:
+    if executor == "local" and config.archive.redis_url:
+        raise ConfigError(
+            "archive.redis_url: Redis write-through is done by the Ray executor's archive actor; "
+            "drop --executor local or unset archive.redis_url"
+        )
+
+
+def _created_run_dir(run_dir: Path) -> Path:
+    """``run_dir``, created now: a directory that cannot be is bad input (exit 2), not a failed run."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"run directory {run_dir}: cannot create it: {exc.strerror or exc}") from None
+    if not os.access(run_dir, os.W_OK | os.X_OK):
+        raise ConfigError(f"run directory {run_dir}: not writable")
+    return run_dir
 
 
 def _cmd_config(args: argparse.Namespace) -> int:

@@ -68,12 +68,21 @@ MergeName = Literal[tuple(MERGES)]
 MutationName = Literal[tuple(MUTATIONS)]
 
 
+# Upper bounds of the sizes that allocate memory at start-up (each member's policy, Adam state
+# and archive): a value above them would die of MemoryError after Ray has started.
+MAX_POPULATION = 10_000
+MAX_CELLS_PER_DIM = 1_000
+MAX_ARCHIVE_CELLS = 10_000_000  # all archives of a run together
+
+
 class ConfigError(ValueError):
     """A configuration problem, with a one-line message naming the field."""
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: inf and NaN are refused for every float field (``grpo.lr=inf``
+    # would pass a ``gt=0`` bound and fail mid-run).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 def _absolute_if_exists(path: str | None) -> str | None:
@@ -86,7 +95,10 @@ def _absolute_if_exists(path: str | None) -> str | None:
 
 class RunConfig(_Section):
     name: str = Field(
-        "popgrpo", description="Run name: prefix of the default run directory and the progress-bar label."
+        "popgrpo",
+        min_length=1,
+        max_length=200,
+        description="Run name: prefix of the default run directory (runs/<name>-<timestamp>) and the progress-bar label. One path component: no `/`, `\\`, leading `.` or control characters.",
     )
     seed: int = Field(
         42,
@@ -107,6 +119,18 @@ class RunConfig(_Section):
         ge=1,
         description="torch intra-op threads per process. 1 is fastest for the paper's small policy; raise it for large policies.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _one_path_component(cls, name: str) -> str:
+        # The default run directory is runs/<name>-<timestamp>: a separator or a leading
+        # dot ("..") would put it elsewhere, a control character would make an odd file name.
+        if any(c in name for c in "/\\") or name.startswith(".") or any(ord(c) < 32 or ord(c) == 127 for c in name):
+            raise ValueError(
+                "must be a single file-name component (no '/', '\\', leading '.' or control characters): "
+                "it names the run directory under runs/"
+            )
+        return name
 
 
 class RewardSpec(_Section):
@@ -315,7 +339,15 @@ class NoveltyConfig(_Section):
     enabled: bool = Field(False, description="k-NN novelty reward (MaxEnt-GRPO, paper §4.2, eq. 5).")
     coef: float = Field(0.3, ge=0, description="Novelty coefficient γ (paper: 0.3).")
     k: int = Field(5, ge=1, description="Neighbours averaged (paper: 5).")
-    capacity: int = Field(512, ge=1, description="Rolling memory size (paper: 512).")
+    capacity: int = Field(512, ge=1, le=1_000_000, description="Rolling memory size (paper: 512).")
+
+    @model_validator(mode="after")
+    def _k_fits(self) -> NoveltyConfig:
+        if self.k > self.capacity:
+            raise ValueError(
+                f"k ({self.k}) must be <= capacity ({self.capacity}): k neighbours need a memory that holds k ideas"
+            )
+        return self
 
 
 class MaxEntConfig(_Section):
@@ -332,7 +364,8 @@ class ArchiveConfig(_Section):
     cells_per_dim: int = Field(
         10,
         ge=1,
-        description="MAP-Elites grid is cells_per_dim × cells_per_dim over behaviour space (paper: 10). Kept for every method so coverage is always reported; bonuses need qd.enabled.",
+        le=MAX_CELLS_PER_DIM,
+        description="MAP-Elites grid is cells_per_dim × cells_per_dim over behaviour space (paper: 10). Kept for every method so coverage is always reported; bonuses need qd.enabled. Every cell is allocated at start, so the population's archives together may hold at most 10^7 cells (about 1.6 GiB with 16-dimensional ideas).",
     )
     redis_url: str | None = Field(
         None,
@@ -359,7 +392,12 @@ class ResourcesConfig(_Section):
 
 
 class PopulationConfig(_Section):
-    size: int = Field(1, ge=1, description="Population size K (paper Pop-GRPO: 5).")
+    size: int = Field(
+        1,
+        ge=1,
+        le=MAX_POPULATION,
+        description="Population size K (paper Pop-GRPO: 5). At most 10,000: the driver holds every member's state for the round checkpoint.",
+    )
     members_per_actor: int = Field(
         1,
         ge=1,
@@ -520,6 +558,15 @@ class Config(_Section):
                 f"maxent.complexity_bins ({self.maxent.complexity_bins}) must be <= "
                 f"grpo.group_size ({self.grpo.group_size})"
             )
+        n_archives = 1 if self.archive.shared else self.population.size
+        cells = n_archives * self.archive.cells_per_dim**2
+        if cells > MAX_ARCHIVE_CELLS:
+            gib = cells * (self.env.dim + 6) * 8 / 2**30  # float64 idea, behaviour, reward, bookkeeping
+            raise ValueError(
+                f"archive.cells_per_dim ({self.archive.cells_per_dim}) with {n_archives} archive(s) allocates "
+                f"{cells:,} cells (about {gib:.1f} GiB); at most {MAX_ARCHIVE_CELLS:,}: lower cells_per_dim, "
+                "or set archive.shared=true"
+            )
         if self.env.radius_max < self.env.radius_min:
             raise ValueError("env.radius_max must be >= env.radius_min")
         if self.eval.k > self.grpo.group_size:
@@ -559,15 +606,74 @@ class Config(_Section):
 
 
 # ---- loading ---------------------------------------------------------------------------
+# What a config may cost to read. A YAML "billion laughs" (anchors nesting aliases of
+# aliases) is a few hundred bytes that expand to 9^9 leaves: counting nodes as if every
+# alias were expanded stops it while composing, before any object is built. Deep nesting is
+# cut off before Python's recursion limit.
+MAX_CONFIG_BYTES = 10 * 2**20
+MAX_YAML_NODES = 200_000  # after alias expansion; a full config has a few hundred
+MAX_YAML_ALIASES = 1_000
+MAX_YAML_DEPTH = 64
+
+
+class _TooComplex(yaml.YAMLError):
+    """A YAML document over the limits above."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader with bounded alias expansion, node count and nesting depth."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0  # nodes composed so far, each alias counted as the size of its target
+        self._aliases = 0
+        self._size: dict[int, int] = {}  # id(node) → nodes under it, aliases expanded
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_YAML_ALIASES:
+                raise _TooComplex(f"more than {MAX_YAML_ALIASES} aliases")
+            node = super().compose_node(parent, index)
+            self._count(self._size.get(id(node), 1))
+            return node
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise _TooComplex(f"nested deeper than {MAX_YAML_DEPTH} levels")
+        before = self._nodes
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        self._count(1)
+        self._size[id(node)] = self._nodes - before
+        return node
+
+    def _count(self, n: int) -> None:
+        self._nodes += n
+        if self._nodes > MAX_YAML_NODES:
+            raise _TooComplex(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded")
+
+
+def _safe_load(text: str) -> Any:
+    """``yaml.safe_load`` within the limits of :class:`_BoundedLoader`."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``"grpo.lr=1e-3"`` → ``(["grpo", "lr"], 0.001)``; the value is parsed as YAML."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set expects key=value, got {item!r}")
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"--set {key}: value longer than {MAX_CONFIG_BYTES:,} characters")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {key}: cannot parse value {raw!r}: {exc}") from None
+        raise ConfigError(f"--set {key}: cannot parse value: {exc}".replace("\n", " ")) from None
     return key.strip().split("."), value
 
 
@@ -585,7 +691,20 @@ def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; a config is a few KiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})") from None
+    try:
+        data = _safe_load(text)
+    except _TooComplex as exc:
+        raise ConfigError(f"{path}: YAML too large or deep: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
     if data is None:
@@ -593,6 +712,12 @@ def _read_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
     return data
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters: a hostile value must not flood the one-line message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _format_validation_error(exc: ValidationError, source: str) -> str:
@@ -603,7 +728,7 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
-            msg = f"{msg} (got {err['input']!r})"
+            msg = f"{msg} (got {_short_repr(err['input'])})"
         parts.append(f"{field}: {msg}")
     return f"invalid config{source}: " + "; ".join(parts)
 

@@ -9,12 +9,18 @@ from collections.abc import Callable
 from popgrpo.runtime.scheduler import run_rounds
 
 
-def drive(cfg, executor, after_first_round: Callable[[object], None] | None = None) -> tuple[list[dict], list]:
+def drive(
+    cfg,
+    executor,
+    after_first_round: Callable[[object], None] | None = None,
+    after_round: Callable[[int, object], None] | None = None,
+) -> tuple[list[dict], list]:
     """Run all rounds, snapshotting after each (as the driver's checkpoint does).
 
     ``after_first_round(executor)`` runs when round 0 has ended and round 1 is about to
-    start: the place to inject a failure into round 1. Returns the metrics rows and the
-    lineage records (``None`` for rounds that merged nothing). The caller closes the executor.
+    start: the place to inject a failure into round 1; ``after_round(i, executor)`` runs
+    after every round ``i``. Returns the metrics rows and the lineage records (``None`` for
+    rounds that merged nothing). The caller closes the executor.
     """
     rows, lineage = [], []
 
@@ -24,6 +30,8 @@ def drive(cfg, executor, after_first_round: Callable[[object], None] | None = No
         executor.snapshot()
         if after_first_round is not None and i == 0:
             after_first_round(executor)
+        if after_round is not None:
+            after_round(i, executor)
 
     run_rounds(cfg, executor, on_round)
     return rows, lineage
@@ -51,3 +59,58 @@ def kill_when_busy(actor, kill, timeout=60.0):
 
     threading.Thread(target=probe, daemon=True).start()
     return done
+
+
+def member_group_processes() -> dict[int, str]:
+    """``{pid: process title}`` of this process's descendants that run a ``MemberGroup`` actor.
+
+    Ray titles an actor's worker process ``ray::MemberGroup`` (``ray::MemberGroup.<method>``
+    while it runs a call, ``ray::MemberGroup.__init__`` while it is being constructed). Only
+    descendants are looked at, so a test can never touch another run's actors on this machine.
+    """
+    import os
+
+    from benchmarks.common import _children, _cmdline
+
+    children, found, todo = _children(), {}, [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            title = _cmdline(child).strip()
+            if title.startswith("ray::MemberGroup"):
+                found[child] = title
+    return found
+
+
+def sigkill(pid: int) -> bool:
+    """SIGKILL ``pid``; False if it was already gone."""
+    import os
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_during_construction(count: int = 1, timeout: float = 300.0):
+    """SIGKILL the first ``count`` member-actor processes seen inside ``MemberGroup.__init__``.
+
+    Start it before the executor: the kill lands while the actor is being built, as a node lost
+    during start-up or an OOM while loading a model would. Returns ``(thread, killed pids)``.
+    """
+    killed: list[int] = []
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while len(killed) < count and time.monotonic() < deadline:
+            for pid, title in member_group_processes().items():
+                if title.startswith("ray::MemberGroup.__init__") and pid not in killed and sigkill(pid):
+                    killed.append(pid)
+                    break
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, killed

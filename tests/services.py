@@ -1,4 +1,5 @@
-"""Real services for tests: started here, on loopback and free ports, stopped by their own handle.
+"""Real services for tests: started here, on loopback and free ports, stopped by their own handle,
+and killed by a watchdog if the test process itself is killed first (:class:`GroupWatchdog`).
 
 A test that needs a service skips with a reason when it is not installed, except in CI
 (``CI=true``), where ``.ci/run`` installs it and its absence is a failure.
@@ -35,8 +36,97 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# ---- nothing a test starts outlives it ---------------------------------------------------------
+# A watchdog holds the read end of a pipe whose write end only this (pytest) process has.
+# When this process ends in any way, SIGKILL included, the pipe closes and the watchdog kills
+# the service's process group. It runs in a session of its own, so a Ctrl-C to pytest's
+# process group does not take it down before it has done its work.
+_WATCHDOG = """
+import os, signal, sys
+sys.stdin.buffer.read()
+try:
+    os.killpg(int(sys.argv[1]), signal.SIGKILL)
+except (ProcessLookupError, PermissionError):
+    pass
+"""
+
+
+class GroupWatchdog:
+    """Kills process group ``pgid`` if this process dies before :meth:`disarm` is called.
+
+    The owner stops its service the normal way and disarms the watchdog first (by its PID),
+    so a recycled group id is never killed.
+    """
+
+    def __init__(self, pgid: int) -> None:
+        import sys
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(pgid)], stdin=subprocess.PIPE, start_new_session=True
+        )
+
+    def disarm(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+        self.proc.stdin.close()
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants now (read from /proc)."""
+    from benchmarks.common import _children
+
+    children, tree, todo = _children(), [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo.extend(children.get(tree[-1], []))
+    return tree
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant (collected first: orphans are re-parented away)."""
+    import signal
+
+    for member in process_tree(pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(member, signal.SIGKILL)
+
+
+def run_isolated(args: list[str], timeout: float, env: dict[str, str] | None = None, cwd: str | None = None):
+    """Run ``args`` in a session of its own with a hard timeout; return its CompletedProcess.
+
+    For drivers of tests that kill Ray's GCS or nodes: whatever happens to that Ray (a core
+    worker that gives up on a lost GCS ends its process), only the subprocess can die, never
+    pytest. On timeout the subprocess and its descendants are killed; when it ends, whatever is
+    left in its process group is (the group's id cannot be reused while its leader is an unreaped
+    zombie, so this kills nothing but its own); a watchdog does the same if pytest dies first.
+    Ray's own processes die with the driver that started them (Ray's fate sharing).
+    """
+    import signal
+
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        watchdog = GroupWatchdog(proc.pid)
+        deadline = time.monotonic() + timeout
+        try:
+            # Wait for the exit without reaping it (WNOWAIT), so the group id stays ours.
+            while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+                if time.monotonic() > deadline:
+                    kill_tree(proc.pid)  # alive: its pid and its descendants' are still its own
+                    log.write(f"\n[killed after the {timeout:g} s timeout]\n")
+                    break
+                time.sleep(0.2)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            watchdog.disarm()
+            proc.wait()
+        log.seek(0)
+        return subprocess.CompletedProcess(args, proc.returncode, log.read(), None)
+
+
 class RedisServer:
-    """A password-protected redis-server on 127.0.0.1, no persistence."""
+    """A password-protected redis-server on 127.0.0.1, no persistence; killed with pytest if pytest dies."""
 
     def __init__(self, workdir: str) -> None:
         self.port = free_port()
@@ -44,8 +134,9 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [require_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(self.port), "--requirepass",
              self.password, "--save", "", "--appendonly", "no", "--dir", workdir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
+        self.watchdog = GroupWatchdog(self.proc.pid)
         deadline = time.time() + 10
         while time.time() < deadline:
             with socket.socket() as s:
@@ -60,6 +151,7 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
+        self.watchdog.disarm()
         self.proc.terminate()
         self.proc.wait(timeout=10)
 
@@ -125,6 +217,7 @@ class RayHead:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self.watchdog = GroupWatchdog(self.proc.pid)  # the node's processes go if pytest dies
         return self._wait_ready()
 
     @property
@@ -155,6 +248,7 @@ class RayHead:
     def stop(self) -> None:
         import signal
 
+        self.watchdog.disarm()
         if self.proc.poll() is None:
             self.proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):

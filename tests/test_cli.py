@@ -90,10 +90,11 @@ def test_existing_run_directory_is_refused(tmp_path: Path):
 
 
 def test_runtime_failure_exits_1_and_keeps_a_log(tmp_path: Path):
-    # log_std pinned at its maximum makes ideas huge but finite; make rewards NaN instead by
-    # breaking the environment's noise: inf * 0 → NaN on failed executions.
+    # A finite but absurd execution noise breaks the environment at run time: σ = 1e300 makes
+    # every float32 reward inf (or NaN: inf * 0 on failed executions). An infinite σ itself
+    # is refused by validation (test_config.py).
     out = tmp_path / "r"
-    res = popgrpo("train", "--config", "grpo", *SHORT, "--set", "env.noise_std=.inf", "--out", str(out), "--quiet")
+    res = popgrpo("train", "--config", "grpo", *SHORT, "--set", "env.noise_std=1e300", "--out", str(out), "--quiet")
     assert res.returncode == 1
     assert "run failed" in res.stderr and "max_bad_reward_fraction" in res.stderr
     assert "BadRewardError" in (out / "error.log").read_text()
@@ -131,3 +132,27 @@ def test_population_that_cannot_fit_the_cluster_exits_2(tmp_path: Path):
     )
     assert res.returncode == 2
     assert "needs 5 GPUs" in res.stderr and "members_per_actor" in res.stderr
+
+
+def test_hostile_input_exits_2_with_one_line(tmp_path: Path):
+    """Bad input a careless or hostile user gives: one line on stderr, exit 2, nothing written."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("run:\n  name: caf\xe9\n".encode("latin-1"))
+    cases = [
+        (["--out", str(blocker / "run")], "cannot create it"),
+        (["--config", str(latin1), "--out", str(tmp_path / "r1")], "not UTF-8 text"),
+        (["--set", "run.name=../../x"], "run.name: must be a single file-name component"),
+        (["--set", "grpo.lr=inf", "--out", str(tmp_path / "r2")], "grpo.lr: Input should be a finite number"),
+        (
+            ["--set", "archive.redis_url=redis://127.0.0.1:1/0", "--out", str(tmp_path / "r3")],
+            "archive.redis_url: Redis write-through is done by the Ray executor",
+        ),
+    ]
+    for args, needle in cases:
+        res = popgrpo("train", *SHORT, *args, cwd=tmp_path)
+        assert res.returncode == 2, (args, res.stderr)
+        assert needle in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "r3").exists()

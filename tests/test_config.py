@@ -146,3 +146,82 @@ def test_language_model_config_and_relative_paths(tmp_path, monkeypatch):
     # Existing relative paths become absolute: the config travels to workers with another cwd.
     assert cfg.policy.causal_lm.model == str(tmp_path / "models" / "m")
     assert cfg.env.text.prompts_path == str(tmp_path / "prompts.txt")
+
+
+# ---- hostile input ---------------------------------------------------------------------------
+def _billion_laughs(levels: int = 9) -> str:
+    """A few hundred bytes of anchors and aliases that expand to 9**levels strings."""
+    lines = ['a0: &a0 "lol"']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("where", ["run.name", "env.text.prompts"])
+def test_yaml_bomb_is_refused_while_composing(tmp_path: Path, where):
+    section, key = where.rsplit(".", 1)
+    bomb = _billion_laughs()
+    nested = "".join(f"{'  ' * i}{part}:\n" for i, part in enumerate(section.split(".")))
+    indent = "  " * len(section.split("."))
+    body = bomb.replace("\n", "\n" + indent).rstrip()
+    # The bomb's anchors sit in a throwaway mapping under the field, which must be a string or list.
+    path = tmp_path / "bomb.yaml"
+    path.write_text(f"{nested}{indent}{key}:\n{indent}  {body}\n")
+    with pytest.raises(ConfigError, match="too large or deep: more than 200,000 values") as err:
+        load_config(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match="cannot parse value: more than 200,000 values"):
+        load_config(None, [f"{where}={{{bomb.strip().replace(chr(10), ', ')}}}"])
+
+
+def test_a_small_config_may_use_anchors(tmp_path: Path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text("grpo: &g\n  lr: 0.001\nrun:\n  name: anchored\nqd: {enabled: true, beta_new: 0.4}\n")
+    cfg = load_config(path)
+    assert cfg.grpo.lr == 0.001 and cfg.run.name == "anchored" and cfg.qd.beta_new == 0.4
+
+
+def test_deep_nesting_and_non_utf8_and_oversized_files_are_one_line_errors(tmp_path: Path):
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("run:\n  name: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    with pytest.raises(ConfigError, match="nested deeper than 64 levels"):
+        load_config(deep)
+    with pytest.raises(ConfigError, match="nested deeper than 64 levels"):
+        load_config(None, ["run.name=" + "[" * 20_000 + "]" * 20_000])
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("run:\n  name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 16 is 0xe9\)"):
+        load_config(latin1)
+    huge = tmp_path / "huge.yaml"
+    huge.write_bytes(b"# padding\n" * (2**20 + 1))
+    with pytest.raises(ConfigError, match="larger than 10 MiB"):
+        load_config(huge)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["grpo.lr=inf"], "grpo.lr: Input should be a finite number"),
+        (["grpo.lr=.inf"], "grpo.lr: Input should be a finite number"),
+        (["env.noise_std=.nan"], "env.noise_std: Input should be a finite number"),
+        (["scheduler.weighted_soup_temperature=-.inf"], "weighted_soup_temperature: Input should be a finite number"),
+        (["maxent.novelty.k=600", "maxent.novelty.capacity=512"], "k (600) must be <= capacity (512)"),
+        (["population.size=1000000000"], "population.size: Input should be less than or equal to 10000"),
+        (["archive.cells_per_dim=1000000"], "archive.cells_per_dim: Input should be less than or equal to 1000"),
+        (["population.size=64", "archive.cells_per_dim=1000"], "allocates 64,000,000 cells"),
+        (["run.name=../../x"], "run.name: must be a single file-name component"),
+        (["run.name=a/b"], "run.name: must be a single file-name component"),
+        (["run.name=.."], "run.name: must be a single file-name component"),
+        (["run.name=" + "x" * 300], "run.name: String should have at most 200 characters (got 'xxxxx"),
+    ],
+)
+def test_hostile_values_are_refused_with_one_line(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+def test_sizes_at_their_bounds_are_accepted():
+    cfg = load_config(None, ["population.size=10000", "archive.shared=true", "archive.cells_per_dim=1000"])
+    assert cfg.population.size == 10_000 and cfg.archive.cells_per_dim == 1000
+    assert load_config(None, ["maxent.novelty.k=512", "maxent.novelty.capacity=512"]).maxent.novelty.k == 512

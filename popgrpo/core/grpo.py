@@ -36,8 +36,12 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
     Returns:
         ``[P, G]`` advantages. ``std`` is Bessel-corrected (torch's default, as in TRL's
-        GRPO). A group whose rewards are all equal gets all-zero advantages (its numerator
-        is exactly zero), so it contributes no gradient.
+        GRPO). A group whose rewards are all equal gets exactly zero advantages, so it
+        contributes no gradient. That needs saying outright: in float32 the mean of G equal
+        values that are not exactly representable (0.7, say) need not round back to the
+        value, and ``(r - mean) / (std + eps)`` with a std of ~1e-8 then turns that rounding
+        error into advantages of several hundredths. Every other group's numbers are those
+        of the formula, bit for bit.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [P, G], got shape {tuple(rewards.shape)}")
@@ -45,7 +49,9 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         return torch.zeros_like(rewards)
     mean = rewards.mean(dim=1, keepdim=True)
     std = rewards.std(dim=1, keepdim=True)
-    return (rewards - mean) / (std + eps)
+    advantages = (rewards - mean) / (std + eps)
+    equal = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
+    return advantages.masked_fill(equal, 0.0)
 
 
 def binned_advantages(

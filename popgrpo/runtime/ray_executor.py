@@ -98,16 +98,20 @@ class RayExecutor:
             ).remote(config_json, str(run_dir) if run_dir else None, run_key, redis_password)
             self._archive_pid = ray.get(self.archive_actor.pid.remote())
         self._config_json = config_json
-        self._actors = [self._new_group(group) for group in self._groups]
-        self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
         self.recovery = RecoveryLog([a.state_dict() for a in make_archives(config)])
         self._adopted: list[list[dict]] | None = None  # [members, archives] sent back by the last adopt
         self.restarts = 0
         self.events: list[dict] = []
+        self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
+        self._actors = [self._new_group(group) for group in self._groups]
+        # The first call of each actor goes through _call like every later one: an actor lost
+        # while it was being built (its node gone, an OOM while loading a model) answers it with
+        # an actor error and is rebuilt, from its own initial state, like one lost mid-round.
+        placements = self._call("placement", lambda g: ())
         # A member without the GPU it reserved is reported, not silently slower.
-        for group, place in zip(self._groups, ray.get([a.placement.remote() for a in self._actors]), strict=True):
-            if place["warning"]:
-                self.events.append({"event": "device_fallback", "members": group, "reason": place["warning"]})
+        for g, group in enumerate(self._groups):
+            if placements[g]["warning"]:
+                self.events.append({"event": "device_fallback", "members": group, "reason": placements[g]["warning"]})
 
     def _check_redis(self, url: str, password: str | None) -> None:
         """Reach Redis from the driver first: an archive actor that cannot would restart forever."""
@@ -140,9 +144,13 @@ class RayExecutor:
     ) -> dict[int, object]:
         """Call ``method`` on the given groups' actors; rebuild and retry any that are lost.
 
-        A lost actor (process killed, node gone) is rebuilt from the restore point (the last
-        :meth:`snapshot`) with the calls made since replayed (:class:`RecoveryLog`), and the
-        call is retried. ``replayable`` (state-changing) calls are recorded for later replays.
+        Every call the driver makes on a member actor goes through here, from the first
+        (``placement``, right after construction) to the last of a round (``train``,
+        ``get_weights``, ``adopt``, ``snapshot``), so an actor lost at any point of its life —
+        while being constructed, mid-call or idle between calls — is rebuilt from the restore
+        point (the last :meth:`snapshot`, or its own initial state before the first) with the
+        calls made since replayed (:class:`RecoveryLog`), and the call is retried.
+        ``replayable`` (state-changing) calls are recorded for later replays.
         """
         groups = range(len(self._actors)) if groups is None else groups
         refs = {g: getattr(self._actors[g], method).remote(*args_for(g)) for g in groups}
@@ -155,6 +163,8 @@ class RayExecutor:
             try:
                 results[g] = ray.get(ready[0])
             except ray.exceptions.RayActorError as exc:  # died, or its node is gone
+                if exc.actor_init_failed:  # its __init__ raised: a bug or bad input, not a lost process
+                    raise
                 attempts[g] += 1
                 limit = self.config.population.max_restarts
                 if attempts[g] > limit:
@@ -182,9 +192,9 @@ class RayExecutor:
             actor = self._new_group(group)
             try:
                 self.recovery.replay_into(actor, g, group, self._archive_home())
-            except ray.exceptions.RayActorError:
+            except ray.exceptions.RayActorError as exc:
                 ray.kill(actor, no_restart=True)
-                if attempt == self.config.population.max_restarts:
+                if exc.actor_init_failed or attempt == self.config.population.max_restarts:
                     raise
                 time.sleep(delay)
                 delay *= 2

@@ -30,6 +30,23 @@ def test_group_with_no_spread_gets_zero():
     assert adv[1].abs().sum() > 0
 
 
+@pytest.mark.parametrize("value", [0.7, 0.1, 0.3, 0.9, 1.7])
+@pytest.mark.parametrize("group_size", [3, 7, 8, 16])
+def test_equal_rewards_that_float32_cannot_represent_get_exactly_zero(value, group_size):
+    """In float32 the mean of G copies of 0.7 is not 0.7 (for G = 7, 8, 16), and dividing that
+    rounding error by a std of ~6e-8 gave advantages of 0.056; equal groups must give 0."""
+    rewards = torch.full((3, group_size), value)
+    rewards[1] = torch.linspace(0.0, 1.0, group_size)  # a group with spread, between two equal ones
+    adv = group_advantages(rewards)
+    assert torch.equal(adv[0], torch.zeros(group_size)) and torch.equal(adv[2], torch.zeros(group_size))
+    # the group with spread keeps the formula's numbers bit for bit
+    row = rewards[1:2]
+    assert torch.equal(adv[1:2], (row - row.mean(dim=1, keepdim=True)) / (row.std(dim=1, keepdim=True) + 1e-6))
+    # so do equal bins of the length-conditional variant
+    binned = binned_advantages(rewards, torch.arange(3 * group_size, dtype=torch.float32).view(3, -1), bins=2)
+    assert torch.equal(binned[0], torch.zeros(group_size))
+
+
 def test_group_advantages_rejects_bad_shape():
     with pytest.raises(ValueError):
         group_advantages(torch.zeros(5))

@@ -18,7 +18,7 @@ from popgrpo.runtime.cluster import SetupError
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor
 from popgrpo.train import train
-from tests.driving import drive, kill_when_busy
+from tests.driving import drive, kill_during_construction, kill_when_busy, sigkill
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.ray
@@ -78,6 +78,52 @@ def test_member_process_sigkilled_mid_round_replays_to_the_same_numbers(ray_loca
     rows, lineage, archives, restarts = _sigkill_member_actor_mid_round(cfg)
     assert restarts == 1
     assert rows == reference[0]  # archive_new/_improved/_coverage/_qd_score included
+    assert lineage == reference[1]
+    _assert_same_archives(archives, local.archives())
+
+
+def _kill_before_first(executor, method: str, actor: int, call: int = 1) -> list[int]:
+    """SIGKILL member actor ``actor``'s process right before the executor's ``call``-th ``method``
+    call, so that call finds it lost. Returns the list the killed pid is appended to."""
+    original, calls, killed = getattr(executor, method), [0], []
+
+    def wrapped(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == call:
+            pid = ray.get(executor._actors[actor].pid.remote())
+            assert sigkill(pid)
+            killed.append(pid)
+        return original(*args, **kwargs)
+
+    setattr(executor, method, wrapped)
+    return killed
+
+
+def test_member_lost_at_every_point_of_its_life_gives_the_same_numbers(ray_local):
+    """One run, four losses: an actor SIGKILLed while it is being constructed, then lost at the
+    round-0 top-M fetch (get_weights), at round 1's adopt, and at the last round's snapshot
+    (earlier snapshots come with adopt's answer). Each is rebuilt and the run's numbers are
+    those of an undisturbed run. Mid-round losses: the test above."""
+    cfg = _cfg()
+    local = LocalExecutor(cfg)
+    reference = drive(cfg, local)
+    watcher, killed_in_init = kill_during_construction(count=1)
+    executor = RayExecutor(cfg)  # answers its first call (placement) only once the lost actor is rebuilt
+    watcher.join(timeout=1)
+    lost = [
+        _kill_before_first(executor, "get_weights", actor=0),
+        _kill_before_first(executor, "adopt", actor=1, call=2),
+        _kill_before_first(executor, "snapshot", actor=0, call=3),
+    ]
+    try:
+        rows, lineage = drive(cfg, executor)
+        archives = executor.archives()
+    finally:
+        executor.close()
+    assert len(killed_in_init) == 1 and all(len(k) == 1 for k in lost)
+    events = [e for e in executor.events if e["event"] == "member_actor_restarted"]
+    assert executor.restarts == len(events) == 4
+    assert rows == reference[0]
     assert lineage == reference[1]
     _assert_same_archives(archives, local.archives())
 

@@ -1,0 +1,157 @@
+"""Drivers of the tests that kill Ray's GCS or a node, run as a subprocess of the test.
+
+``python tests/cluster/scenarios.py SCENARIO RESULT.json`` starts its own loopback cluster,
+runs a short Pop-GRPO run on it through :class:`RayExecutor`, injects the fault, and writes
+the run's metrics rows, lineage and what it observed to ``RESULT.json``. The test runs it with
+:func:`tests.services.run_isolated`: a driver whose Ray gives up (a core worker that loses the
+GCS for too long ends its process) can end only this subprocess, never pytest; a hard timeout
+and a watchdog stop everything it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# What each scenario trains: the test computes its undisturbed reference from the same overrides.
+CONFIGS = {
+    "gcs_outage": [
+        "population.size=4",
+        "population.members_per_actor=2",
+        "population.resources.num_cpus=1",
+        "run.epochs=12",  # 6 rounds: 1-4 with the GCS down, 5 after it is back
+        "scheduler.interval_epochs=2",
+        "grpo.steps_per_epoch=10",
+    ],
+    "node_loss": [
+        "population.size=4",
+        "population.members_per_actor=2",
+        "population.resources.num_cpus=1",
+        "run.epochs=6",
+        "scheduler.interval_epochs=2",
+        "grpo.steps_per_epoch=8",
+    ],
+}
+GCS_OUTAGE_S = 15.0  # at least as long as a restarted head pod takes to come back
+
+
+def _config(scenario: str):
+    from popgrpo.config import load_config, preset_path
+
+    return load_config(preset_path("pop_grpo"), CONFIGS[scenario])
+
+
+def gcs_outage() -> dict:
+    """The GCS keeps its tables in Redis; it is killed after round 0 and restarted ≥ 15 s later.
+
+    Rounds 1 to 4 run with the GCS down; if they take less than the outage, the driver waits
+    after round 4 until it has lasted GCS_OUTAGE_S, then restarts the GCS, and round 5 runs
+    with it back: whatever the machine's speed, the outage lies inside the run.
+    """
+    import ray
+    import redis
+
+    from benchmarks.common import loopback_ray_cluster
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from tests.driving import drive
+    from tests.services import free_port
+
+    port, password = int(os.environ["POPGRPO_TEST_REDIS_PORT"]), os.environ["POPGRPO_TEST_REDIS_PASSWORD"]
+    os.environ["RAY_REDIS_ADDRESS"] = f"127.0.0.1:{port}"
+    head_args = {
+        "num_cpus": 2,
+        "redis_password": password,
+        "gcs_server_port": free_port(),  # a restarted GCS must come back where the raylet looks
+        "include_dashboard": False,
+        "_system_config": {"gcs_rpc_server_reconnect_timeout_s": 120},
+    }
+    cfg = _config("gcs_outage")
+    n_rounds = cfg.run.epochs // cfg.scheduler.interval_epochs
+    facts: dict = {}
+    with loopback_ray_cluster(head_args, prefix="pggcs-") as (cluster, _, _):
+        facts["redis_keys"] = redis.Redis(port=port, password=password).dbsize()
+        head = cluster.head_node
+
+        def outage(i, _executor):
+            if i == 0:
+                facts["old_pid"] = head.all_processes["gcs_server"][0].process.pid
+                head.kill_gcs_server()
+                facts["down"] = time.time()
+            elif i == n_rounds - 2:
+                facts["rounds_run_while_down"] = i
+                time.sleep(max(0.0, facts["down"] + GCS_OUTAGE_S - time.time()))
+                head.start_gcs_server()
+                facts["up"] = time.time()
+
+        executor = RayExecutor(cfg)
+        try:
+            rows, lineage = drive(cfg, executor, after_round=outage)
+            facts["finished"] = time.time()
+            facts["alive"] = bool(ray.get(executor._actors[0].node_id.remote(), timeout=60))
+            facts["restarts"] = executor.restarts
+        finally:
+            executor.close()
+        facts["new_pid"] = head.all_processes["gcs_server"][0].process.pid
+    return {"rows": rows, "lineage": lineage, **facts}
+
+
+def node_loss() -> dict:
+    """Head (no CPUs: driver only) + two 2-CPU workers; one worker is removed mid-round 1."""
+    import ray
+
+    from benchmarks.common import loopback_ray_cluster
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from tests.driving import drive, kill_when_busy
+
+    cfg = _config("node_loss")
+    facts: dict = {}
+    with loopback_ray_cluster({"num_cpus": 0}, worker_cpus=(2, 2), prefix="pgnode-") as (cluster, workers, _):
+        victim = workers[0]
+        removed = []
+
+        def remove_worker_during_round_1(ex):
+            # The node goes while an actor on it is in its round-1 train call, however short a round.
+            on_victim = next(a for a in ex._actors if ray.get(a.node_id.remote()) == victim.node_id)
+            removed.append(kill_when_busy(on_victim, lambda: cluster.remove_node(victim, allow_graceful=False)))
+
+        executor = RayExecutor(cfg)
+        try:
+            rows, lineage = drive(cfg, executor, remove_worker_during_round_1)
+            placements = set(ray.get([a.node_id.remote() for a in executor._actors]))
+        finally:
+            executor.close()
+        facts["removed"] = bool(removed and removed[0].wait(timeout=5))
+        facts["restarts"] = executor.restarts
+        facts["restart_events"] = [e["event"] for e in executor.events].count("member_actor_restarted")
+        facts["victim_still_used"] = victim.node_id in placements
+    return {"rows": rows, "lineage": lineage, **facts}
+
+
+def run(scenario: str, workdir: Path, extra_env: dict[str, str] | None = None, timeout: float = 600.0) -> dict:
+    """Run ``scenario`` in an isolated subprocess (the test side); its result, or an AssertionError
+    carrying the tail of its output."""
+    from tests.services import run_isolated
+
+    result_path = workdir / f"{scenario}.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_REDIS_ADDRESS")}
+    env |= {"PYTHONPATH": str(ROOT)} | (extra_env or {})
+    done = run_isolated([sys.executable, __file__, scenario, str(result_path)], timeout, env=env, cwd=str(ROOT))
+    assert done.returncode == 0 and result_path.is_file(), (
+        f"{scenario} driver exited {done.returncode}:\n{done.stdout[-4000:]}"
+    )
+    return json.loads(result_path.read_text())
+
+
+if __name__ == "__main__":
+    scenario, result_path = sys.argv[1], sys.argv[2]
+    result = {"gcs_outage": gcs_outage, "node_loss": node_loss}[scenario]()
+    Path(result_path).write_text(json.dumps(result))
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown: Ray's native threads can crash in it (tests/conftest.py)
