@@ -355,9 +355,11 @@ def main():
         set_limit(resource.RLIMIT_NPROC, nproc, nproc)
     # Signals stay blocked for the whole run (the seccomp filter refuses unblocking them), so no
     # handler of the program's can run in between its last statement and the score's report.
+    # Faults and abort() stay deliverable: they are synchronous, so never pending past the program.
     signal = __import__("signal")
-    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    del signal
+    synchronous = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP, signal.SIGSYS}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - synchronous)
+    del signal, synchronous
     install_hook(status_fd, nonce)
     del nonce  # it lives on only inside the hook, which no program code can reach
     audit, _type, _float, _int, _bool, _write = sys.audit, type, float, int, bool, os.write
@@ -488,7 +490,7 @@ _SECCOMP_REFUSED = (
     "open_tree", "fsopen", "fsmount", "keyctl", "add_key", "request_key", "bpf", "perf_event_open",
     "userfaultfd", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
     "personality", "mknod", "mknodat", "seccomp", "acct", "swapon",
-    "swapoff", "reboot", "settimeofday", "clock_settime", "sethostname", "setdomainname",
+    "swapoff", "reboot", "timer_create", "io_setup", "mq_notify", "settimeofday", "clock_settime", "sethostname", "setdomainname",
     "open_by_handle_at", "name_to_handle_at", "quotactl", "syslog", "vhangup",
 )  # fmt: skip
 
@@ -798,6 +800,33 @@ def _session_members(sid: int) -> int:
     return count
 
 
+def _kill_below_leader(leader: int, timeout: float = 2.0) -> None:
+    """SIGKILL every process of the leader's session but the leader, and give it time to reap them.
+
+    bubblewrap (the leader) reaps the program it started; killing it first would hand the
+    program to the host's init, which need not reap it (a zombie per timed-out run).
+    """
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != leader:
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    sid = int(f.read().rsplit(b")", 1)[1].split()[3])
+            except (OSError, IndexError, ValueError):
+                continue
+            if sid == leader:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(entry), signal.SIGKILL)
+    _wait_for_exit(leader, timeout)
+
+
+def _wait_session_gone(sid: int, timeout: float = 5.0) -> None:
+    """Wait until no live process of session ``sid`` remains (SIGKILLed ones take a moment)."""
+    deadline = time.monotonic() + timeout
+    while _session_members(sid) and time.monotonic() < deadline:
+        _kill_group(sid)
+        time.sleep(0.005)
+
+
 def _execute(
     code: str,
     limits: SandboxLimits,
@@ -852,9 +881,12 @@ def _execute(
             if exited:
                 leftover = _session_members(proc.pid)  # the exited leader is an unreaped zombie
         finally:
+            if bwrap and not exited:
+                _kill_below_leader(proc.pid)
             _kill_group(proc.pid)  # the unreaped leader keeps the pgid from being reused
             _, wait_status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(wait_status)
+            _wait_session_gone(proc.pid)  # under bwrap the program is a grandchild, killed with its group
         returncode = proc.returncode
         if bwrap and 128 < returncode < 128 + signal.NSIG:
             returncode = -(returncode - 128)  # bubblewrap reports a signal as 128 + its number

@@ -102,8 +102,8 @@ SANDBOX_PROGRAMS = """programs = {{
     "bomb": "x = bytearray(10**10)",
     "crash": "raise ValueError('boom')",
     "write": "open(OUTSIDE, 'w').write('escaped')",
-    "garbage": "print('not a score')",
-    "ok": "print(0.5)",
+    "garbage": "score = 'not a score'",
+    "ok": "score = 0.5",
 }}
 OUTSIDE = "@OUTSIDE@"
 exec(programs[{prompt}])
