@@ -198,7 +198,7 @@ def set_limit(kind, soft, hard):
     resource.setrlimit(kind, (soft, hard))
 
 
-def install_hook(status_fd, nonce):
+def install_hook(status_fd, nonce, contain):
     root = os.path.realpath(os.getcwd())
     prefix = root.rstrip(os.sep) + os.sep
     me = os.getpid()
@@ -278,7 +278,18 @@ def install_hook(status_fd, nonce):
         write(status_fd, ("score\t" + nonce + "\t" + _float.hex(value) + "\n").encode())
 
     def hook(event, args):
-        if event == "open":
+        if event[:8] == "popgrpo.":
+            if event == "popgrpo.begin":
+                if state["frame"] is not None:
+                    refuse(event, "only the sandbox starts a program")
+                state["frame"] = getframe(1)
+            elif event == "popgrpo.score":
+                report(args[0])
+            elif event == "popgrpo.violated" and state["violated"]:
+                raise PermissionError("violated")
+        elif not contain:
+            return
+        elif event == "open":
             path, mode, flags = args
             writing = (_type(mode) is _str and ("w" in mode or "a" in mode or "x" in mode or "+" in mode)) or (
                 _type(flags) is _int and flags & write_flags
@@ -311,14 +322,6 @@ def install_hook(status_fd, nonce):
                 refuse(event, "database " + _repr(text_of(args[0])) + " outside the working directory")
         elif event == "sqlite3.enable_load_extension":
             refuse(event, "sqlite extensions are not allowed")
-        elif event == "popgrpo.begin":
-            if state["frame"] is not None:
-                refuse(event, "only the sandbox starts a program")
-            state["frame"] = getframe(1)
-        elif event == "popgrpo.score":
-            report(args[0])
-        elif event == "popgrpo.violated" and state["violated"]:
-            raise PermissionError("violated")
 
     sys.addaudithook(hook)
 
@@ -345,7 +348,7 @@ def read_all(fd):
 
 def main():
     program_fd, status_fd = int(sys.argv[1]), int(sys.argv[2])
-    cpu_s, as_bytes, fsize_bytes, nproc = (int(a) for a in sys.argv[3:7])
+    cpu_s, as_bytes, fsize_bytes, nproc, contain = (int(a) for a in sys.argv[3:8])
     nonce, _, source = read_all(program_fd).partition("\n")
     set_limit(resource.RLIMIT_CORE, 0, 0)
     set_limit(resource.RLIMIT_CPU, cpu_s, cpu_s + 1)
@@ -360,7 +363,7 @@ def main():
     synchronous = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP, signal.SIGSYS}
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - synchronous)
     del signal, synchronous
-    install_hook(status_fd, nonce)
+    install_hook(status_fd, nonce, contain)
     del nonce  # it lives on only inside the hook, which no program code can reach
     audit, _type, _float, _int, _bool, _write = sys.audit, type, float, int, bool, os.write
     _issubclass, _dict_get, _permission_error = issubclass, dict.get, PermissionError
@@ -444,9 +447,19 @@ def child_env(workdir: str) -> dict[str, str]:
 
 
 def _python_command(
-    python: str, site_packages: bool, program_fd: int, status_fd: int, limits: SandboxLimits, nproc: int
+    python: str,
+    site_packages: bool,
+    program_fd: int,
+    status_fd: int,
+    limits: SandboxLimits,
+    nproc: int,
+    audit_hook: bool = True,
 ) -> list[str]:
-    """The interpreter's argv: the bootstrap reads the nonce and the program from ``program_fd``."""
+    """The interpreter's argv: the bootstrap reads the nonce and the program from ``program_fd``.
+
+    ``audit_hook=False`` keeps only the hook's score reporting, not its refusals: the security
+    tests use it to check that the kernel layer contains a program on its own.
+    """
     flags = ["-I", "-B", "-X", "utf8"] + ([] if site_packages else ["-S"])
     mb = 1024 * 1024
     return [
@@ -460,6 +473,7 @@ def _python_command(
         str(int(limits.memory_mb) * mb),
         str(int(limits.file_size_mb) * mb),
         str(nproc),
+        str(int(audit_hook)),
     ]
 
 
@@ -834,6 +848,7 @@ def _execute(
     site_packages: bool,
     score_range: tuple[float, float],
     isolation: str,
+    audit_hook: bool = True,
 ) -> ExecutionResult:
     """Run one program in a fresh process and directory; always kills its group and reaps it."""
     nonce = secrets.token_hex(16)
@@ -854,7 +869,7 @@ def _execute(
             open(paths["status"], "wb") as status,
         ):
             python_cmd = _python_command(
-                python, site_packages, fds[0], status.fileno(), limits, nproc=1 if bwrap else 0
+                python, site_packages, fds[0], status.fileno(), limits, nproc=1 if bwrap else 0, audit_hook=audit_hook
             )
             if bwrap:
                 fds.append(_memfd("popgrpo-seccomp", seccomp_program()))
@@ -926,6 +941,7 @@ class Sandbox:
         *,
         site_packages: bool = True,
         isolation: str = "bwrap",
+        _audit_hook: bool = True,
     ) -> None:
         if score_range is None or len(score_range) != 2:
             raise ValueError(f"score_range must be (low, high), got {score_range!r}")
@@ -949,6 +965,7 @@ class Sandbox:
         self.score_range = (low, high)
         self.site_packages = site_packages
         self.isolation = isolation
+        self._audit_hook = _audit_hook  # False only in tests of the kernel layer alone
         self._pool = ThreadPoolExecutor(max_workers or os.cpu_count() or 1, thread_name_prefix="popgrpo-sandbox")
 
     def run(self, code: str) -> ExecutionResult:
@@ -1002,6 +1019,7 @@ class Sandbox:
             site_packages=self.site_packages,
             score_range=self.score_range,
             isolation=self.isolation,
+            audit_hook=self._audit_hook,
         )
         items = [self._pool.submit(run, codes[i]) for i in pending]
         batch.add_done_callback(lambda b: [f.cancel() for f in items] if b.cancelled() else None)

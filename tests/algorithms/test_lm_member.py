@@ -14,6 +14,7 @@ from popgrpo.algorithms.member import make_member
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.train import train
 from tests.lm import lm_config
+from tests.services import require_sandbox
 
 
 class RecordingExecutor(LocalExecutor):
@@ -112,6 +113,7 @@ exec(programs[{prompt}])
 
 def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path):
     """Each prompt makes the executed program misbehave one way; each scores 0 with its reason."""
+    require_sandbox()
     outside = tmp_path / "escaped.txt"
     reasons = {"loop": "timeout", "bomb": "memory", "crash": "crash", "write": "forbidden", "garbage": "no_score"}
     config = lm_config(

@@ -15,9 +15,15 @@ from popgrpo.envs.sandbox import (
     execution_reward,
     extract_code,
 )
+from tests.services import require_sandbox
 
 LIMITS = SandboxLimits(timeout_s=3.0, cpu_s=3, memory_mb=256)
 MARKER = b"popgrpo-sandbox-"  # the temp-dir prefix: on the child's command line via the program path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _bubblewrap():
+    require_sandbox()
 
 
 @pytest.fixture(scope="module")
