@@ -539,7 +539,11 @@ def seccomp_program() -> bytes:
 
 def _memfd(name: str, data: bytes) -> int:
     """An anonymous in-memory file holding ``data``, positioned at its start (closed by the caller)."""
-    fd = os.memfd_create(name, 0)
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create(name, 0)
+    else:  # no memfd (not Linux): an unlinked temporary file serves the same purpose
+        with tempfile.TemporaryFile() as handle:
+            fd = os.dup(handle.fileno())
     try:
         view = memoryview(data)
         while view:
@@ -901,7 +905,8 @@ def _execute(
             _kill_group(proc.pid)  # the unreaped leader keeps the pgid from being reused
             _, wait_status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(wait_status)
-            _wait_session_gone(proc.pid)  # under bwrap the program is a grandchild, killed with its group
+            if not exited or leftover:
+                _wait_session_gone(proc.pid)  # under bwrap the program is a grandchild, killed with its group
         returncode = proc.returncode
         if bwrap and 128 < returncode < 128 + signal.NSIG:
             returncode = -(returncode - 128)  # bubblewrap reports a signal as 128 + its number
