@@ -1,69 +1,81 @@
-"""Execution reward: run model-written Python in a fresh, limited process and read its score.
+"""Execution reward: run model-written Python in a fresh, isolated process and take its score.
 
 A policy proposes completions containing a fenced Python block; :func:`extract_code` takes the
-last one, :class:`Sandbox` runs it and :func:`parse_score` reads the score the program printed.
-Every program runs in its **own** new interpreter:
+last one and :class:`Sandbox` runs it. RL optimises against whatever the reward lets through, so
+this module treats every program as an attacker's: it is a security boundary. Each program
+runs in its **own** new interpreter, in layers:
 
-* ``python -I -B -X utf8 -c BOOTSTRAP``: isolated mode (no user site, no ``PYTHON*`` variables, no
-  script directory on ``sys.path``), no ``.pyc`` writes (they would land outside the working
-  directory and count as a violation).
-* ``start_new_session=True``: the program leads its own process group, which is killed as a whole
-  (``os.killpg``) when the run ends, on time or not, and the leader is reaped (no zombies).
-* a fresh, empty working directory under a :class:`tempfile.TemporaryDirectory` that is removed
-  afterwards; stdout, stderr, the program file and a status file live next to it, *outside* it.
-* a scrubbed environment (:func:`child_env`): nothing is inherited, so tokens, ``RAY_*``,
-  ``REDIS_*`` and ``*PASSWORD*`` variables cannot leak; ``HOME`` and ``TMPDIR`` point at the
-  working directory so that well-behaved caches and temp files stay inside it.
-* resource limits set by the bootstrap before the program runs: ``RLIMIT_CPU`` (soft = ``cpu_s``,
-  hard one second later), ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_CORE = 0``. They are set in the
-  child rather than in ``preexec_fn`` because ``preexec_fn`` is unsafe with threads and
-  :meth:`Sandbox.run_many` spawns from a thread pool. ``RLIMIT_NPROC`` is *not* set: it counts
-  every process of the user (the trainer, Ray workers, other sandboxes), so a value low enough to
-  matter would make unrelated runs fail at random; child processes are refused by the hook instead.
-* an audit hook (:func:`sys.addaudithook`, PEP 578) installed by the bootstrap before it ``exec``-s
-  the program. It refuses writes (``open`` in a write/append/create mode, ``os.remove``,
-  ``os.rename``, ``os.mkdir``, ``os.rmdir``, ``shutil.rmtree``, ``os.link``/``symlink``,
-  ``os.chmod``/``chown``/``utime``/``truncate``, ``sqlite3.connect`` ...) whose resolved path
-  (:func:`os.path.realpath`, so symlinks are followed) is outside the working directory; child
-  processes (``subprocess.Popen``, ``os.system``, ``os.exec*``, ``os.spawn*``, ``os.posix_spawn``,
-  ``os.fork``, ``pty.spawn``); the network (``socket.connect``/``bind``/``sendto``/``sendmsg`` and
-  name lookups); signals to other processes; and raising resource limits. The first violation
-  is written to the status file *before* ``PermissionError`` is raised, so a ``try/except`` in the
-  program cannot hide it: the run is ``"forbidden"`` whatever happens next.
+* **bubblewrap** (``isolation="bwrap"``, the default; :func:`_bwrap_command`):
+  ``--unshare-all --die-with-parent --as-pid-1``, uid/gid 65534 in a new user namespace, a new
+  root holding only ``/usr``, the interpreter's prefix (and virtualenv) read-only, a private
+  ``/dev``, ``/tmp`` and pid-namespace ``/proc``, and the empty working directory at
+  :data:`SANDBOX_WORKDIR`. No host process, file, socket or network interface is reachable.
+* **seccomp** (:func:`seccomp_program`): a libseccomp filter, compiled in the trainer and passed
+  to ``bwrap --seccomp``, so the kernel enforces it from the interpreter's first instruction. It
+  refuses process and thread creation, ``connect``, ``ptrace``, other processes' memory and
+  signals, io_uring, namespaces, mounts and unblocking signals (the list is
+  ``_SECCOMP_REFUSED``).
+* **limits**, set by the bootstrap before the program runs: ``RLIMIT_CPU`` (soft = ``cpu_s``,
+  hard one second later), ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_CORE = 0`` and, under
+  bubblewrap, ``RLIMIT_NPROC = 1`` (per user namespace). They are set in the child rather than
+  in ``preexec_fn``, which is unsafe with threads (:meth:`Sandbox.run_many` spawns from a
+  thread pool). As no second process or thread can start, ``RLIMIT_AS`` bounds the program's
+  total memory.
+* **an audit hook** (:func:`sys.addaudithook`, PEP 578), the inner layer. It gives clear reasons
+  and works where the kernel layer is opted out. It refuses writes outside the working
+  directory (``open`` in a write mode, ``os.remove``/``rename``/``mkdir``/``chdir``/...,
+  ``sqlite3.connect``), child processes, the network, signals to other processes, raising
+  limits, opening anything under ``/proc``, ``gc``'s object walks, trace/profile functions,
+  ``ctypes`` memory access and foreign calls, and subinterpreters. The first violation is
+  written to the status descriptor *before* ``PermissionError`` is raised, so a ``try/except``
+  in the program cannot hide it: the run is ``"forbidden"`` whatever happens next. The hook
+  checks exact types and binds every name it uses before the program runs. No program code
+  ever runs inside it, so patching builtins does not change what it refuses.
+* ``python -I -B -X utf8 -c BOOTSTRAP``: isolated mode, no ``.pyc`` writes; a scrubbed
+  environment (:func:`child_env`); ``start_new_session=True``, so the group is killed as a
+  whole when the run ends and the leader is reaped.
 
-**This is not a security boundary.** An audit hook is best-effort containment against a model's
-accidental or naive behaviour (deleting files, writing results to ``/tmp``, calling ``pip``). It
-is trivially bypassed on purpose: ``ctypes`` can call ``libc`` directly, ``os.open(..., dir_fd=)``
-is checked against the working directory instead of ``dir_fd``, path checks race with
-concurrent renames, closing the status descriptor hides violations the exit code would otherwise
-report, and reads are not restricted at all. On a cluster, run the sandbox workers themselves in
-a container / gVisor / nsjail with no credentials mounted and no network. A stronger per-program
-isolation layer (e.g. ``bwrap --unshare-all --die-with-parent --ro-bind / / --bind WORK WORK``,
-when installed) would be prefixed to the command built in :func:`_command`; nothing here
-requires it.
+**The score** is the program's global ``score`` when it runs to its end. Printed output is not
+a score. The parent draws a nonce per run and passes it, with the program's source, on an
+anonymous in-memory file that the bootstrap reads and closes before the program starts. The
+nonce then lives only in the audit hook's closure. After ``exec`` returns, the bootstrap reads
+``score`` (exact ``int``/``float`` only, never calling the program's methods) and raises the
+``popgrpo.score`` audit event. The hook accepts that event only from the bootstrap's own
+frame (registered before the program ran) and only once, and writes
+``score<TAB>nonce<TAB>value`` to the status descriptor. Signals other than synchronous faults
+stay blocked, so no handler of the program's runs between its last statement and that read.
+The parent accepts only a line with its nonce, then checks ``score_range``. A program that
+prints a number, writes lines to every descriptor, raises ``SystemExit(0)`` after setting
+``score``, or leaves a process behind gets no score.
+
+``isolation="none"`` is the explicit opt-out where bubblewrap cannot run (:func:`bwrap_problem`
+says why): the audit hook alone, with a warning. It is not a security boundary. ``ctypes``, a
+subinterpreter or ``dir_fd`` tricks the hook misses reach the host, and only processes that
+stay in the program's session are detected as left behind.
 
 **Memory.** ``RLIMIT_AS`` caps *virtual address space*, not resident memory. Python turns a
 refused allocation into ``MemoryError`` (the usual path, caught by the bootstrap), but the limit
-also counts what is reserved and never touched: 8 MiB of stack per thread, glibc malloc arenas
-(hence ``MALLOC_ARENA_MAX=2``), numpy/OpenBLAS buffers; a CUDA context would not fit at all. Set
+also counts what is reserved and never touched: glibc malloc arenas (hence
+``MALLOC_ARENA_MAX=2``), numpy/OpenBLAS buffers; a CUDA context would not fit at all. Set
 ``memory_mb`` with headroom for the libraries the programs import (``import numpy`` fits in
 256 MiB). A C extension may abort instead of raising; that is caught through its stderr message.
 
 Reasons (:data:`REASONS`) and how each is detected, first match wins (:func:`_classify`):
 
-``forbidden``  the hook recorded a violation in the status file (or the bootstrap exited 86);
-``timeout``    the wall clock ran out (we killed the group), or the CPU limit fired
-               (``SIGXCPU``, or ``SIGKILL`` with CPU time at the limit);
-``memory``     ``MemoryError`` reached the top level (status file / exit 87), an allocation
-               failure message on stderr with a non-zero exit, or a ``SIGKILL`` that neither we nor
-               the CPU limit sent (the kernel OOM killer; ``ru_maxrss`` cannot confirm it, as Linux
-               folds the parent's pre-``exec`` peak into the child's);
-``crash``      any other non-zero exit or signal (uncaught exception, ``os.abort()``, a write
-               past ``RLIMIT_FSIZE`` (Python ignores ``SIGXFSZ``, so it is ``OSError: File too
-               large``), ``sys.exit(3)``, a ``SyntaxError``);
-``no_score``   exit 0 but the last non-empty stdout line is not a finite score;
-``no_code``    nothing to run (no fenced block; never started);
-``ok``         exit 0 and a finite score, clipped to ``score_range`` when one is given.
+``forbidden``     the hook recorded a violation in the status file (or the bootstrap exited 86);
+``leftover``      another process of the program's session was alive when it exited;
+``timeout``       the wall clock ran out (we killed the group), or the CPU limit fired
+                  (``SIGXCPU``, or ``SIGKILL`` with CPU time at the limit);
+``memory``        ``MemoryError`` reached the top level (status file / exit 87), an allocation
+                  failure message on stderr with a non-zero exit, or a ``SIGKILL`` that neither we
+                  nor the CPU limit sent (the kernel OOM killer);
+``crash``         any other non-zero exit or signal (uncaught exception, ``os.abort()``, a write
+                  past ``RLIMIT_FSIZE``, ``sys.exit(3)``, a ``SyntaxError``, a thread refused);
+``no_score``      exit 0 without a nonce-bearing score: the program ended early or left no
+                  finite numeric ``score``;
+``out_of_range``  a score outside ``score_range`` (default ``[0, 1]``);
+``no_code``       nothing to run (no fenced block; never started);
+``ok``            a score within range.
 
 Only ``ok`` has a non-zero score.
 """
