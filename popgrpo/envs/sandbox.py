@@ -8,8 +8,9 @@ runs in its **own** new interpreter, in layers:
 * **bubblewrap** (``isolation="bwrap"``, the default; :func:`_bwrap_command`):
   ``--unshare-all --die-with-parent --as-pid-1``, uid/gid 65534 in a new user namespace, a new
   root holding only ``/usr``, the interpreter's prefix (and virtualenv) read-only, a private
-  ``/dev``, ``/tmp`` and pid-namespace ``/proc``, and the empty working directory at
-  :data:`SANDBOX_WORKDIR`. No host process, file, socket or network interface is reachable.
+  ``/dev`` and ``/tmp``, no ``/proc`` at all (not even its own: ``/proc/self/mem`` would read
+  the interpreter's memory), and the empty working directory at :data:`SANDBOX_WORKDIR`. No
+  host process, file, socket or network interface is reachable.
 * **seccomp** (:func:`seccomp_program`): a libseccomp filter, compiled in the trainer and passed
   to ``bwrap --seccomp``, so the kernel enforces it from the interpreter's first instruction. It
   refuses process and thread creation, ``connect``, ``ptrace``, other processes' memory and
@@ -25,8 +26,8 @@ runs in its **own** new interpreter, in layers:
   and works where the kernel layer is opted out. It refuses writes outside the working
   directory (``open`` in a write mode, ``os.remove``/``rename``/``mkdir``/``chdir``/...,
   ``sqlite3.connect``), child processes, the network, signals to other processes, raising
-  limits, opening anything under ``/proc``, ``gc``'s object walks, trace/profile functions,
-  ``ctypes`` memory access and foreign calls, and subinterpreters. The first violation is
+  limits, opening anything under ``/proc``, ``gc``'s object walks, trace/profile functions
+  and subinterpreters; ``import ctypes`` fails as if it were not installed. The first violation is
   written to the status descriptor *before* ``PermissionError`` is raised, so a ``try/except``
   in the program cannot hide it: the run is ``"forbidden"`` whatever happens next. The hook
   checks exact types and binds every name it uses before the program runs. No program code
@@ -247,13 +248,29 @@ def install_hook(status_fd, nonce, contain):
                          "_testinternalcapi", "_testmultiphase", "_testsinglephase", "_ctypes_test"})
     state = {"violated": False, "frame": None, "scored": False}
 
+    # pathlib's paths, read through the slot their text is cached in (set by os.fspath before the
+    # audit event), so that nothing the program may have overridden runs here.
+    import pathlib
+    path_types = (pathlib.PosixPath, pathlib.PurePosixPath)
+    path_class_dict = pathlib.PurePath.__dict__  # a live view: later patches of the class show in it
+    path_fspath = path_class_dict.get("__fspath__")
+    path_text = path_class_dict["_str"].__get__ if "_str" in path_class_dict else None
+
     def text_of(path):
         t = _type(path)
         if t is _str:
             return path
         if t is _bytes:
             return fsdecode(path)
-        return None  # a str/bytes subclass or a path object: its methods are the program's code
+        if (t is path_types[0] or t is path_types[1]) and path_text is not None and (
+            path_class_dict.get("__fspath__") is path_fspath
+        ):
+            try:
+                text = path_text(path)
+            except AttributeError:
+                return None
+            return text if _type(text) is _str else None
+        return None  # a str/bytes subclass or another path object: its methods are the program's code
 
     def inside(path):
         if path is None or _type(path) is _int:
@@ -309,7 +326,7 @@ def install_hook(status_fd, nonce, contain):
             if writing and not inside(path):
                 refuse(event, "write to " + _repr(text_of(path)) + " outside the working directory")
             if under_proc(path):
-                refuse(event, "/proc is not readable (other processes' memory and environment)")
+                refuse(event, "reading /proc, or a path of a type the sandbox does not read, is not allowed")
         elif event in path_args:
             for i in path_args[event]:
                 if not inside(args[i]):
@@ -322,16 +339,26 @@ def install_hook(status_fd, nonce, contain):
             refuse(event, "resource limits are fixed")
         elif event in introspection:
             refuse(event, "introspecting the interpreter is not allowed")
-        elif event == "import" and args[0] in modules:
-            refuse(event, "module " + args[0] + " is not allowed")
+        elif event == "import":
+            name = args[0]
+            if _type(name) is not _str:
+                refuse(event, "module names must be str")
+            if name in modules:
+                refuse(event, "module " + name + " is not allowed")
+            if name == "_ctypes" or name == "ctypes":
+                # Not a violation (numpy imports ctypes if it can), just unavailable: it reads
+                # and writes the interpreter's memory without any audit event.
+                raise ImportError("ctypes is not available in the sandbox")
         elif event in ("os.kill", "os.killpg") and args[0] not in (0, me, -me):
             refuse(event, "signals to other processes are not allowed")
         elif event == "sqlite3.connect":
-            db = args[0]
-            if _type(db) is _str and db.startswith("file:"):
+            db = text_of(args[0])
+            if db is None:
+                refuse(event, "database names must be str, bytes or a pathlib path")
+            if db.startswith("file:"):
                 db = db[5:].split("?", 1)[0]
-            if db not in (":memory:", "", b":memory:", b"") and not inside(db):
-                refuse(event, "database " + _repr(text_of(args[0])) + " outside the working directory")
+            if db not in (":memory:", "") and not inside(db):
+                refuse(event, "database " + _repr(db) + " outside the working directory")
         elif event == "sqlite3.enable_load_extension":
             refuse(event, "sqlite extensions are not allowed")
 
@@ -613,7 +640,7 @@ def _bwrap_command(bwrap: str, work: str, seccomp_fd: int, roots: Sequence[str])
             raise SandboxUnavailable(f"the interpreter lives under {SANDBOX_WORKDIR}, where programs run")
         cmd += ["--ro-bind", root, root]
     cmd += [
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work, SANDBOX_WORKDIR,
+        "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work, SANDBOX_WORKDIR,
         "--chdir", SANDBOX_WORKDIR, "--seccomp", str(seccomp_fd), "--",
     ]  # fmt: skip
     return cmd

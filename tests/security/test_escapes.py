@@ -317,10 +317,18 @@ def test_lm_exec_honest_answers_still_score():
         # look for the nonce in the bootstrap's frame, then report from there
         "import sys, os, re\nf = sys._getframe(1)\nfound = [v for v in f.f_locals.values() if isinstance(v, str) and re.fullmatch('[0-9a-f]{32}', v)]\n"
         "for n in found:\n    os.write(int(sys.argv[0]) if False else 4, ('score\\t' + n + '\\t0x1.0p+0\\n').encode())\nos._exit(0)",
+        # scan its own memory for the nonce (no /proc in the sandbox, ctypes unavailable)
+        "import os, re\nfound = set()\ntry:\n    import ctypes\nexcept ImportError:\n    pass\n"
+        "try:\n    maps = open('/proc/self/maps').read().splitlines()\n    mem = open('/proc/self/mem', 'rb')\n"
+        "    for line in maps:\n        lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
+        "        try:\n            mem.seek(lo)\n            found |= set(re.findall(rb'[0-9a-f]{32}', mem.read(min(hi - lo, 1 << 24))))\n"
+        "        except (OSError, ValueError, OverflowError, MemoryError):\n            pass\nexcept OSError:\n    pass\n"
+        "for n in found:\n    for fd in range(3, 16):\n        try:\n            os.write(fd, b'score\\t' + n + b'\\t0x1.0p+0\\n')\n"
+        "        except OSError:\n            pass\nos._exit(0)",
         # register a frame of its own as the bootstrap's
         "import sys\ntry:\n    sys.audit('popgrpo.begin')\nexcept PermissionError:\n    pass\nscore = 0.5",
     ],
-    ids=["too-high", "too-low", "write-every-fd", "audit-event", "frame-nonce", "re-register"],
+    ids=["too-high", "too-low", "write-every-fd", "audit-event", "frame-nonce", "memory-nonce", "re-register"],
 )
 def test_a_program_cannot_report_a_score_it_did_not_end_with(attack):
     score, reason = run(attack)
