@@ -137,7 +137,7 @@ class SandboxLimits:
     timeout_s: float = 5.0  # wall clock
     cpu_s: int = 5  # RLIMIT_CPU (soft; the hard limit is one second later)
     memory_mb: int = 512  # RLIMIT_AS: virtual address space, not resident memory
-    max_output_bytes: int = 65536  # stdout kept (the tail: the score is on the last line)
+    max_output_bytes: int = 65536  # stdout kept for diagnostics (its tail); never a score
     file_size_mb: int = 16  # RLIMIT_FSIZE: any single file, stdout included
 
     def __post_init__(self) -> None:
