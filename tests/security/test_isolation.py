@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
+
 import pytest
 
 from popgrpo.envs import sandbox as sandbox_module
@@ -38,3 +43,19 @@ def test_the_explicit_opt_out_runs_with_a_loud_warning(no_bwrap):
 def test_isolation_must_be_named():
     with pytest.raises(ValueError, match="isolation must be one of"):
         Sandbox(isolation="docker")
+
+
+def test_without_namespaces_a_process_left_in_the_session_scores_zero_and_is_killed(no_bwrap):
+    marker = f"popgrpo-leftover-{os.getpid()}-{time.monotonic_ns()}"
+    code = f"import os\nif os.fork() == 0:\n    os.execv('/bin/sh', ['sh', '-c', 'sleep 30', {marker!r}])\nscore = 1.0"
+    with pytest.warns(RuntimeWarning), Sandbox(isolation="none", site_packages=False, _audit_hook=False) as sb:
+        result = sb.run(code)
+    assert (result.score, result.reason) == (0.0, "leftover")
+    survivors = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as f:
+            if marker.encode() in f.read():
+                survivors.append(int(entry))
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == []
