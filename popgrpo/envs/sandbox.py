@@ -16,8 +16,8 @@ runs in its **own** new interpreter, in layers:
   refuses process and thread creation, ``connect``, ``ptrace``, other processes' memory and
   signals, io_uring, namespaces, mounts and unblocking signals (the list is
   ``_SECCOMP_REFUSED``).
-* **limits**, set by the bootstrap before the program runs: ``RLIMIT_CPU`` (soft = ``cpu_s``,
-  hard one second later), ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_CORE = 0`` and, under
+* **limits**, set by the bootstrap before the program runs: ``RLIMIT_CPU`` (``cpu_s``; its
+  ``SIGXCPU`` is blocked, so the kernel's ``SIGKILL`` at the same limit ends the program), ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_CORE = 0`` and, under
   bubblewrap, ``RLIMIT_NPROC = 1`` (per user namespace). They are set in the child rather than
   in ``preexec_fn``, which is unsafe with threads (:meth:`Sandbox.run_many` spawns from a
   thread pool). As no second process or thread can start, ``RLIMIT_AS`` bounds the program's
@@ -135,7 +135,7 @@ class SandboxLimits:
     """Per-program limits. Frozen (hashable) so it can key the default-sandbox cache."""
 
     timeout_s: float = 5.0  # wall clock
-    cpu_s: int = 5  # RLIMIT_CPU (soft; the hard limit is one second later)
+    cpu_s: int = 5  # RLIMIT_CPU (soft = hard: SIGXCPU is blocked, the kernel's SIGKILL ends the program)
     memory_mb: int = 512  # RLIMIT_AS: virtual address space, not resident memory
     max_output_bytes: int = 65536  # stdout kept for diagnostics (its tail); never a score
     file_size_mb: int = 16  # RLIMIT_FSIZE: any single file, stdout included
@@ -390,7 +390,7 @@ def main():
     cpu_s, as_bytes, fsize_bytes, nproc, contain = (int(a) for a in sys.argv[3:8])
     nonce, _, source = read_all(program_fd).partition("\n")
     set_limit(resource.RLIMIT_CORE, 0, 0)
-    set_limit(resource.RLIMIT_CPU, cpu_s, cpu_s + 1)
+    set_limit(resource.RLIMIT_CPU, cpu_s, cpu_s)  # SIGXCPU stays blocked (below): the kernel's SIGKILL ends it
     set_limit(resource.RLIMIT_AS, as_bytes, as_bytes)
     set_limit(resource.RLIMIT_FSIZE, fsize_bytes, fsize_bytes)
     if nproc > 0:
