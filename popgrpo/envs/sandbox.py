@@ -936,8 +936,11 @@ def _execute(
         exited, leftover = False, 0
         try:
             exited = _wait_for_exit(proc.pid, limits.timeout_s)
-            if exited:
-                leftover = _session_members(proc.pid)  # the exited leader is an unreaped zombie
+            if exited and not bwrap:
+                # Under bubblewrap nothing can be left: the program is its pid namespace's init,
+                # whose exit kills the namespace, and it cannot create processes. Without it, look
+                # (the exited leader is an unreaped zombie; a scan of /proc costs tens of ms here).
+                leftover = _session_members(proc.pid)
         finally:
             if bwrap and not exited:
                 _kill_below_leader(proc.pid)
