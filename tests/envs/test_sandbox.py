@@ -18,7 +18,7 @@ from popgrpo.envs.sandbox import (
 from tests.services import require_sandbox
 
 LIMITS = SandboxLimits(timeout_s=3.0, cpu_s=3, memory_mb=256)
-MARKER = b"popgrpo-sandbox-"  # the temp-dir prefix: on the child's command line via the program path
+MARKER = b"popgrpo-sandbox-"  # the temp-dir prefix: on bubblewrap's command line via the bound work dir
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,7 +87,7 @@ def test_infinite_loop_times_out_and_leaves_no_process_or_directory():
         assert len(running) == 1, "the program never showed up in /proc"
         ((pid, cmdline),) = running.items()
         assert os.getpgid(pid) == pid  # its own process group, so killpg reaches all of it
-        program = next(a for a in cmdline.split(b"\0") if MARKER in a).decode()
+        work = next(a for a in cmdline.split(b"\0") if MARKER in a).decode()
         [result] = future.result(timeout=10)
         elapsed = time.monotonic() - start
     assert result.reason == "timeout" and result.score == 0.0
@@ -95,7 +95,7 @@ def test_infinite_loop_times_out_and_leaves_no_process_or_directory():
     assert 1.0 <= elapsed < 10
     assert not os.path.exists(f"/proc/{pid}")  # killed and reaped: not even a zombie
     assert _group_members(pid) == []
-    assert not os.path.exists(os.path.dirname(program))  # the temp directory is gone
+    assert not os.path.exists(os.path.dirname(work))  # the temp directory is gone
 
 
 def test_cpu_limit_is_a_timeout():
