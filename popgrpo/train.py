@@ -59,6 +59,14 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         raise ResumeError(f"{out.path} has already finished (summary.json exists)")
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     info = checkpointer.latest()
+    if checkpointer.fallback is not None:
+        event = {
+            "round": info["round"] if info else -1,
+            "event": "checkpoint_fallback",
+            "reason": checkpointer.fallback,
+        }
+        out.append_event(event)
+        tqdm.write(f"popgrpo: resume: checkpoint_fallback: {checkpointer.fallback}")
     rows: list[dict] = []
     start_round, restore = 0, None
     if info is not None:

@@ -30,6 +30,18 @@ def require_binary(name: str) -> str:
     return path
 
 
+def require_sandbox() -> None:
+    """Skip (fail in CI) unless untrusted programs can run under bubblewrap + seccomp here."""
+    require_binary("bwrap")
+    from popgrpo.envs.sandbox import bwrap_problem
+
+    problem = bwrap_problem()
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"the execution sandbox cannot run: {problem}")
+        pytest.skip(f"the execution sandbox cannot run: {problem}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -35,17 +35,25 @@ def execution_score(
     cpu_s: int = 5,
     memory_mb: int = 512,
     max_workers: int | None = None,
-    score_range: Sequence[float] | None = None,
+    score_range: Sequence[float] = (0.0, 1.0),
     site_packages: bool = True,
+    isolation: str = "bwrap",
 ) -> tuple[list[float], list[str]]:
-    """Run each completion's code in a sandboxed process; its last printed line is the score.
+    """Run each completion's code in the sandbox; the program's global ``score`` is the reward.
 
     The program is ``template`` with ``{code}`` replaced by the completion's code (its last
     fenced block when ``fenced``, else the whole completion) and ``{prompt}`` by the prompt
-    (as a Python string literal). A run that times out, exhausts memory, crashes, touches what
-    it may not, or prints no number scores 0, with that reason
-    (:mod:`popgrpo.envs.sandbox`). Programs run in parallel, ``max_workers`` at a time;
+    (as a Python string literal). The program must run to its end and leave a number in the
+    global ``score``, inside ``score_range`` (default ``[0, 1]``; outside scores 0,
+    ``out_of_range``). Printed output is never a score. A run that times out, exhausts memory,
+    crashes, touches what it may not, leaves a process behind or sets no score scores 0, with that
+    reason (:mod:`popgrpo.envs.sandbox`). Programs run in parallel, ``max_workers`` at a time;
     ``site_packages=False`` starts them with the standard library only, several times faster.
+    ``isolation="none"`` runs them without bubblewrap and seccomp (explicit opt-out, warned).
+
+    The template runs in the same interpreter as the code it wraps: compute the score after the
+    code, from values whose type you check (``type(value) in (int, float)``), so that an object
+    the code returns cannot compute its own score.
     """
     from popgrpo.envs.sandbox import Sandbox, SandboxLimits, extract_code
 
@@ -54,7 +62,9 @@ def execution_score(
         code = extract_code(completion) if fenced else completion
         programs.append(None if code is None else template.format(code=code, prompt=repr(prompt)))
     limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
-    span = tuple(score_range) if score_range is not None else None
-    with Sandbox(limits, max_workers=max_workers, score_range=span, site_packages=site_packages) as sandbox:
+    span = tuple(score_range)
+    with Sandbox(
+        limits, max_workers=max_workers, score_range=span, site_packages=site_packages, isolation=isolation
+    ) as sandbox:
         results = sandbox.run_many(programs)
     return [r.score for r in results], [r.reason for r in results]

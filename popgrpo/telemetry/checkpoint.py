@@ -1,17 +1,28 @@
 """Round checkpoints under ``RUN_DIR/checkpoints/`` and the elites table ``RUN_DIR/archive.parquet``.
 
 Layout per round ``r``: ``checkpoints/round_<r>/member_<k>.pt`` (one per member: weights,
-Adam, α, RNG state, counters) and ``checkpoints/round_<r>/archive.pt`` (every archive's elites
-and novelty memory). ``checkpoints/latest.json`` is replaced last, atomically, so it always
-names a complete round; a run killed while writing round ``r`` resumes from round ``r − 1``.
-The driver writes every file, so members on other nodes need no shared filesystem.
+Adam, α, RNG state, counters), ``checkpoints/round_<r>/archive.pt`` (every archive's elites
+and novelty memory) and ``checkpoints/round_<r>/manifest.json`` (the SHA-256 of each file).
+``checkpoints/latest.json`` is replaced last, atomically, so it always names a complete round;
+a run killed while writing round ``r`` resumes from round ``r − 1``. The driver writes every
+file, so members on other nodes need no shared filesystem.
+
+Loading treats a run directory as untrusted input (it may sit on shared storage others can
+write): files are read with ``torch.load(weights_only=True)`` (tensors and plain containers,
+no code; numpy arrays are stored as tensors for that reason), only from
+``checkpoints/round_NNNN/`` (``latest.json``'s ``path`` cannot point elsewhere, symlinks out
+are refused) and only when their bytes match the hashes. :meth:`Checkpointer.latest` falls
+back to the newest intact round when the one ``latest.json`` names is not, and says why in
+:attr:`Checkpointer.fallback`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +32,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-__all__ = ["Checkpointer", "elites_table"]
+__all__ = ["CheckpointError", "Checkpointer", "elites_table"]
+
+_ROUND_DIR = re.compile(r"round_(\d{4,})")
+_NDARRAY = "__ndarray__"  # marks a numpy array stored as a tensor
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, outside its run directory, or not what its hashes say."""
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -30,10 +48,42 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _tensorise(obj):
+    """numpy arrays → ``{"__ndarray__": tensor}`` (``weights_only`` loads refuse numpy pickles)."""
+    if isinstance(obj, np.ndarray):
+        return {_NDARRAY: torch.from_numpy(np.ascontiguousarray(obj))}
+    if isinstance(obj, dict):
+        return {k: _tensorise(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_tensorise(v) for v in obj)
+    return obj
+
+
+def _untensorise(obj):
+    if isinstance(obj, dict):
+        if len(obj) == 1 and _NDARRAY in obj:
+            return obj[_NDARRAY].numpy()
+        return {k: _untensorise(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_untensorise(v) for v in obj)
+    return obj
+
+
 def _to_bytes(obj) -> bytes:
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
+    torch.save(_tensorise(obj), buffer)
     return buffer.getvalue()
+
+
+def _from_bytes(data: bytes, name: str = "checkpoint"):
+    try:
+        return _untensorise(torch.load(io.BytesIO(data), weights_only=True))
+    except Exception as exc:  # the unpickler's refusals and a damaged file's errors alike
+        raise CheckpointError(f"{name}: not a weights-only checkpoint: {str(exc).splitlines()[0][:300]}") from exc
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def elites_table(archive_states: Sequence[dict]) -> pa.Table:
@@ -55,37 +105,129 @@ class Checkpointer:
         self.run_dir = Path(run_dir)
         self.root = self.run_dir / "checkpoints"
         self.keep = keep
+        self.fallback: str | None = None  # set by latest() when it could not use latest.json's round
 
     def save(
         self, round_index: int, epoch_end: int, member_states: Sequence[dict], archive_states: Sequence[dict]
     ) -> Path:
         folder = self.root / f"round_{round_index:04d}"
         folder.mkdir(parents=True, exist_ok=True)
+        hashes: dict[str, str] = {}
         for state in member_states:
-            _atomic_write(folder / f"member_{state['member_id']:04d}.pt", _to_bytes(state))
-        _atomic_write(folder / "archive.pt", _to_bytes(list(archive_states)))
+            name = f"member_{state['member_id']:04d}.pt"
+            data = _to_bytes(state)
+            _atomic_write(folder / name, data)
+            hashes[name] = _sha256(data)
+        data = _to_bytes(list(archive_states))
+        _atomic_write(folder / "archive.pt", data)
+        hashes["archive.pt"] = _sha256(data)
         table = elites_table(archive_states)
         tmp = self.run_dir / ".archive.parquet.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, self.run_dir / "archive.parquet")
-        latest = {"round": round_index, "epoch_end": epoch_end, "members": len(member_states), "path": folder.name}
+        latest = {
+            "round": round_index,
+            "epoch_end": epoch_end,
+            "members": len(member_states),
+            "path": folder.name,
+            "sha256": hashes,
+        }
+        _atomic_write(folder / "manifest.json", json.dumps(latest).encode())
         _atomic_write(self.root / "latest.json", json.dumps(latest).encode())
         self._prune(round_index)
         return folder
 
     def _prune(self, newest: int) -> None:
         for folder in sorted(self.root.glob("round_*")):
-            if int(folder.name.split("_")[1]) <= newest - self.keep:
+            m = _ROUND_DIR.fullmatch(folder.name)
+            if m and int(m.group(1)) <= newest - self.keep:
                 shutil.rmtree(folder, ignore_errors=True)
 
+    # ---- loading ------------------------------------------------------------------------
+    def _folder(self, info: dict) -> Path:
+        """``checkpoints/round_NNNN`` named by ``info``, refused unless it is exactly that."""
+        path, round_index = info.get("path"), info.get("round")
+        if not isinstance(round_index, int) or not isinstance(path, str) or path != f"round_{round_index:04d}":
+            raise CheckpointError(f"checkpoint path {path!r} is not checkpoints/round_NNNN of round {round_index!r}")
+        folder = self.root / path
+        if folder.is_symlink() or folder.resolve().parent != self.root.resolve():
+            raise CheckpointError(f"{folder} leads outside {self.root}")
+        return folder
+
+    def _read(self, info: dict, name: str) -> bytes:
+        """The bytes of one file of a round, checked against the round's hashes."""
+        expected = (info.get("sha256") or {}).get(name)
+        if not isinstance(expected, str):
+            raise CheckpointError(f"no hash for {name} in round {info.get('round')!r}")
+        path = self._folder(info) / name
+        if path.is_symlink():
+            raise CheckpointError(f"{path} is a symlink")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CheckpointError(f"cannot read {path}: {exc}") from exc
+        if _sha256(data) != expected:
+            raise CheckpointError(f"{path} does not match its SHA-256 (modified or damaged)")
+        return data
+
+    def _names(self, info: dict) -> list[str]:
+        members = info.get("members")
+        if not isinstance(members, int) or members < 0:
+            raise CheckpointError(f"round {info.get('round')!r}: bad member count {members!r}")
+        return [f"member_{k:04d}.pt" for k in range(members)] + ["archive.pt"]
+
+    def _check(self, info: dict) -> dict:
+        """``info`` if every file of its round is there, matches its hash and loads without code."""
+        for name in self._names(info):
+            _from_bytes(self._read(info, name), name)
+        return info
+
     def latest(self) -> dict | None:
+        """The newest intact round's info (``round, epoch_end, members, path, sha256``), or None.
+
+        Normally the round ``latest.json`` names; when that round is damaged, tampered with or
+        points outside ``checkpoints/``, the newest round whose manifest and files agree, with
+        the reason in :attr:`fallback`. None when no round is intact (``fallback`` says why if
+        there were checkpoints at all).
+        """
+        self.fallback = None
         path = self.root / "latest.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        problem = None
+        if path.exists():
+            try:
+                info = json.loads(path.read_text())
+                if not isinstance(info, dict):
+                    raise CheckpointError("latest.json is not an object")
+                return self._check(info)
+            except (CheckpointError, ValueError, OSError) as exc:
+                problem = f"latest.json: {exc}"
+        rounds = sorted(
+            (int(m.group(1)), folder)
+            for folder in (self.root.glob("round_*") if self.root.is_dir() else [])
+            if (m := _ROUND_DIR.fullmatch(folder.name))
+        )
+        if problem is None:
+            if not rounds:
+                return None
+            problem = "latest.json is missing"
+        for round_index, folder in reversed(rounds):
+            try:
+                info = json.loads((folder / "manifest.json").read_text())
+                if not isinstance(info, dict) or info.get("round") != round_index:
+                    raise CheckpointError(f"{folder.name}/manifest.json names another round")
+                self._check(info)
+            except (CheckpointError, ValueError, OSError) as exc:
+                problem = f"{problem}; {folder.name}: {exc}" if problem else f"{folder.name}: {exc}"
+                continue
+            if problem is not None:
+                self.fallback = f"{problem}; using round {round_index}, the newest intact one"
+            return info
+        self.fallback = f"{problem or 'latest.json is missing'}; no intact round, starting from the beginning"
+        return None
 
     def load(self, info: dict) -> tuple[list[dict], list[dict]]:
-        folder = self.root / info["path"]
-        members = [torch.load(folder / f"member_{k:04d}.pt", weights_only=False) for k in range(int(info["members"]))]
+        members = [_from_bytes(self._read(info, name), name) for name in self._names(info)[:-1]]
         return members, self.load_archives(info)
 
     def load_archives(self, info: dict) -> list[dict]:
-        return torch.load(self.root / info["path"] / "archive.pt", weights_only=False)
+        return _from_bytes(self._read(info, "archive.pt"), "archive.pt")

@@ -14,6 +14,7 @@ from popgrpo.algorithms.member import Member
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.train import train
 from tests.lm import lm_config
+from tests.services import require_sandbox
 
 
 class RecordingExecutor(LocalExecutor):
@@ -102,8 +103,8 @@ SANDBOX_PROGRAMS = """programs = {{
     "bomb": "x = bytearray(10**10)",
     "crash": "raise ValueError('boom')",
     "write": "open(OUTSIDE, 'w').write('escaped')",
-    "garbage": "print('not a score')",
-    "ok": "print(0.5)",
+    "garbage": "score = 'not a score'",
+    "ok": "score = 0.5",
 }}
 OUTSIDE = "@OUTSIDE@"
 exec(programs[{prompt}])
@@ -112,6 +113,7 @@ exec(programs[{prompt}])
 
 def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path):
     """Each prompt makes the executed program misbehave one way; each scores 0 with its reason."""
+    require_sandbox()
     outside = tmp_path / "escaped.txt"
     reasons = {"loop": "timeout", "bomb": "memory", "crash": "crash", "write": "forbidden", "garbage": "no_score"}
     config = lm_config(

@@ -14,11 +14,16 @@ from popgrpo.envs.sandbox import (
     SandboxLimits,
     execution_reward,
     extract_code,
-    parse_score,
 )
+from tests.services import require_sandbox
 
 LIMITS = SandboxLimits(timeout_s=3.0, cpu_s=3, memory_mb=256)
-MARKER = b"popgrpo-sandbox-"  # the temp-dir prefix: on the child's command line via the program path
+MARKER = b"popgrpo-sandbox-"  # the temp-dir prefix: on bubblewrap's command line via the bound work dir
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _bubblewrap():
+    require_sandbox()
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +70,10 @@ def _group_members(pgid: int) -> list[int]:
 # ----------------------------------------------------------------------------- outcomes
 
 
-def test_printed_score_is_the_reward(sandbox):
-    assert sandbox.run("print(0.75)") == ExecutionResult(0.75, "ok")
-    assert sandbox.run("print('debug line')\nprint('SCORE: 0.5')") == ExecutionResult(0.5, "ok")
+def test_the_global_score_is_the_reward(sandbox):
+    assert sandbox.run("score = 0.75") == ExecutionResult(0.75, "ok")
+    assert sandbox.run("print('debug line')\nscore = 1\nprint('SCORE: 0.2')") == ExecutionResult(1.0, "ok")
+    assert sandbox.run("class F(float):\n    def __float__(self): return 0.0\nscore = F(0.25)").score == 0.25
 
 
 def test_infinite_loop_times_out_and_leaves_no_process_or_directory():
@@ -81,7 +87,7 @@ def test_infinite_loop_times_out_and_leaves_no_process_or_directory():
         assert len(running) == 1, "the program never showed up in /proc"
         ((pid, cmdline),) = running.items()
         assert os.getpgid(pid) == pid  # its own process group, so killpg reaches all of it
-        program = next(a for a in cmdline.split(b"\0") if MARKER in a).decode()
+        work = next(a for a in cmdline.split(b"\0") if MARKER in a).decode()
         [result] = future.result(timeout=10)
         elapsed = time.monotonic() - start
     assert result.reason == "timeout" and result.score == 0.0
@@ -89,7 +95,7 @@ def test_infinite_loop_times_out_and_leaves_no_process_or_directory():
     assert 1.0 <= elapsed < 10
     assert not os.path.exists(f"/proc/{pid}")  # killed and reaped: not even a zombie
     assert _group_members(pid) == []
-    assert not os.path.exists(os.path.dirname(program))  # the temp directory is gone
+    assert not os.path.exists(os.path.dirname(work))  # the temp directory is gone
 
 
 def test_cpu_limit_is_a_timeout():
@@ -103,7 +109,7 @@ def test_cpu_limit_is_a_timeout():
 
 @pytest.mark.parametrize(
     "code",
-    ["x = bytearray(10**10)\nprint(1.0)", "x = []\nwhile True:\n    x.append(bytearray(10**6))"],
+    ["x = bytearray(10**10)\nscore = 1.0", "x = []\nwhile True:\n    x.append(bytearray(10**6))"],
     ids=["one-huge-allocation", "growing-list"],
 )
 def test_memory_bomb_hits_the_memory_limit(sandbox, code):
@@ -113,7 +119,7 @@ def test_memory_bomb_hits_the_memory_limit(sandbox, code):
 
 
 def test_memory_error_caught_by_the_program_is_not_a_failure(sandbox):
-    code = "try:\n    x = bytearray(10**10)\nexcept MemoryError:\n    x = None\nprint(0.25)"
+    code = "try:\n    x = bytearray(10**10)\nexcept MemoryError:\n    x = None\nscore = 0.25"
     assert sandbox.run(code) == ExecutionResult(0.25, "ok")
 
 
@@ -121,8 +127,10 @@ def test_memory_error_caught_by_the_program_is_not_a_failure(sandbox):
     ("code", "needle"),
     [
         ("raise ValueError('boom')", "ValueError: boom"),
-        ("import os\nos.abort()", "SIGABRT"),
-        ("import sys\nprint(1.0)\nsys.exit(3)", "exit status 3"),
+        # The program is its namespace's init, which the kernel spares from default-action
+        # signals sent from inside: abort() ends in glibc's fallback fault.
+        ("import os\nos.abort()", "killed by SIG"),
+        ("import sys\nscore = 1.0\nsys.exit(3)", "exit status 3"),
         ("def f(:\n    pass", "SyntaxError"),
     ],
     ids=["exception", "abort", "exit-status", "syntax-error"],
@@ -135,20 +143,33 @@ def test_crashes_are_classified_with_their_cause(sandbox, code, needle):
 
 @pytest.mark.parametrize(
     "code",
-    ["print('hello')", "print('nan')", "print('inf')", "pass", "print(0.5)\nprint('done')", "print('1.0 points')"],
+    [
+        "print('hello')",
+        "print(0.5)",
+        "score = float('nan')",
+        "score = float('inf')",
+        "pass",
+        "score = '0.5'",
+        "score = True",
+        "score = 0.5\nimport sys\nsys.exit(0)",
+        "score = 0.5\nimport os\nos._exit(0)",
+    ],
 )
 def test_output_that_is_not_a_score(sandbox, code):
     assert sandbox.run(code).reason == "no_score"
     assert sandbox.run(code).score == 0.0
 
 
-def test_score_range_clips():
-    with Sandbox(LIMITS, max_workers=2, score_range=(0.0, 1.0)) as sb:
-        high, low = sb.run_many(["print(5)", "print(-3)"])
-    assert high == ExecutionResult(1.0, "ok")
-    assert low == ExecutionResult(0.0, "ok")
-    with pytest.raises(ValueError):
-        Sandbox(score_range=(1.0, 0.0))
+def test_scores_outside_the_range_score_zero(sandbox):
+    high, low, edge = sandbox.run_many(["score = 5", "score = -3", "score = 1"])  # the default range is [0, 1]
+    assert (high.score, high.reason) == (0.0, "out_of_range")
+    assert (low.score, low.reason) == (0.0, "out_of_range")
+    assert edge == ExecutionResult(1.0, "ok")
+    with Sandbox(LIMITS, max_workers=1, score_range=(-10, 10)) as sb:
+        assert sb.run("score = -3") == ExecutionResult(-3.0, "ok")
+    for bad in [(1.0, 0.0), None, (0.0, float("inf"))]:
+        with pytest.raises(ValueError):
+            Sandbox(score_range=bad)
 
 
 # ----------------------------------------------------------------------------- containment
@@ -156,7 +177,7 @@ def test_score_range_clips():
 
 def test_write_outside_the_working_directory_is_forbidden_and_does_not_happen(sandbox, tmp_path):
     target = tmp_path / "escape.txt"
-    result = sandbox.run(f"open({str(target)!r}, 'w').write('x')\nprint(1.0)")
+    result = sandbox.run(f"open({str(target)!r}, 'w').write('x')\nscore = 1.0")
     assert result.reason == "forbidden" and result.score == 0.0
     assert "escape.txt" in result.detail
     assert not target.exists()
@@ -164,7 +185,7 @@ def test_write_outside_the_working_directory_is_forbidden_and_does_not_happen(sa
 
 def test_forbidden_even_when_the_program_catches_the_refusal(sandbox, tmp_path):
     target = tmp_path / "caught.txt"
-    code = f"try:\n    open({str(target)!r}, 'a')\nexcept PermissionError:\n    pass\nprint(1.0)"
+    code = f"try:\n    open({str(target)!r}, 'a')\nexcept PermissionError:\n    pass\nscore = 1.0"
     assert sandbox.run(code).reason == "forbidden"
     assert not target.exists()
 
@@ -175,7 +196,7 @@ def test_deleting_or_escaping_through_a_symlink_is_forbidden(sandbox, tmp_path):
     assert sandbox.run(f"import os\nos.remove({str(victim)!r})").reason == "forbidden"
     assert victim.read_text() == "keep me"
     target = tmp_path / "via_link.txt"
-    code = f"import os\nos.symlink({str(target)!r}, 'link')\nopen('link', 'w').write('x')\nprint(1.0)"
+    code = f"import os\nos.symlink({str(target)!r}, 'link')\nopen('link', 'w').write('x')\nscore = 1.0"
     assert sandbox.run(code).reason == "forbidden"
     assert not target.exists()
 
@@ -187,13 +208,13 @@ def test_writing_inside_the_working_directory_is_allowed(sandbox):
         "with open('out/deep/score.txt', 'w') as f:\n    f.write('0.5')\n"
         "with tempfile.NamedTemporaryFile('w') as t:\n    t.write('scratch')\n"
         "assert os.environ['HOME'] == os.getcwd()\n"
-        "print(open('out/deep/score.txt').read())"
+        "score = float(open('out/deep/score.txt').read())"
     )
     assert sandbox.run(code) == ExecutionResult(0.5, "ok")
 
 
 def test_each_run_gets_a_fresh_empty_directory(sandbox):
-    code = "import os\nassert os.listdir('.') == [], os.listdir('.')\nopen('left.txt', 'w').write('x')\nprint(1.0)"
+    code = "import os\nassert os.listdir('.') == [], os.listdir('.')\nopen('left.txt', 'w').write('x')\nscore = 1.0"
     assert [r.reason for r in sandbox.run_many([code, code, code])] == ["ok"] * 3
 
 
@@ -206,7 +227,7 @@ def test_environment_is_scrubbed(sandbox, monkeypatch):
         "import os\n"
         "leaks = [k for k in os.environ if 'SECRET' in k or k.startswith(('RAY_', 'REDIS')) or 'PASSWORD' in k]\n"
         "leaks += [k for k, v in os.environ.items() if v in ('xyz', 'hunter2', 'hunter3')]\n"
-        "print(0.0 if leaks else 1.0)"
+        "score = 0.0 if leaks else 1.0"
     )
     assert sandbox.run(code) == ExecutionResult(1.0, "ok")
 
@@ -214,13 +235,13 @@ def test_environment_is_scrubbed(sandbox, monkeypatch):
 @pytest.mark.parametrize(
     "code",
     [
-        "import subprocess\nsubprocess.run(['true'])\nprint(1.0)",
-        "import os\nos.system('true')\nprint(1.0)",
-        "import os\npid = os.fork()\nprint(1.0)",
+        "import subprocess\nsubprocess.run(['true'])\nscore = 1.0",
+        "import os\nos.system('true')\nscore = 1.0",
+        "import os\npid = os.fork()\nscore = 1.0",
         "import os\nos.execv('/bin/true', ['true'])",
         "import socket\nsocket.socket().connect(('127.0.0.1', 9))",
-        f"import os\nos.kill({os.getpid()}, 0)\nprint(1.0)",
-        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (-1, -1))\nprint(1.0)",
+        f"import os\nos.kill({os.getpid()}, 0)\nscore = 1.0",
+        "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (-1, -1))\nscore = 1.0",
     ],
     ids=["subprocess", "os.system", "fork", "exec", "socket", "signal-other-process", "raise-limits"],
 )
@@ -234,14 +255,14 @@ def test_processes_network_and_limits_are_forbidden(sandbox, code):
 
 def test_run_many_keeps_order_and_classifies_each_item(tmp_path):
     codes = [
-        "print(0.75)",
+        "score = 0.75",
         None,
         "while True: pass",
         "raise ValueError('boom')",
         f"open({str(tmp_path / 'x')!r}, 'w')",
         "print('hello')",
         "x = bytearray(10**10)",
-        "print(0.25)",
+        "score = 0.25",
     ]
     with Sandbox(SandboxLimits(timeout_s=1.0, memory_mb=256), max_workers=4) as sb:
         results = sb.run_many(codes)
@@ -262,9 +283,9 @@ def test_run_many_keeps_order_and_classifies_each_item(tmp_path):
 
 def test_run_many_runs_in_parallel():
     with Sandbox(LIMITS, max_workers=4) as sb:
-        sb.run("print(0)")  # warm the pool threads
+        sb.run("score = 0")  # warm the pool threads
         start = time.monotonic()
-        results = sb.run_many(["import time\ntime.sleep(1)\nprint(1.0)"] * 4)
+        results = sb.run_many(["import time\ntime.sleep(1)\nscore = 1.0"] * 4)
         elapsed = time.monotonic() - start
     assert [r.reason for r in results] == ["ok"] * 4
     assert 1.0 <= elapsed < 3.5  # serially it would take at least 4 s
@@ -272,7 +293,7 @@ def test_run_many_runs_in_parallel():
 
 def test_submit_returns_a_future_before_the_programs_finish(sandbox):
     start = time.monotonic()
-    future = sandbox.submit(["import time\ntime.sleep(1)\nprint(0.5)", None])
+    future = sandbox.submit(["import time\ntime.sleep(1)\nscore = 0.5", None])
     assert isinstance(future, Future)
     assert time.monotonic() - start < 0.5
     assert not future.done()
@@ -286,18 +307,20 @@ def test_callable_from_several_threads(sandbox):
     results: dict[int, list[ExecutionResult]] = {}
 
     def worker(i: int) -> None:
-        results[i] = sandbox.run_many([f"print({i}.5)", f"print({i}.25)"])
+        results[i] = sandbox.run_many([f"score = 0.{i}5", f"score = 0.{i}25"])
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=30)
-    assert {i: [r.score for r in rs] for i, rs in results.items()} == {i: [i + 0.5, i + 0.25] for i in range(3)}
+    assert {i: [r.score for r in rs] for i, rs in results.items()} == {
+        i: [float(f"0.{i}5"), float(f"0.{i}25")] for i in range(3)
+    }
 
 
 def test_cancelling_a_batch_skips_its_queued_programs():
-    sleep_then_score = "import time\ntime.sleep({})\nprint(1.0)"
+    sleep_then_score = "import time\ntime.sleep({})\nscore = 1.0"
     sb = Sandbox(LIMITS, max_workers=1)
     first = sb.submit([sleep_then_score.format(0.5)])
     batch = sb.submit([sleep_then_score.format(1)] * 3)  # queued behind `first`
@@ -312,7 +335,7 @@ def test_cancelling_a_batch_skips_its_queued_programs():
 def test_close_cancels_queued_batches_without_deadlock():
     sb = Sandbox(LIMITS, max_workers=1)
     sb.submit(["import time\ntime.sleep(0.5)"])
-    queued = sb.submit(["import time\ntime.sleep(1)\nprint(1.0)"] * 3)
+    queued = sb.submit(["import time\ntime.sleep(1)\nscore = 1.0"] * 3)
     start = time.monotonic()
     sb.close()  # cancelling queued items runs their callbacks, which cancel the batch, re-entrantly
     assert time.monotonic() - start < 2.5
@@ -333,14 +356,14 @@ def test_closed_sandbox_refuses_work():
     sb.close()
     sb.close()  # idempotent
     with pytest.raises(RuntimeError):
-        sb.run("print(1)")
+        sb.run("score = 1")
 
 
 def test_execution_reward_end_to_end(sandbox):
     completions = [
-        "Let me compute it.\n```python\nprint(0.5)\n```",
+        "Let me compute it.\n```python\nscore = 0.5\n```",
         "I cannot write code for this.",
-        "```python\nprint(1.0)\n```\nOn second thought:\n```python\nraise SystemExit(2)\n```",
+        "```python\nscore = 1.0\n```\nOn second thought:\n```python\nraise SystemExit(2)\n```",
     ]
     rewards, reasons = execution_reward(completions, sandbox=sandbox)
     assert rewards == [0.5, 0.0, 0.0]
@@ -354,28 +377,18 @@ def test_execution_reward_end_to_end(sandbox):
 
 
 def test_extract_code_takes_the_last_python_block():
-    text = "a\n```python\nprint(1)\n```\nb\n```python\nprint(2)\n```\nc"
-    assert extract_code(text) == "print(2)\n"
-    assert extract_code("```\nprint(3)\n```") == "print(3)\n"
+    text = "a\n```python\nscore = 1\n```\nb\n```python\nscore = 2\n```\nc"
+    assert extract_code(text) == "score = 2\n"
+    assert extract_code("```\nscore = 3\n```") == "score = 3\n"
     assert extract_code("```py\nx = 1\nprint(x)\n```") == "x = 1\nprint(x)\n"
 
 
 def test_extract_code_ignores_other_languages_and_unfinished_blocks():
     # the closing fence of a bash block must not open an untagged block
-    assert extract_code("```bash\nls\n```\ntext\n```python\nprint(3)\n```") == "print(3)\n"
-    assert extract_code("```python\nprint(1)\n```\n```bash\nrm -rf /\n```") == "print(1)\n"
-    assert extract_code("```python\nprint(1)\n```\n```python\nprint(2)") == "print(1)\n"  # cut off mid-block
+    assert extract_code("```bash\nls\n```\ntext\n```python\nscore = 3\n```") == "score = 3\n"
+    assert extract_code("```python\nscore = 1\n```\n```bash\nrm -rf /\n```") == "score = 1\n"
+    assert extract_code("```python\nscore = 1\n```\n```python\nscore = 2") == "score = 1\n"  # cut off mid-block
     assert extract_code("no code at all") is None
-    assert extract_code("```python\nprint(1)") is None
+    assert extract_code("```python\nscore = 1") is None
     assert extract_code("```python\n   \n```") is None
     assert extract_code("") is None
-
-
-def test_parse_score_reads_the_last_non_empty_line():
-    assert parse_score("0.75") == 0.75
-    assert parse_score("log\n0.75\n\n  \n") == 0.75
-    assert parse_score("SCORE: 0.75") == 0.75
-    assert parse_score("score=1e-3") == 0.001
-    assert parse_score("-2") == -2.0
-    for bad in ["", "\n\n", "hello", "nan", "inf", "-Infinity", "0.5\nhello", "0.5 points", "SCORE:"]:
-        assert parse_score(bad) is None, bad

