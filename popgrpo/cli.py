@@ -51,16 +51,25 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     if config is not None:
         run_dir = Path(args.out) if args.out else default_run_dir(config)
+    from popgrpo.telemetry.watching import watch_lines
+
     if args.executor == "local":
-        from popgrpo.runtime.executor import LocalExecutor as factory
+        from popgrpo.runtime.executor import LocalExecutor
+
+        def factory(cfg, run_dir):
+            executor = LocalExecutor(cfg, run_dir)
+            _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=False))
+            return executor
     else:
         from popgrpo.runtime.ray_executor import RayExecutor, SetupError
 
         def factory(cfg, run_dir):
             try:
-                return RayExecutor(cfg, run_dir=run_dir, address=args.address)
+                executor = RayExecutor(cfg, run_dir=run_dir, address=args.address)
             except SetupError as exc:
                 raise ConfigError(str(exc)) from None
+            _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=True))
+            return executor
 
     try:
         if config is None:
@@ -77,6 +86,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2))
     print(f"run directory: {run_dir}")
     return 0
+
+
+def _print_watch_lines(lines: list[str]) -> None:
+    """Where to watch the run, on stderr (stdout carries the summary JSON). --quiet keeps them:
+    it silences the progress bar, and a job's log wants these one-time lines."""
+    for line in lines:
+        print(f"popgrpo: {line}", file=sys.stderr, flush=True)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
