@@ -160,11 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--force", action="store_true", help="overwrite a model already in --out")
     tiny.set_defaults(func=_cmd_lm_tiny)
 
-    from popgrpo.ops import dashboards, jobs
+    from popgrpo.ops import dashboards, jobs, monitor
     from popgrpo.study import cli as study_cli
 
     jobs.add_parsers(sub)
     dashboards.add_parsers(sub)
+    monitor.add_parsers(sub)
     study_cli.add_parsers(sub)
     return parser
 
