@@ -27,7 +27,7 @@ from popgrpo.telemetry import loggers as L
 from popgrpo.train import train
 from tests.services import IN_CI, free_port
 
-SHORT = ["run.epochs=4", "grpo.steps_per_epoch=2", "scheduler.interval_epochs=2", "population.size=3"]
+SHORT = ["run.epochs=8", "grpo.steps_per_epoch=2", "scheduler.interval_epochs=2", "population.size=3"]
 
 
 # ---- pure helpers -------------------------------------------------------------------------------
@@ -174,11 +174,11 @@ def test_tensorboard_serves_the_runs_curves_heatmaps_histograms_and_lineage(shor
         images = board.wait_for("/data/plugin/images/tags", lambda a: f"{prefix}/member_0" in a)
         assert "archive_heatmap" in images[f"{prefix}/member_0"]  # private archives: one per member
         shots = board.get("/data/plugin/images/images", run=f"{prefix}/member_0", tag="archive_heatmap", sample=0)
-        assert [s["step"] for s in shots] == [1, 3]  # each round's last epoch
+        assert [s["step"] for s in shots] == [1, 3, 5, 7]  # each round's last epoch
         histograms = board.get("/data/plugin/histograms/tags")
         assert "complexity_hist" in histograms[f"{prefix}/population"]
         hist = board.get("/data/plugin/histograms/histograms", run=f"{prefix}/population", tag="complexity_hist")
-        assert [h[1] for h in hist] == [0, 1, 2, 3]
+        assert [h[1] for h in hist] == list(range(8))
         text = board.get("/data/plugin/text/tags")
         assert "lineage/text_summary" in text[f"{prefix}/population"]  # torch's name for add_text("lineage")
         lineage = board.get("/data/plugin/text/text", run=f"{prefix}/population", tag="lineage/text_summary")
@@ -202,7 +202,9 @@ def test_mlflow_file_store_holds_the_run(short_run):
     assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(expected)
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert {"config.yaml", "lineage", "archive_heatmap"} <= artifacts
-    assert [a.path for a in client.list_artifacts(run_id, "lineage")] == ["lineage/round_0000.json"]
+    assert [a.path for a in client.list_artifacts(run_id, "lineage")] == [
+        f"lineage/round_{r:04d}.json" for r in range(3)
+    ]
 
 
 def test_wandb_offline_run_holds_history_heatmaps_and_lineage(short_run):
@@ -217,7 +219,35 @@ def test_wandb_offline_run_holds_history_heatmaps_and_lineage(short_run):
     for key in ("population/reward_mean", "population/population_max_reward", "member_2/diversity"):
         assert key.encode() in record, key
     heatmaps = sorted((offline / "files" / "media" / "images" / "archive_heatmap").glob("*.png"))
-    assert len(heatmaps) == 3 * 2  # private archives: one per member, each of the two rounds
+    assert len(heatmaps) == 3 * 4  # private archives: one per member, each of the four rounds
     [table] = list((offline / "files" / "media" / "table").glob("lineage_*.table.json"))
     rows = json.loads(table.read_text())["data"]
-    assert [r[0] for r in rows] == [0] and json.loads(rows[0][1])["selected"]
+    assert [r[0] for r in rows] == [0, 1, 2] and json.loads(rows[0][1])["selected"]
+
+
+@pytest.mark.service
+def test_tensorboard_scalars_page_in_a_real_browser(short_run, tmp_path):
+    """Headless Chromium opens TensorBoard's scalars page and sees the run's charts.
+
+    ``POPGRPO_SCREENSHOT_DIR=docs/img`` keeps the screenshot (README's picture)."""
+    from tests.browser import Chromium
+
+    run_dir, _ = short_run
+    out = Path(os.environ.get("POPGRPO_SCREENSHOT_DIR") or tmp_path)
+    board = TensorBoard(run_dir.parent)
+    browser = None
+    try:
+        board.wait_for("/data/plugin/scalars/tags", lambda a: f"{run_dir.name}/tensorboard/population" in a)
+        browser = Chromium(width=1280, height=860)
+        # The Time Series page TensorBoard opens on, filtered to three charts, no smoothing.
+        url = f"http://127.0.0.1:{board.port}/?tagFilter=reward_m%7Cdiversity&smoothing=0#timeseries"
+        png = out / "tensorboard_scalars.png"
+        text = browser.capture(url, expect=["reward_mean", "reward_max", "diversity"], png=png)
+        for k in range(3):  # every member is a run to tick, and so is the population
+            assert f"{run_dir.name}/tensorboard/member_{k}" in text
+        assert f"{run_dir.name}/tensorboard/population" in text
+        assert png.read_bytes()[:4] == b"\x89PNG"
+    finally:
+        if browser is not None:
+            browser.stop()
+        board.stop()
