@@ -90,6 +90,9 @@ class Chromium:
             await call("Emulation.setDeviceMetricsOverride", width=self.width, height=self.height,
                        deviceScaleFactor=1, mobile=False)  # fmt: skip
             await call("Page.enable")
+            # A fresh load each time: navigating to the same page with a new #route would keep
+            # a single-page app's state (an open login dialog) from the last capture.
+            await call("Page.navigate", url="about:blank")
             await call("Page.navigate", url=url)
             deadline, text = time.time() + timeout, ""
             while time.time() < deadline:
