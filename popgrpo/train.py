@@ -101,9 +101,11 @@ def _run(
         if record is not None:
             out.append_lineage(record)
         member_states, archive_states = executor.snapshot()
-        checkpointer.save(round_index, epoch_end, member_states, archive_states)
         heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared) if loggers.loggers else {}
+        # Logged (and flushed) before the checkpoint: a run killed in between recomputes this
+        # round on resume, and TensorBoard purges what it logged, so no round goes missing.
         loggers.log_round(RoundReport(round_index, epoch_end, new, record, heatmaps))
+        checkpointer.save(round_index, epoch_end, member_states, archive_states)
         for event in executor.events:
             out.append_event({"round": round_index, **event})
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
