@@ -46,6 +46,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         config, run_dir = None, Path(args.resume)
     else:
         config = load_args_config(args)
+        from popgrpo.telemetry.loggers import check_available
+
+        check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
     # Imported after validation so a bad config fails fast, before torch loads.
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 

@@ -9,6 +9,7 @@ it stops with one line saying what to install.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import subprocess
@@ -22,9 +23,8 @@ import pandas as pd
 import pytest
 
 from popgrpo.cli import main
-from popgrpo.config import ConfigError, load_config, preset_path
+from popgrpo.config import ConfigError, load_config
 from popgrpo.telemetry import loggers as L
-from popgrpo.train import train
 from tests.services import IN_CI, free_port
 
 SHORT = ["run.epochs=8", "grpo.steps_per_epoch=2", "scheduler.interval_epochs=2", "population.size=3"]
@@ -76,7 +76,7 @@ def test_a_missing_client_is_one_line_naming_the_package(monkeypatch, tmp_path, 
     )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "mlflow-skinny" in err
-    assert not (tmp_path / "r" / "metrics.parquet").exists()
+    assert not (tmp_path / "r").exists()  # refused before the run directory was made
 
 
 def test_a_logger_named_twice_is_a_config_error():
@@ -93,18 +93,42 @@ def _available(name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
-    """One short Pop-GRPO run (in-process members) logging to every tracker installed here."""
+    """One short Pop-GRPO run (in-process members) logging to every tracker installed here,
+    through the real command; ``stderr`` is what it printed there."""
     pytest.importorskip("tensorboard")
     names = ["tensorboard", *(n for n in ("mlflow", "wandb") if _available(n) or IN_CI)]
     root = tmp_path_factory.mktemp("runs")
-    config = load_config(preset_path("pop_grpo"), [*SHORT, f"run.loggers=[{','.join(names)}]"])
+    overrides = [arg for o in [*SHORT, f"run.loggers=[{','.join(names)}]"] for arg in ("--set", o)]
     old = os.environ.get("WANDB_SILENT")
     os.environ["WANDB_SILENT"] = "true"
+    stderr = io.StringIO()
     try:
-        train(config, root / "run", progress=False)
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            code = main(
+                [
+                    "train",
+                    "--config",
+                    "pop_grpo",
+                    "--executor",
+                    "local",
+                    "--quiet",
+                    "--out",
+                    str(root / "run"),
+                    *overrides,
+                ]
+            )
     finally:
         os.environ.pop("WANDB_SILENT") if old is None else os.environ.update(WANDB_SILENT=old)
-    return root / "run", pd.read_parquet(root / "run" / "metrics.parquet")
+    assert code == 0, stderr.getvalue()
+    return root / "run", pd.read_parquet(root / "run" / "metrics.parquet"), stderr.getvalue()
+
+
+def test_train_prints_where_to_watch_on_stderr(short_run):
+    run_dir, _, stderr = short_run
+    assert f"popgrpo: TensorBoard: tensorboard --logdir {run_dir.parent}  (then http://localhost:6006)" in stderr
+    assert "Ray dashboard" not in stderr  # no Ray, no dashboard
+    if _available("mlflow"):
+        assert f"--backend-store-uri {run_dir.parent / 'mlruns'}" in stderr
 
 
 class TensorBoard:
@@ -149,7 +173,7 @@ class TensorBoard:
 
 @pytest.mark.service
 def test_tensorboard_serves_the_runs_curves_heatmaps_histograms_and_lineage(short_run):
-    run_dir, metrics = short_run
+    run_dir, metrics, _ = short_run
     # As a user would: the runs/ folder above the run, not the event directory itself.
     board = TensorBoard(run_dir.parent)
     try:
@@ -192,7 +216,7 @@ def test_mlflow_file_store_holds_the_run(short_run):
         pytest.skip('mlflow is not installed (pip install "popgrpo[trackers]")')
     from mlflow.tracking import MlflowClient
 
-    run_dir, metrics = short_run
+    run_dir, metrics, _ = short_run
     client = MlflowClient(tracking_uri=(run_dir.parent / "mlruns").as_uri())
     run_id = json.loads((run_dir / "trackers.json").read_text())["mlflow"]
     run = client.get_run(run_id)
@@ -212,7 +236,7 @@ def test_wandb_offline_run_holds_history_heatmaps_and_lineage(short_run):
     files are checked: the run record names every logged key, the media are there."""
     if not _available("wandb"):
         pytest.skip('wandb is not installed (pip install "popgrpo[trackers]")')
-    run_dir, _ = short_run
+    run_dir, _, _ = short_run
     run_id = json.loads((run_dir / "trackers.json").read_text())["wandb"]
     [offline] = list((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
     record = (offline / f"run-{run_id}.wandb").read_bytes()
@@ -232,7 +256,7 @@ def test_tensorboard_scalars_page_in_a_real_browser(short_run, tmp_path):
     ``POPGRPO_SCREENSHOT_DIR=docs/img`` keeps the screenshot (README's picture)."""
     from tests.browser import Chromium
 
-    run_dir, _ = short_run
+    run_dir, _, _ = short_run
     out = Path(os.environ.get("POPGRPO_SCREENSHOT_DIR") or tmp_path)
     board = TensorBoard(run_dir.parent)
     browser = None

@@ -27,14 +27,3 @@ def test_viewer_lines_follow_the_configured_loggers(tmp_path):
     assert f"--backend-store-uri {tmp_path / 'runs' / 'mlruns'}" in lines[1]
     assert "wandb sync" in lines[2]
     assert watch_lines(tmp_path / "r", load_config(None, ["run.loggers=[]"]).run, ray_connected=False) == []
-
-
-def test_train_prints_where_to_watch_on_stderr(tmp_path, capsys):
-    from popgrpo.cli import main
-
-    args = ["--set", "run.epochs=1", "--set", "population.size=3", "--set", "grpo.steps_per_epoch=1"]
-    assert main(["train", "--executor", "local", "--quiet", "--out", str(tmp_path / "run"), *args]) == 0
-    captured = capsys.readouterr()
-    assert f"popgrpo: TensorBoard: tensorboard --logdir {tmp_path}" in captured.err
-    assert "Ray dashboard" not in captured.err  # no Ray, no dashboard
-    assert "TensorBoard" not in captured.out  # stdout stays the summary JSON
