@@ -24,27 +24,36 @@ def _cmd_train(args: argparse.Namespace) -> int:
         config, run_dir = None, Path(args.resume)
     else:
         config = load_args_config(args)
+        from popgrpo.telemetry.loggers import check_available
+
+        check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
     # Imported after validation so a bad config fails fast, before torch loads.
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 
     if config is not None:
         _check_executor(config, args.executor)
         run_dir = _created_run_dir(Path(args.out) if args.out else default_run_dir(config))
+    from popgrpo.telemetry.watching import watch_lines
+
     if args.executor == "local":
         from popgrpo.runtime.executor import LocalExecutor
 
         def factory(cfg, run_dir):
             _check_executor(cfg, "local")  # a resumed run's own config
-            return LocalExecutor(cfg, run_dir)
+            executor = LocalExecutor(cfg, run_dir)
+            _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=False))
+            return executor
     else:
         from popgrpo.runtime.cluster import SetupError
         from popgrpo.runtime.ray_executor import RayExecutor
 
         def factory(cfg, run_dir):
             try:
-                return RayExecutor(cfg, run_dir=run_dir, address=args.address)
+                executor = RayExecutor(cfg, run_dir=run_dir, address=args.address)
             except SetupError as exc:
                 raise ConfigError(str(exc)) from None
+            _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=True))
+            return executor
 
     try:
         if config is None:
@@ -80,6 +89,13 @@ def _created_run_dir(run_dir: Path) -> Path:
     if not os.access(run_dir, os.W_OK | os.X_OK):
         raise ConfigError(f"run directory {run_dir}: not writable")
     return run_dir
+
+
+def _print_watch_lines(lines: list[str]) -> None:
+    """Where to watch the run, on stderr (stdout carries the summary JSON). --quiet keeps them:
+    it silences the progress bar, and a job's log wants these one-time lines."""
+    for line in lines:
+        print(f"popgrpo: {line}", file=sys.stderr, flush=True)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -147,11 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--force", action="store_true", help="overwrite a model already in --out")
     tiny.set_defaults(func=_cmd_lm_tiny)
 
-    from popgrpo.ops import dashboards, ray_jobs
+    from popgrpo.ops import dashboards, monitor, ray_jobs
     from popgrpo.study import cli as study_cli
 
     ray_jobs.add_parsers(sub)
     dashboards.add_parsers(sub)
+    monitor.add_parsers(sub)
     study_cli.add_parsers(sub)
     return parser
 

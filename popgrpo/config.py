@@ -119,6 +119,26 @@ class RunConfig(_Section):
         ge=1,
         description="torch intra-op threads per process. 1 is fastest for the paper's small policy; raise it for large policies.",
     )
+    loggers: list[Literal["tensorboard", "mlflow", "wandb"]] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="Experiment trackers the run reports to after every round (popgrpo.telemetry.loggers). `tensorboard`: event files under <run dir>/tensorboard/ (`tensorboard --logdir runs/`). `mlflow`: a local file store (run.mlflow_tracking_uri), needs `pip install mlflow-skinny`. `wandb`: Weights & Biases, offline by default (run.wandb_mode), needs `pip install wandb`. [] logs to none of them.",
+    )
+    mlflow_tracking_uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (with `mlflow` in run.loggers). Default: the file store `mlruns/` beside the run directory (e.g. runs/mlruns; `mlflow ui --backend-store-uri runs/mlruns`). The experiment is run.name.",
+    )
+    wandb_project: str = Field("popgrpo", description="Weights & Biases project (with `wandb` in run.loggers).")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline",
+        description="Weights & Biases mode. `offline` writes under <run dir>/wandb/ with no network (`wandb sync` uploads it later); `online` needs `wandb login`.",
+    )
+
+    @field_validator("loggers")
+    @classmethod
+    def _distinct_loggers(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"run.loggers lists a logger twice: {v}")
+        return v
 
     @field_validator("name")
     @classmethod

@@ -12,6 +12,7 @@ from popgrpo.config import Config, load_config
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
 from popgrpo.telemetry.checkpoint import Checkpointer
+from popgrpo.telemetry.loggers import RoundReport, archive_heatmaps, make_loggers
 from popgrpo.telemetry.plots import plot_training_dynamics
 from popgrpo.telemetry.run_dir import RunDirectory
 from popgrpo.telemetry.summary import summarise
@@ -87,8 +88,14 @@ def _run(
     restore: tuple[list[dict], list[dict]] | None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
-    executor = executor_factory(config, out.path)  # before the progress bar: start-up may fail
     done = len({r["epoch"] for r in rows})
+    # Before the executor: a tracker whose client is missing stops the run before Ray starts.
+    loggers = make_loggers(config, out.path, resume_epoch=done if start_round > 0 else None)
+    try:
+        executor = executor_factory(config, out.path)  # before the progress bar: start-up may fail
+    except BaseException:
+        loggers.close(failed=True)
+        raise
     bar = tqdm(
         total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
     )
@@ -101,7 +108,12 @@ def _run(
         out.write_metrics(rows)
         if record is not None:
             out.append_lineage(record)
-        checkpointer.save(round_index, epoch_end, *executor.snapshot())
+        member_states, archive_states = executor.snapshot()
+        heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared) if loggers.loggers else {}
+        # Logged (and flushed) before the checkpoint: a run killed in between recomputes this
+        # round on resume, and TensorBoard purges what it logged, so no round goes missing.
+        loggers.log_round(RoundReport(round_index, epoch_end, new, record, heatmaps))
+        checkpointer.save(round_index, epoch_end, member_states, archive_states)
         for event in executor.events:
             out.append_event({"round": round_index, **event})
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
@@ -112,14 +124,17 @@ def _run(
         bar.update(len(member_rows[0]))
         bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
 
+    failed = True
     try:
         if restore is not None:
             executor.load_member_states(restore[0])
             executor.load_archive_states(restore[1])
         run_rounds(config, executor, on_round, start_round=start_round)
+        failed = False
     finally:
         bar.close()
         executor.close()
+        loggers.close(failed=failed)
     metrics = out.read_metrics()
     summary = summarise(metrics, config.run.summary_window)
     summary["restarts"] = out.count_events("member_actor_restarted")

@@ -81,6 +81,11 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path: Path, uninterrupted: P
     elites = pd.read_parquet(out / "archive.parquet")
     pd.testing.assert_frame_equal(elites, pd.read_parquet(uninterrupted / "archive.parquet"))
     assert sorted(elites["archive"].unique()) == [0, 1, 2, 3]
+    # TensorBoard shows one point per epoch, the resumed run's: what the killed run wrote past
+    # its last checkpoint is purged, not drawn twice.
+    assert _tensorboard_curve(out, "population", "reward_mean") == _tensorboard_curve(
+        uninterrupted, "population", "reward_mean"
+    )
 
 
 def test_checkpoints_are_pruned_and_resume_refuses_finished_runs(uninterrupted: Path):
@@ -91,3 +96,11 @@ def test_checkpoints_are_pruned_and_resume_refuses_finished_runs(uninterrupted: 
     assert res.returncode == 2 and "already finished" in res.stderr
     res = subprocess.run(_cmd("--resume", str(uninterrupted), "--set", "run.epochs=3"), capture_output=True, text=True)
     assert res.returncode == 2 and "--resume" in res.stderr
+
+
+def _tensorboard_curve(run_dir: Path, run: str, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard" / run))
+    events.Reload()
+    return [(e.step, e.value) for e in events.Scalars(tag)]

@@ -99,6 +99,7 @@ def reproduce(
     runs_root = str(out / "runs")
     started = time.time()
     started_ray = connect(address, num_cpus=num_cpus)
+    _print_where_to_watch(runs_root)
     try:
         trainable = tune.with_resources(_trainable, {"cpu": 1})
         experiment = out / "tune" / EXPERIMENT
@@ -128,6 +129,20 @@ def reproduce(
     if not unfinished:
         collect_metrics(out, trials)
     return {"trials": len(trials), "unfinished": len(unfinished), "seconds": time.time() - started}
+
+
+def _print_where_to_watch(runs_root: str) -> None:
+    import sys
+
+    from popgrpo.telemetry.watching import watch_lines
+
+    lines = watch_lines(None, None, ray_connected=True)
+    # Every trial is a run directory under runs_root with its own event files.
+    lines.append(
+        f"TensorBoard: tensorboard --logdir {runs_root}  (one set of runs per trial; then http://localhost:6006)"
+    )
+    for line in lines:
+        print(f"popgrpo: {line}", file=sys.stderr, flush=True)
 
 
 def collect_metrics(out: Path, plan: list[dict]) -> Path:

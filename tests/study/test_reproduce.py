@@ -46,3 +46,8 @@ def test_quick_reproduce_resumes_after_an_interrupt_and_writes_everything(tmp_pa
     assert f"{n_trials} trials in" in second.stdout
     for name in (*FIGURES, "table1.md", "claims.md", *(f"archive_{p}.png" for p in METHODS.values())):
         assert (out / name).stat().st_size > 100 and str(out / name) in second.stdout, name
+    # Where to watch, printed at start; every trial is a TensorBoard run of its own.
+    assert "popgrpo: Ray dashboard: http://127.0.0.1:" in second.stderr
+    assert f"popgrpo: TensorBoard: tensorboard --logdir {out.resolve() / 'runs'}" in second.stderr
+    for trial in out.glob("runs/*/summary.json"):
+        assert list((trial.parent / "tensorboard" / "population").glob("events.out.tfevents.*")), trial.parent.name

@@ -1,0 +1,119 @@
+"""``popgrpo monitor``: a local Prometheus scraping the Ray session, for live ``popgrpo_*`` charts.
+
+Ray's dashboard writes, for every session, ``<session dir>/metrics/prometheus/prometheus.yml``:
+a scrape job whose targets come from the session's service-discovery file, which Ray keeps
+up to date as nodes come and go. ``ray metrics launch-prometheus`` would download a
+Prometheus; this command runs the ``prometheus`` already installed (Debian: ``apt-get
+install prometheus``) on that very file, in the foreground until Ctrl-C.
+
+What it makes work:
+
+- Prometheus' own page (``http://127.0.0.1:9090/graph``): every ``ray_popgrpo_*`` series, live.
+- The Ray dashboard finds it at ``$RAY_PROMETHEUS_HOST`` (default ``http://localhost:9090``,
+  hence this command's default port); its Metrics tab's charts are Grafana panels, so they
+  also need a Grafana (``popgrpo dashboards install`` for popgrpo's own dashboard).
+
+Nothing here imports Ray: the command may run on a laptop against a copied session folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from popgrpo.config import ConfigError
+
+__all__ = ["add_parsers", "default_session_dir", "prometheus_command", "scrape_config"]
+
+
+def default_session_dir(environ=os.environ) -> Path:
+    """Ray's newest local session: ``$RAY_TMPDIR/ray/session_latest`` (Ray's default ``/tmp``)."""
+    return Path(environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "session_latest"
+
+
+def scrape_config(session_dir: Path, scrape_interval: str | None = None) -> dict:
+    """Ray's generated Prometheus config for the session, with the scrape interval optionally changed."""
+    path = Path(session_dir) / "metrics" / "prometheus" / "prometheus.yml"
+    if not path.is_file():
+        raise ConfigError(
+            f"{path} not found: is a Ray cluster with its dashboard running here? (pass --ray-session-dir, "
+            "e.g. /tmp/ray/session_latest, or $RAY_TMPDIR/ray/session_latest for a popgrpo run's embedded Ray)"
+        )
+    try:
+        config = yaml.safe_load(path.read_text())
+        config["scrape_configs"][0]["file_sd_configs"]
+    except (yaml.YAMLError, KeyError, IndexError, TypeError) as exc:
+        raise ConfigError(f"{path}: not the scrape config Ray writes ({exc!r})") from None
+    if scrape_interval:
+        config.setdefault("global", {})["scrape_interval"] = scrape_interval
+    return config
+
+
+def prometheus_command(binary: str, config_file: Path, storage: Path, port: int, host: str = "127.0.0.1") -> list[str]:
+    return [
+        binary,
+        f"--config.file={config_file}",
+        f"--storage.tsdb.path={storage}",
+        f"--web.listen-address={host}:{port}",
+    ]
+
+
+def _cmd_monitor(args: argparse.Namespace) -> int:
+    session = Path(args.ray_session_dir) if args.ray_session_dir else default_session_dir()
+    config = scrape_config(session, args.scrape_interval)
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise ConfigError("prometheus is not installed (Debian/Ubuntu: apt-get install prometheus)")
+    # The session folder is a symlink (session_latest): resolve it so a later session cannot
+    # take over this Prometheus' storage.
+    workdir = Path(args.storage) if args.storage else session.resolve() / "metrics" / "prometheus" / "popgrpo"
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_file = workdir / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    url = f"http://{args.host}:{args.port}"
+    print(f"popgrpo: Prometheus at {url}, scraping Ray session {session.resolve()}", flush=True)
+    print(f"popgrpo: live series: {url}/graph?g0.expr=ray_popgrpo_reward_mean (Ctrl-C stops it)", flush=True)
+    if args.port != 9090 or args.host not in ("127.0.0.1", "localhost"):
+        print(f"popgrpo: for the Ray dashboard to find it, start Ray with RAY_PROMETHEUS_HOST={url}", flush=True)
+    proc = subprocess.Popen(prometheus_command(binary, config_file, workdir / "data", args.port, args.host))
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        return 0
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+        sys.stdout.flush()
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    mon = sub.add_parser(
+        "monitor",
+        help="run a local Prometheus on the Ray session's scrape config (live popgrpo_* metrics)",
+        description="Start the installed prometheus with the scrape configuration Ray wrote for the session, "
+        "in the foreground. Its page shows every ray_popgrpo_* series live; the Ray dashboard and Grafana read it too.",
+    )
+    mon.add_argument(
+        "--ray-session-dir",
+        metavar="DIR",
+        help="the Ray session to scrape (default: $RAY_TMPDIR/ray/session_latest, else /tmp/ray/session_latest)",
+    )
+    mon.add_argument(
+        "--port", type=int, default=9090, help="Prometheus' port (default 9090, where Ray's dashboard looks)"
+    )
+    mon.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    mon.add_argument(
+        "--storage", metavar="DIR", help="Prometheus' data folder (default: inside the session's metrics folder)"
+    )
+    mon.add_argument("--scrape-interval", metavar="DURATION", help="override Ray's scrape interval (10s), e.g. 2s")
+    mon.set_defaults(func=_cmd_monitor)

@@ -1,0 +1,74 @@
+"""``popgrpo monitor`` on a real Ray session: the Prometheus it starts sees a run's ``popgrpo_*`` series.
+
+Uses the scrape configuration Ray wrote for the package's local Ray session (its service
+discovery lists the session's metrics agents), with the scrape interval shortened to 1 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from popgrpo.cli import main
+from popgrpo.config import load_config, preset_path
+from popgrpo.runtime.ray_executor import RayExecutor
+from tests.driving import drive
+from tests.services import free_port, require_binary
+
+pytestmark = [pytest.mark.ray, pytest.mark.service]
+
+
+def _query(port: int, promql: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.load(resp)["data"]["result"]
+
+
+def test_monitor_scrapes_the_sessions_popgrpo_series(ray_local, tmp_path):
+    require_binary("prometheus")
+    session = Path(ray_local.ctx.address_info["session_dir"])
+    deadline = time.time() + 30  # written when the dashboard's metrics module starts
+    while not (session / "metrics" / "prometheus" / "prometheus.yml").is_file() and time.time() < deadline:
+        time.sleep(0.2)
+    port = free_port()
+    monitor = subprocess.Popen(
+        [sys.executable, "-m", "popgrpo", "monitor", "--ray-session-dir", str(session), "--port", str(port),
+         "--scrape-interval", "1s", "--storage", str(tmp_path / "prom")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    cfg = load_config(
+        preset_path("pop_grpo"),
+        ["population.size=3", "population.members_per_actor=3", "run.epochs=6", "grpo.steps_per_epoch=2"],
+    )
+    executor = RayExecutor(cfg, run_dir=tmp_path / "mon-run")
+    try:
+        drive(cfg, executor)
+        series: list[dict] = []
+        deadline = time.time() + 60
+        while len(series) < 3 and time.time() < deadline:
+            assert monitor.poll() is None, monitor.stdout.read()
+            with contextlib.suppress(OSError):
+                series = _query(port, 'ray_popgrpo_reward_mean{run="mon-run"}')
+            time.sleep(0.5)
+        assert sorted(s["metric"]["member"] for s in series) == ["0", "1", "2"]
+    finally:
+        executor.close()
+        monitor.send_signal(signal.SIGINT)  # what Ctrl-C does
+        out, _ = monitor.communicate(timeout=60)
+    assert monitor.returncode == 0, out
+    assert f"Prometheus at http://127.0.0.1:{port}" in out
+
+
+def test_monitor_without_a_ray_session_exits_2_with_one_line(tmp_path, capsys):
+    assert main(["monitor", "--ray-session-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "prometheus.yml not found" in err
