@@ -190,10 +190,12 @@ def victim():
 
 
 def test_no_signal_reaches_the_trainer_or_its_processes(victim, kernel_only):
+    # Only targeted signals: a broken sandbox must not be able to end pytest or anyone else's
+    # processes (no kill(-1, ...), SIGUSR2 where the target is pytest itself).
     proc, received = victim
     code = (
         "import os, signal\nhit = 0\n"
-        f"for pid, sig in (({proc.pid}, signal.SIGKILL), ({os.getpid()}, signal.SIGUSR2), (os.getppid(), signal.SIGUSR2), (-1, signal.SIGKILL)):\n"
+        f"for pid, sig in (({proc.pid}, signal.SIGKILL), ({os.getpid()}, signal.SIGUSR2), (os.getppid(), signal.SIGUSR2)):\n"
         "    try:\n        os.kill(pid, sig)\n        hit += pid > 1\n    except Exception:\n        pass\n"
         "    try:\n        signal.pidfd_send_signal(os.pidfd_open(pid), sig)\n        hit += 1\n    except Exception:\n        pass\n"
         "score = 1.0 if hit else 0.25"
