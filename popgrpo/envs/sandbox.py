@@ -417,7 +417,9 @@ def main():
     audit("popgrpo.begin")
     module = types.ModuleType("__main__")
     module.__file__ = "<program>"
-    module.__builtins__ = builtins
+    # A copy: patching the builtins module (``import builtins; builtins.abs = ...``) does not
+    # change the names the template's own score computation looks up after the code.
+    module.__builtins__ = dict(vars(builtins))
     sys.modules["__main__"] = module
     sys.argv = ["<program>"]
     namespace = module.__dict__
