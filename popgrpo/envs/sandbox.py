@@ -47,7 +47,8 @@ frame (registered before the program ran) and only once, and writes
 stay blocked, so no handler of the program's runs between its last statement and that read.
 The parent accepts only a line with its nonce, then checks ``score_range``. A program that
 prints a number, writes lines to every descriptor, raises ``SystemExit(0)`` after setting
-``score``, or leaves a process behind gets no score.
+``score``, or leaves a process behind gets no score. The program runs with its own copy of the
+builtins, so patching the ``builtins`` module does not change the template's own lookups.
 
 ``isolation="none"`` is the explicit opt-out where bubblewrap cannot run (:func:`bwrap_problem`
 says why): the audit hook alone, with a warning. It is not a security boundary. ``ctypes``, a
@@ -417,7 +418,9 @@ def main():
     audit("popgrpo.begin")
     module = types.ModuleType("__main__")
     module.__file__ = "<program>"
-    module.__builtins__ = builtins
+    # A copy: patching the builtins module (``import builtins; builtins.abs = ...``) does not
+    # change the names the template's own score computation looks up after the code.
+    module.__builtins__ = dict(vars(builtins))
     sys.modules["__main__"] = module
     sys.argv = ["<program>"]
     namespace = module.__dict__

@@ -190,10 +190,12 @@ def victim():
 
 
 def test_no_signal_reaches_the_trainer_or_its_processes(victim, kernel_only):
+    # Only targeted signals: a broken sandbox must not be able to end pytest or anyone else's
+    # processes (no kill(-1, ...), SIGUSR2 where the target is pytest itself).
     proc, received = victim
     code = (
         "import os, signal\nhit = 0\n"
-        f"for pid, sig in (({proc.pid}, signal.SIGKILL), ({os.getpid()}, signal.SIGUSR2), (os.getppid(), signal.SIGUSR2), (-1, signal.SIGKILL)):\n"
+        f"for pid, sig in (({proc.pid}, signal.SIGKILL), ({os.getpid()}, signal.SIGUSR2), (os.getppid(), signal.SIGUSR2)):\n"
         "    try:\n        os.kill(pid, sig)\n        hit += pid > 1\n    except Exception:\n        pass\n"
         "    try:\n        signal.pidfd_send_signal(os.pidfd_open(pid), sig)\n        hit += 1\n    except Exception:\n        pass\n"
         "score = 1.0 if hit else 0.25"
@@ -289,14 +291,17 @@ def test_the_audit_hook_cannot_be_neutered(tmp_path):
         ("(print(1.0), __import__('os')._exit(0))", "no_score"),
         ("__import__('builtins').exec('score = 1e300')", "ok"),  # the template's own score comes last...
         ("target", "crash"),  # the target does not exist yet
+        # patched builtins the template uses after the code: the program has a copy of its own
+        ("(setattr(__import__('builtins'), 'int', lambda s: 3), 3)[1]", "ok"),
+        ("(setattr(__import__('builtins'), 'abs', lambda x: 0), 3)[1]", "ok"),
         ("type('V', (), {'__sub__': lambda s, o: 0, '__rsub__': lambda s, o: 0})()", "ok"),  # ...typed: 0
     ],
-    ids=["print-and-exit", "print-and-_exit", "exec-score", "read-target", "lazy-object"],
+    ids=["print-and-exit", "print-and-_exit", "exec-score", "read-target", "patch-int", "patch-abs", "lazy-object"],
 )
 def test_lm_exec_completions_cannot_forge_their_score(completion, reason):
     score, got = run(completion, template=LM_EXEC_TEMPLATE)
     assert got == reason
-    assert score == 0.0
+    assert score == (0.125 if "setattr" in completion else 0.0)  # 3 for a target of 24: 1 - 21/24
 
 
 def test_lm_exec_honest_answers_still_score():
