@@ -78,6 +78,9 @@ def test_submit_runs_pop_grpo_to_success_and_writes_the_run_directory(head, tmp_
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout
     logs = popgrpo(head, "jobs", "logs", submission, "--address", head.address)
     assert "run directory: " + str(run_dir) in logs.stdout
+    # Attached, the run names the cluster's own dashboard, and where its token is, not the token.
+    assert f"popgrpo: Ray dashboard: {head.address} (token auth is on" in logs.stdout
+    assert head.env["RAY_AUTH_TOKEN"] not in logs.stdout
 
 
 def test_a_config_the_cluster_cannot_run_ends_failed_with_the_error_in_the_logs(head, tmp_path):
