@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import re
 import shutil
 from collections.abc import Sequence
@@ -31,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+
+from popgrpo.telemetry.atomic import atomic_path, atomic_write
 
 __all__ = ["CheckpointError", "Checkpointer", "elites_table"]
 
@@ -42,16 +43,14 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, outside its run directory, or not what its hashes say."""
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _tensorise(obj):
-    """numpy arrays → ``{"__ndarray__": tensor}`` (``weights_only`` loads refuse numpy pickles)."""
+    """numpy arrays → ``{"__ndarray__": tensor}`` (``weights_only`` loads refuse numpy pickles).
+
+    Each array is copied: arrays that arrive from Ray share one read-only buffer, and
+    ``torch.save`` refuses tensors that view the same memory as different dtypes.
+    """
     if isinstance(obj, np.ndarray):
-        return {_NDARRAY: torch.from_numpy(np.ascontiguousarray(obj))}
+        return {_NDARRAY: torch.from_numpy(np.array(obj, order="C", copy=True))}
     if isinstance(obj, dict):
         return {k: _tensorise(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -116,15 +115,14 @@ class Checkpointer:
         for state in member_states:
             name = f"member_{state['member_id']:04d}.pt"
             data = _to_bytes(state)
-            _atomic_write(folder / name, data)
+            atomic_write(folder / name, data)
             hashes[name] = _sha256(data)
         data = _to_bytes(list(archive_states))
-        _atomic_write(folder / "archive.pt", data)
+        atomic_write(folder / "archive.pt", data)
         hashes["archive.pt"] = _sha256(data)
         table = elites_table(archive_states)
-        tmp = self.run_dir / ".archive.parquet.tmp"
-        pq.write_table(table, tmp)
-        os.replace(tmp, self.run_dir / "archive.parquet")
+        with atomic_path(self.run_dir / "archive.parquet") as tmp:
+            pq.write_table(table, tmp)
         latest = {
             "round": round_index,
             "epoch_end": epoch_end,
@@ -132,8 +130,8 @@ class Checkpointer:
             "path": folder.name,
             "sha256": hashes,
         }
-        _atomic_write(folder / "manifest.json", json.dumps(latest).encode())
-        _atomic_write(self.root / "latest.json", json.dumps(latest).encode())
+        atomic_write(folder / "manifest.json", json.dumps(latest).encode())
+        atomic_write(self.root / "latest.json", json.dumps(latest).encode())
         self._prune(round_index)
         return folder
 

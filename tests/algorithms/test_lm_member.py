@@ -128,7 +128,10 @@ def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path
                         "kwargs": {
                             "template": SANDBOX_PROGRAMS.replace("@OUTSIDE@", str(outside)),
                             "fenced": False,
-                            "timeout_s": 1.0,
+                            # The loop ends by its CPU limit; the wall clock is generous, so a busy
+                            # machine slows the other programs without turning them into timeouts.
+                            "timeout_s": 30.0,
+                            "cpu_s": 1,
                             "memory_mb": 256,
                         },
                     }
