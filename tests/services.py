@@ -104,8 +104,15 @@ def kill_tree(pid: int) -> None:
             os.kill(member, signal.SIGKILL)
 
 
-def run_isolated(args: list[str], timeout: float, env: dict[str, str] | None = None, cwd: str | None = None):
-    """Run ``args`` in a session of its own with a hard timeout; return its CompletedProcess.
+def run_isolated(
+    args: list[str],
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    merge_stderr: bool = True,
+):
+    """Run ``args`` in a session of its own with a hard timeout; return its CompletedProcess
+    (text; stderr in stdout unless ``merge_stderr`` is False).
 
     For drivers of tests that kill Ray's GCS or nodes: whatever happens to that Ray (a core
     worker that gives up on a lost GCS ends its process), only the subprocess can die, never
@@ -116,8 +123,15 @@ def run_isolated(args: list[str], timeout: float, env: dict[str, str] | None = N
     """
     import signal
 
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            args,
+            env=env,
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT if merge_stderr else err,
+            start_new_session=True,
+        )
         watchdog = GroupWatchdog(proc.pid)
         deadline = time.monotonic() + timeout
         try:
@@ -134,7 +148,8 @@ def run_isolated(args: list[str], timeout: float, env: dict[str, str] | None = N
             watchdog.disarm()
             proc.wait()
         log.seek(0)
-        return subprocess.CompletedProcess(args, proc.returncode, log.read(), None)
+        err.seek(0)
+        return subprocess.CompletedProcess(args, proc.returncode, log.read(), None if merge_stderr else err.read())
 
 
 class RedisServer:

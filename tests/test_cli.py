@@ -1,6 +1,5 @@
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -8,7 +7,7 @@ import pandas as pd
 import pytest
 
 from popgrpo.schema import METRIC_COLUMNS
-from tests.services import ray_subprocess_env
+from tests.services import ray_subprocess_env, run_isolated
 
 SHORT = [
     "--executor",
@@ -23,12 +22,11 @@ SHORT = [
 
 
 def popgrpo(*args, cwd=None):
-    """The real command. Embedded Ray (the default executor) gets its own temp root and port."""
+    """The real command. Embedded Ray (the default executor) gets its own temp root and port;
+    the command and its Ray are killed if pytest dies (run_isolated's watchdog)."""
     env = ray_subprocess_env("pgcli-")
     try:
-        return subprocess.run(
-            [sys.executable, "-m", "popgrpo", *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env
-        )
+        return run_isolated([sys.executable, "-m", "popgrpo", *args], 300, env=env, cwd=cwd, merge_stderr=False)
     finally:
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 

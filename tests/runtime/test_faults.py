@@ -99,6 +99,7 @@ def _kill_before_first(executor, method: str, actor: int, call: int = 1) -> list
     return killed
 
 
+@pytest.mark.timeout(1200)  # four actor rebuilds: 631 s with two CPU hogs beside it on 2 cores
 def test_member_lost_at_every_point_of_its_life_gives_the_same_numbers(ray_local):
     """One run, four losses: an actor SIGKILLed while it is being constructed, then lost at the
     round-0 top-M fetch (get_weights), at round 1's adopt, and at the last round's snapshot
@@ -126,6 +127,16 @@ def test_member_lost_at_every_point_of_its_life_gives_the_same_numbers(ray_local
     assert rows == reference[0]
     assert lineage == reference[1]
     _assert_same_archives(archives, local.archives())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_an_actor_whose_init_raises_is_reported_not_rebuilt(ray_local):
+    """A lost process is rebuilt; an ``__init__`` that raises (here: policy.device=cuda without
+    CUDA) is a bug or bad input, and rebuilding would only raise it again."""
+    cfg = _cfg("policy.device=cuda", "population.resources.num_gpus=0.5")
+    with pytest.raises(ray.exceptions.RayActorError, match=r"policy\.device=cuda") as err:
+        RayExecutor(cfg)
+    assert err.value.actor_init_failed
 
 
 # ---- the archive actor ---------------------------------------------------------------------
