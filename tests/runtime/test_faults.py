@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import ray
+import torch
 
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.cluster import SetupError
