@@ -638,12 +638,15 @@ def _bwrap_command(bwrap: str, work: str, seccomp_fd: int, roots: Sequence[str])
             cmd += ["--ro-bind", top, top]
     for path in ("/etc/ld.so.cache", "/etc/localtime"):
         cmd += ["--ro-bind-try", path, path]
+    # The private /dev and /tmp first: an interpreter or virtualenv that lives under /tmp (a CI
+    # checkout, say) is then bound on top of the new /tmp instead of being hidden by it.
+    cmd += ["--dev", "/dev", "--tmpfs", "/tmp"]
     for root in roots:
         if root == SANDBOX_WORKDIR or root.startswith(SANDBOX_WORKDIR + "/"):
             raise SandboxUnavailable(f"the interpreter lives under {SANDBOX_WORKDIR}, where programs run")
         cmd += ["--ro-bind", root, root]
     cmd += [
-        "--dev", "/dev", "--tmpfs", "/tmp", "--bind", work, SANDBOX_WORKDIR,
+        "--bind", work, SANDBOX_WORKDIR,
         "--chdir", SANDBOX_WORKDIR, "--seccomp", str(seccomp_fd), "--",
     ]  # fmt: skip
     return cmd
