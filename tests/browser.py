@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.services import require_binary
+from tests.services import require_binary, stop_process
 
 
 class Chromium:
@@ -111,11 +111,5 @@ class Chromium:
             return text
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         shutil.rmtree(self.profile, ignore_errors=True)

@@ -152,6 +152,17 @@ def run_isolated(
         return subprocess.CompletedProcess(args, proc.returncode, log.read(), None if merge_stderr else err.read())
 
 
+def stop_process(proc: subprocess.Popen, grace: float = 15) -> None:
+    """End a service the test started: SIGTERM, then SIGKILL after ``grace`` seconds; always reaped."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait(timeout=10)
+
+
 class RedisServer:
     """A password-protected redis-server on 127.0.0.1, no persistence; killed with pytest if pytest dies."""
 
@@ -179,8 +190,7 @@ class RedisServer:
 
     def stop(self) -> None:
         self.watchdog.disarm()
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        stop_process(self.proc, grace=10)
 
 
 def ray_subprocess_env(prefix: str = "pgsub-") -> dict[str, str]:

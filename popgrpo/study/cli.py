@@ -11,6 +11,14 @@ from pathlib import Path
 __all__ = ["add_parsers"]
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer ≥ 1 (argparse turns the ValueError into exit 2 and one error line)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {value})")
+    return value
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from popgrpo.study.report import render
     from popgrpo.study.run import reproduce
@@ -21,6 +29,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         result = reproduce(
             out,
             quick=args.quick,
+            epochs=args.epochs,
             address=args.address,
             num_cpus=args.num_cpus,
             verbose=args.verbose,
@@ -71,7 +80,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         presets_dir=None if args.no_presets else Path(args.presets_dir or PRESET_DIR),
         verbose=args.verbose,
     )
-    print(json.dumps({k: fit[k] for k in ("point", "loss", "measured", "paper", "relative_error")}, indent=2))
+    print(
+        json.dumps({k: fit[k] for k in ("point", "loss", "measured", "paper", "errors", "within_tolerance")}, indent=2)
+    )
     print(f"{fit['search']['trials_finished']} trials in {fit['search']['wall_seconds']:.0f} s; study in {out}/")
     for path in fit["presets"]:
         print(f"  wrote {path}")
@@ -86,13 +97,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "GRPO's Table 1 row only; the chosen point becomes the paper_* presets.",
     )
     cal.add_argument("--out", help="study directory (default runs/calibrate, or runs/calibrate-quick)")
-    cal.add_argument("--num-samples", type=int, help="search trials (default 48; 4 with --quick)")
+    cal.add_argument("--num-samples", type=_positive_int, help="search trials (default 48; 4 with --quick)")
     cal.add_argument(
         "--seeds", type=int, nargs="+", default=[42, 142, 242, 342, 442], help="seeds each point is run with"
     )
-    cal.add_argument("--epochs", type=int, help="epochs per run (default 120; 20 with --quick)")
+    cal.add_argument("--epochs", type=_positive_int, help="epochs per run (default 120; 20 with --quick)")
     cal.add_argument("--search-seed", type=int, default=0, help="the search's own seed (Optuna's sampler)")
-    cal.add_argument("--num-cpus", type=int, help="CPUs of the embedded Ray (default: all)")
+    cal.add_argument("--num-cpus", type=_positive_int, help="CPUs of the embedded Ray (default: all)")
     cal.add_argument("--presets-dir", help="where the paper_* presets are written (default: the package's presets)")
     cal.add_argument("--no-presets", action="store_true", help="write the study only, no presets")
     cal.add_argument("--quick", action="store_true", help="4 trials, seed 42, 20 epochs: a smoke test, not a fit")
@@ -106,9 +117,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "Run it again with the same --out to resume: finished trials are kept.",
     )
     rep.add_argument("--out", help="study directory (default runs/reproduce, or runs/reproduce-quick)")
-    rep.add_argument("--quick", action="store_true", help="30 epochs, seeds 42 and 142 (about a minute on 2 cores)")
+    rep.add_argument("--quick", action="store_true", help="30 epochs, seeds 42 and 142: a first look, and what CI runs")
+    rep.add_argument("--epochs", type=_positive_int, help="epochs per trial (default 120; 30 with --quick)")
     rep.add_argument("--address", help="Ray cluster to run the trials on (default: embedded local Ray)")
-    rep.add_argument("--num-cpus", type=int, help="CPUs of the embedded Ray (default: all)")
+    rep.add_argument("--num-cpus", type=_positive_int, help="CPUs of the embedded Ray (default: all)")
     rep.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Tune's progress output")
     rep.add_argument(
         "--landscape",

@@ -22,7 +22,7 @@ import json
 import time
 from pathlib import Path
 
-from popgrpo.study.plan import build_plan
+from popgrpo.study.plan import EPOCHS, QUICK_EPOCHS, build_plan
 
 __all__ = ["collect_metrics", "reproduce", "run_trial"]
 
@@ -92,10 +92,16 @@ def reproduce(
             raise ValueError(
                 f"{out} holds a {kind} study: rerun with{'' if saved['quick'] else 'out'} --quick, or use another --out"
             )
+        if epochs is not None and saved.get("epochs") not in (None, epochs):
+            raise ValueError(
+                f"{out} holds a study of {saved['epochs']}-epoch trials: rerun without --epochs, or use another --out"
+            )
         trials = saved["trials"]
     else:
         trials = [t.to_json() for t in build_plan(quick, seeds, epochs, landscape, regime=not quick)]
-        plan_file.write_text(json.dumps({"quick": quick, "landscape": landscape, "trials": trials}, indent=1))
+        effective_epochs = epochs or (QUICK_EPOCHS if quick else EPOCHS)
+        plan = {"quick": quick, "landscape": landscape, "epochs": effective_epochs, "trials": trials}
+        plan_file.write_text(json.dumps(plan, indent=1))
     runs_root = str(out / "runs")
     started = time.time()
     started_ray = connect(address, num_cpus=num_cpus)

@@ -26,7 +26,7 @@ from popgrpo.config import load_config, preset_path
 from popgrpo.ops.dashboards import load_dashboard, panel_targets
 from popgrpo.runtime.ray_executor import RayExecutor
 from tests.driving import drive
-from tests.services import free_port, require_binary
+from tests.services import free_port, require_binary, stop_process
 
 pytestmark = [pytest.mark.ray, pytest.mark.service]
 
@@ -87,13 +87,7 @@ class Prometheus:
         return self._get(f"/api/v1/label/{label}/values", {"match[]": match})
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self.log.close()
 
 

@@ -8,10 +8,12 @@ import yaml
 from popgrpo.config import load_config
 from popgrpo.study.calibrate import (
     PAPER_LANDSCAPE_PRESETS,
+    START_POINTS,
     TARGET,
     calibration_loss,
     landscape_overrides,
     measure_point,
+    within_tolerance,
     write_presets,
 )
 
@@ -25,14 +27,33 @@ POINT = {
 }
 
 
-def test_loss_is_the_mean_relative_error_with_diversity_as_one_minus():
+def test_loss_is_the_tolerance_scaled_worst_error_plus_a_tenth_of_the_mean():
     target = {"mean_reward": 0.1, "max_reward": 1.0, "diversity": 0.9, "complexity": 4.0}
     measured = {"mean_reward": 0.12, "max_reward": 0.5, "diversity": 0.8, "complexity": 4.0}
     loss, errors = calibration_loss(measured, target)
+    # 1 − diversity is 0.2 against 0.1: a factor of 2, log2 ratio 1.
     assert errors == pytest.approx({"mean_reward": 0.2, "max_reward": 0.5, "diversity": 1.0, "complexity": 0.0})
-    assert loss == pytest.approx((0.2 + 0.5 + 1.0 + 0.0) / 4)
+    scaled = (0.2 / 0.2, 0.5 / 0.2, 1.0 / 1.0, 0.0)
+    assert loss == pytest.approx(2.5 + 0.1 * sum(scaled) / 4)
+    assert not within_tolerance(errors)
+    # Every number inside its tolerance: loss ≤ 1.1 and the criterion holds; one outside: loss > 1.
+    inside = {"mean_reward": 0.085, "max_reward": 1.15, "diversity": 0.85, "complexity": 3.3}
+    loss_in, errors_in = calibration_loss(inside, target)
+    assert within_tolerance(errors_in) and loss_in <= 1.1
+    loss_out, errors_out = calibration_loss({**inside, "diversity": 0.75}, target)  # 1 − d = 0.25: ×2.5
+    assert not within_tolerance(errors_out) and loss_out > 1
     assert calibration_loss(dict(TARGET))[0] == 0.0
     assert calibration_loss({**measured, "max_reward": math.nan}, target)[0] == math.inf
+    assert calibration_loss({**measured, "diversity": 1.0}, target)[0] == math.inf  # 1 − d = 0
+
+
+def test_the_search_starts_from_the_hand_probed_points_inside_the_search_space():
+    assert len(START_POINTS) == 4
+    for point in START_POINTS:
+        assert point["steps_per_epoch"] in (1, 2, 3, 4, 8) and point["peak_numbering"] in (0, 1)
+        assert 3 <= point["radius_min"] <= 6 and 10 <= point["radius_max"] <= 16
+        assert 0.3 <= point["exec_lambda"] <= 1.5 and -0.2 <= point["log_std_init"] <= 0.1
+        load_config(None, landscape_overrides(point))  # a valid config
 
 
 def test_a_point_becomes_config_overrides_with_peaks_numbered_from_one():
@@ -72,6 +93,10 @@ def test_the_paper_landscape_plan_uses_the_calibrated_presets_or_says_how_to_get
     import popgrpo.study.plan as plan
     from popgrpo.config import preset_path
 
+    def shipped_only(name: str):  # as in a tree where calibrate never ran
+        return tmp_path / "absent" / f"{name}.yaml" if name.startswith("paper_") else preset_path(name)
+
+    monkeypatch.setattr(plan, "preset_path", shipped_only)
     with pytest.raises(ValueError, match="run `popgrpo calibrate` first"):
         plan.build_plan(quick=True, landscape="paper")
     fit = {"overrides": landscape_overrides(POINT), "loss": 0.1, "measured": dict(TARGET), "search": {"seeds": [42]}}

@@ -20,8 +20,21 @@ pytestmark = [pytest.mark.integration, pytest.mark.ray]
 def test_quick_reproduce_resumes_after_an_interrupt_and_writes_everything(tmp_path):
     out = tmp_path / "study"
     env = ray_subprocess_env("pgrep-")
-    cmd = [sys.executable, "-m", "popgrpo", "reproduce", "--quick", "--out", str(out), "--verbose", "0"]
-    n_trials = len(build_plan(quick=True))
+    # The quick plan at 10 epochs: every trial and figure of --quick, a third of its training.
+    cmd = [
+        sys.executable,
+        "-m",
+        "popgrpo",
+        "reproduce",
+        "--quick",
+        "--epochs",
+        "10",
+        "--out",
+        str(out),
+        "--verbose",
+        "0",
+    ]
+    n_trials = len(build_plan(quick=True, epochs=10))
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + 240
@@ -44,6 +57,9 @@ def test_quick_reproduce_resumes_after_an_interrupt_and_writes_everything(tmp_pa
     for path, mtime in finished.items():
         assert path.stat().st_mtime_ns == mtime, f"{path.parent.name} was trained again"
     assert f"{n_trials} trials in" in second.stdout
+    # The plan is kept: a resume that asks for other epochs is refused with one line.
+    other = subprocess.run([*cmd[:6], "20", *cmd[7:]], env=env, capture_output=True, text=True, timeout=120)
+    assert other.returncode == 2 and "holds a study of 10-epoch trials" in other.stderr, other.stderr
     for name in (*FIGURES, "table1.md", "claims.md", *(f"archive_{p}.png" for p in METHODS.values())):
         assert (out / name).stat().st_size > 100 and str(out / name) in second.stdout, name
     # Where to watch, printed at start; every trial is a TensorBoard run of its own.

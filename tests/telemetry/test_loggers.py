@@ -25,7 +25,7 @@ import pytest
 from popgrpo.cli import main
 from popgrpo.config import ConfigError, load_config
 from popgrpo.telemetry import loggers as L
-from tests.services import IN_CI, free_port
+from tests.services import IN_CI, free_port, stop_process
 
 SHORT = ["run.epochs=8", "grpo.steps_per_epoch=2", "scheduler.interval_epochs=2", "population.size=3"]
 
@@ -161,13 +161,7 @@ class TensorBoard:
         raise AssertionError(f"tensorboard: {path} not ready in {timeout} s; last answer {answer}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self.log.close()
 
 
