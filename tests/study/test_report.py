@@ -188,3 +188,31 @@ def test_regime_map_reports_each_intensity_and_follows_the_numbers(regime_study_
     flat = metrics.copy()
     flat.loc[flat.trial.str.startswith("grpo-"), "complexity"] = 3.5
     assert (regime_rows(trial_table(plan, flat)).grpo_complexity_ratio == 1.0).all()
+
+
+def test_beyond_noise_is_a_one_sided_paired_test_over_seeds():
+    from popgrpo.study.report import beyond_noise
+
+    def table(at_one: list[float]) -> pd.DataFrame:
+        seeds = [1, 2, 3, 4, 5]
+        base = [0.50, 0.61, 0.47, 0.55, 0.52]
+        return pd.DataFrame(
+            {
+                "study": "s",
+                "seed": seeds * 2,
+                "value": [0.0] * 5 + [1.0] * 5,
+                "x": base + [b + d for b, d in zip(base, at_one, strict=True)],
+            }
+        )
+
+    shifted = table([0.1] * 5)  # the same shift in every seed: certain, one way only
+    assert beyond_noise(shifted, "s", "x", [1.0], [0.0], +1) == 0.0
+    assert beyond_noise(shifted, "s", "x", [1.0], [0.0], -1) == 1.0
+    # Rank order without signal: a mean difference of +0.002 inside ±0.03 of seed noise.
+    noisy = table([0.03, -0.03, 0.02, -0.02, 0.01])
+    p = beyond_noise(noisy, "s", "x", [1.0], [0.0], +1)
+    assert 0.3 < p < 0.7
+    clear = table([0.11, 0.09, 0.12, 0.08, 0.10])
+    p = beyond_noise(clear, "s", "x", [1.0], [0.0], +1)
+    assert p < 1e-3 and beyond_noise(clear, "s", "x", [1.0], [0.0], -1) > 0.99
+    assert beyond_noise(clear, "s", "x", [2.0], [0.0], +1) == 1.0  # no such setting: nothing shown
