@@ -31,6 +31,7 @@ from popgrpo.core.seeding import derive_seed, torch_generator
 from popgrpo.reward_models.config import RMTrainConfig
 from popgrpo.reward_models.data import PURPOSE_PRETRAIN, STREAM_RM, build_pairs, pretraining_set
 from popgrpo.reward_models.store import FORMAT, MANIFEST, build_model, save_tensor_file, write_json
+from popgrpo.schema import json_float
 
 __all__ = [
     "SUBSETS",
@@ -177,8 +178,13 @@ def finetune_member(rm_cfg: RMTrainConfig, rm_dir: str | Path, hparams: Mapping)
         "init_checkpoint": int(hparams["init_checkpoint"]),
         "data_seed": spec.data_seed,
         "final_loss": losses[-1],
-        "accuracy": accuracies(model, pairs),
+        "accuracy": _json(accuracies(model, pairs)),
     }
+
+
+def _json(accuracy: dict[str, float]) -> dict[str, float | None]:
+    """Accuracies for JSON: a subset that is absent (NaN) becomes null."""
+    return {k: json_float(v) for k, v in accuracy.items()}
 
 
 def _models(manifest: dict, states: Sequence[Mapping[str, torch.Tensor]]) -> list[RewardModel]:
@@ -202,10 +208,10 @@ def finalize(rm_cfg: RMTrainConfig, rm_dir: str | Path, entries: Sequence[dict])
     save_tensor_file(rm_dir / "warm.pt", warm_state)
     warm = build_model(manifest, warm_state)
     members = _models(manifest, states)
-    manifest["warm"] = {"file": "warm.pt", "n_models": len(entries), "accuracy": accuracies(warm, pairs)}
+    manifest["warm"] = {"file": "warm.pt", "n_models": len(entries), "accuracy": _json(accuracies(warm, pairs))}
     manifest["ens"] = {
         "members": [e["file"] for e in entries],
-        "accuracy": accuracies(lambda x: ensemble_scores([m(x) for m in members]), pairs),
+        "accuracy": _json(accuracies(lambda x: ensemble_scores([m(x) for m in members]), pairs)),
     }
     manifest["config"] = rm_cfg.model_dump(mode="json")
     write_json(rm_dir / MANIFEST, manifest)

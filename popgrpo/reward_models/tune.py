@@ -52,7 +52,8 @@ def _trainable(params: dict) -> None:
     torch.set_num_threads(1)
     rm_cfg = RMTrainConfig.model_validate_json(params["rm_config"])
     entry = finetune_member(rm_cfg, params["rm_dir"], params)
-    tune.report({**{f"acc_{k}": v for k, v in entry["accuracy"].items()}, "entry": json.dumps(entry)})
+    accuracy = {f"acc_{k}": v for k, v in entry["accuracy"].items() if v is not None}
+    tune.report({**accuracy, "entry": json.dumps(entry)})
 
 
 def train_rms(
