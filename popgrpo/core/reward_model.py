@@ -35,6 +35,7 @@ __all__ = [
     "ensemble_scores",
     "finetune",
     "interpolate",
+    "linear_probe",
     "make_pairs",
     "pair_accuracy",
     "pretrain_featurizer",
@@ -189,6 +190,32 @@ def pretrain_featurizer(
         if step in marks:
             checkpoints.append({k: v.detach().clone() for k, v in model.featurizer.state_dict().items()})
     return checkpoints
+
+
+def linear_probe(
+    model: RewardModel, pairs: PreferencePairs, *, epochs: int, lr: float, batch_size: int, generator: torch.Generator
+) -> list[float]:
+    """Train ``model.head`` alone on ``pairs`` (Bradley–Terry, Adam), the featurizer frozen, no
+    dropout: the linear probe every RM then starts from (WARM appendix B.3, after LP-FT), which
+    keeps fine-tuned features close to their start and so their weights averageable."""
+    features_a = model.features(pairs.a).detach()
+    features_b = model.features(pairs.b).detach()
+    optimizer = torch.optim.Adam(model.head.parameters(), lr=lr)
+    losses = []
+    for _ in range(epochs):
+        order = torch.randperm(len(pairs), generator=generator)
+        total = 0.0
+        for start in range(0, len(pairs), batch_size):
+            index = order[start : start + batch_size]
+            score_a = model.head(features_a[index]).squeeze(-1)
+            score_b = model.head(features_b[index]).squeeze(-1)
+            loss = bradley_terry_loss(score_a, score_b, pairs.y[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach()) * len(index)
+        losses.append(total / len(pairs))
+    return losses
 
 
 @dataclass(frozen=True)

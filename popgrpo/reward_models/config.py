@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from popgrpo.config import (
     ConfigError,
@@ -24,12 +24,12 @@ __all__ = ["RMTrainConfig", "load_rm_config", "rm_config_markdown"]
 
 class RMDataConfig(_Section):
     reference_ideas: int = Field(
-        4096,
+        8192,
         ge=16,
         le=1_000_000,
         description="Ideas sampled from the reference policy (the base config's initial policy) and executed once each; the preference pairs are drawn among them.",
     )
-    train_pairs: int = Field(2000, ge=10, le=1_000_000, description="Preference pairs the RMs are fine-tuned on.")
+    train_pairs: int = Field(4000, ge=10, le=1_000_000, description="Preference pairs the RMs are fine-tuned on.")
     test_pairs: int = Field(
         1000,
         ge=10,
@@ -47,6 +47,25 @@ class RMDataConfig(_Section):
         ge=0,
         description="Epochs of GRPO (the base config, on execution) that make the shifted policy; 0: no shifted set.",
     )
+    executions: int = Field(
+        4,
+        ge=1,
+        le=1000,
+        description="Executions of each reference idea; its executed reward is their mean (one execution pays 0 on failure, so a single one mostly says which idea happened to run).",
+    )
+    temperatures: list[float] = Field(
+        default_factory=lambda: [0.5, 1.0, 1.5],
+        min_length=1,
+        description="Factors on the reference policy's standard deviation, one equal share of the reference ideas each (preference data sampled at several temperatures).",
+    )
+
+    @field_validator("temperatures")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(t <= 0 for t in v):
+            raise ValueError(f"every temperature must be > 0, got {v}")
+        return v
+
     corruption: float = Field(
         0.0,
         ge=0,
@@ -89,6 +108,11 @@ class RMFinetuneConfig(_Section):
         description="Baklava (WARM §3.3): each RM starts from a featurizer checkpoint drawn from the second half of pre-training; false: every RM from the last checkpoint.",
     )
     weight_decay: float = Field(0.0, ge=0, description="Adam's L2 weight decay.")
+    probe_epochs: int = Field(
+        5,
+        ge=0,
+        description="Epochs of the linear probe: the head alone trained on the last featurizer checkpoint, then shared by every RM as its starting head (WARM appendix B.3); 0 keeps a random shared head.",
+    )
 
     @model_validator(mode="after")
     def _ranges(self) -> RMFinetuneConfig:

@@ -7,6 +7,7 @@
     DIR/rm_<k>.pt       RM k's weights (state dict of tensors)
     DIR/warm.pt         the weight average of all M RMs (WARM)
     DIR/pretrain.pt     the pre-trained featurizer's checkpoints (Baklava's initialisations)
+                        and the linear-probed head every RM starts from
     DIR/data.pt         the preference pairs: train (with the corruption mask), test, shifted
 
 ENS has no file of its own: it is the RMs of the manifest's ``ens`` list, scored together.

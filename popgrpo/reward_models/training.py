@@ -23,6 +23,7 @@ from popgrpo.core.reward_model import (
     RewardModel,
     ensemble_scores,
     finetune,
+    linear_probe,
     pair_accuracy,
     pretrain_featurizer,
     weight_average,
@@ -66,7 +67,8 @@ def prepare(
     rm_dir: str | Path,
     shifted_weights: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
-    """Write ``data.pt`` (pairs) and ``pretrain.pt`` (featurizer checkpoints) into ``rm_dir``."""
+    """Write ``data.pt`` (pairs) and ``pretrain.pt`` (the featurizer checkpoints, and the linear
+    probe every RM's head starts from) into ``rm_dir``."""
     rm_dir = Path(rm_dir)
     rm_dir.mkdir(parents=True, exist_ok=True)
     d = rm_cfg.data
@@ -77,6 +79,8 @@ def prepare(
         train_pairs=d.train_pairs,
         test_pairs=d.test_pairs,
         corruption=d.corruption,
+        executions=d.executions,
+        temperatures=d.temperatures,
         shifted_weights=shifted_weights,
         shifted_pairs=d.shifted_pairs,
     )
@@ -97,7 +101,16 @@ def prepare(
         batch_size=128,
         generator=gen,
     )
-    save_tensor_file(rm_dir / "pretrain.pt", checkpoints)
+    model.eval()
+    probe_gen = torch_generator(rm_cfg.seed, STREAM_RM, PURPOSE_HEAD)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(rm_cfg.seed, STREAM_RM, PURPOSE_HEAD))
+        model.head.reset_parameters()
+    linear_probe(
+        model, pairs["train"], epochs=rm_cfg.finetune.probe_epochs, lr=1e-2, batch_size=128, generator=probe_gen
+    )
+    head = {k: v.detach().clone() for k, v in model.head.state_dict().items()}
+    save_tensor_file(rm_dir / "pretrain.pt", {"featurizers": checkpoints, "head": head})
 
 
 def baklava_choices(rm_cfg: RMTrainConfig) -> list[int]:
@@ -124,14 +137,15 @@ def draw_hyperparameters(rm_cfg: RMTrainConfig) -> list[dict]:
     ]
 
 
-def _initial_model(rm_cfg: RMTrainConfig, in_dim: int, featurizer: Mapping[str, torch.Tensor]) -> RewardModel:
-    """A featurizer checkpoint with the head every RM shares (one seed): RMs differ only by
-    their fine-tuning, so their weights stay averageable."""
+def _initial_model(
+    rm_cfg: RMTrainConfig, in_dim: int, featurizer: Mapping[str, torch.Tensor], head: Mapping[str, torch.Tensor]
+) -> RewardModel:
+    """A featurizer checkpoint with the linear-probed head every RM shares: RMs differ only by
+    their start along pre-training and their fine-tuning, so their weights stay averageable."""
     f = rm_cfg.featurizer
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(derive_seed(rm_cfg.seed, STREAM_RM, PURPOSE_HEAD))
-        model = RewardModel(in_dim, f.hidden, f.depth)
+    model = RewardModel(in_dim, f.hidden, f.depth)
     model.featurizer.load_state_dict(dict(featurizer))
+    model.head.load_state_dict(dict(head))
     return model
 
 
@@ -155,9 +169,10 @@ def finetune_member(rm_cfg: RMTrainConfig, rm_dir: str | Path, hparams: Mapping)
     rm_dir = Path(rm_dir)
     k = int(hparams["rm_index"])
     pairs = load_pairs(rm_dir)
-    checkpoints = torch.load(rm_dir / "pretrain.pt", weights_only=True)
+    pretrained = torch.load(rm_dir / "pretrain.pt", weights_only=True)
     in_dim = pairs["train"].a.shape[1]
-    model = _initial_model(rm_cfg, in_dim, checkpoints[int(hparams["init_checkpoint"])])
+    featurizer = pretrained["featurizers"][int(hparams["init_checkpoint"])]
+    model = _initial_model(rm_cfg, in_dim, featurizer, pretrained["head"])
     ft = rm_cfg.finetune
     spec = FinetuneSpec(
         lr=float(hparams["lr"]),

@@ -50,8 +50,8 @@ class WarmStudy:
     n_models: int = 6
     rm_overrides: tuple[str, ...] = ()
     shift_epochs: int = 30
-    rl_epochs: int = 60
-    rl_window: int = 10
+    rl_epochs: int = 30
+    rl_window: int = 5
     pop: bool = True
     bon_ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     bon_groups: int = 1000
@@ -152,20 +152,22 @@ def lmc_rows(rm_dir: Path, points: int) -> list[dict]:
     return rows
 
 
-def corruption_rows(rm_dir: Path) -> list[dict]:
-    """WA vs ENS of the first M RMs, M = 1…all, on every subset (WARM Figs. 4–5)."""
+def corruption_rows(rm_dir: Path, oracle) -> list[dict]:
+    """WA vs ENS of the first M RMs, M = 1…all, on every subset (WARM Figs. 4–5), beside the
+    accuracy of the oracle ``oracle`` (the noise-free expected reward: the best any RM can rank)."""
     from popgrpo.core.reward_model import ensemble_scores, weight_average
     from popgrpo.reward_models.store import build_model
     from popgrpo.reward_models.training import SUBSETS, accuracies, load_pairs
 
     manifest, states, models = _models(rm_dir)
     pairs = load_pairs(rm_dir)
+    best = accuracies(oracle, pairs)
     rows = []
     for m in range(1, len(models) + 1):
         wa = accuracies(build_model(manifest, weight_average(states[:m])), pairs)
         ens = accuracies(lambda x, m=m: ensemble_scores([model(x) for model in models[:m]]), pairs)
         for subset in SUBSETS:
-            rows.append({"m": m, "subset": subset, "wa": wa[subset], "ens": ens[subset]})
+            rows.append({"m": m, "subset": subset, "wa": wa[subset], "ens": ens[subset], "oracle": best[subset]})
     return rows
 
 
@@ -218,6 +220,7 @@ def run_warm_study(out: str | Path, study: WarmStudy = FULL, progress: bool = Tr
     """Run (or resume) the study into ``out``; write the Parquet files, figures and warm.md."""
     from tqdm import tqdm
 
+    from popgrpo.envs.idea import IdeaEnv
     from popgrpo.reward_models.cli import load_base
     from popgrpo.reward_models.tune import shifted_policy_weights
 
@@ -240,7 +243,8 @@ def run_warm_study(out: str | Path, study: WarmStudy = FULL, progress: bool = Tr
             build_rm_dir(rm_cfg, rm_dir, shifted)
             tag = {"setting": setting, "seed": seed}
             tables["lmc"] += [{**tag, **r} for r in lmc_rows(rm_dir, study.lmc_points)]
-            tables["corruption"] += [{**tag, **r} for r in corruption_rows(rm_dir)]
+            oracle = IdeaEnv(load_base(rm_cfg).env).expected_reward
+            tables["corruption"] += [{**tag, **r} for r in corruption_rows(rm_dir, oracle)]
             tables["bon"] += [{**tag, **r} for r in bon_rows(rm_dir, study, seed)]
             bar.update(1)
             for name, preset, combine, n_models in proxies:

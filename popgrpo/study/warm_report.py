@@ -36,18 +36,22 @@ def rl_table(rl: pd.DataFrame, window: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def hacking_summary(curve: pd.DataFrame, window: int) -> dict:
-    """Of one run's population-mean curve (epoch → reward_mean, control_expected_reward):
-    the control's final value (last ``window`` epochs), its peak (a ``window``-epoch moving
-    mean), the epoch of that peak and the drop from peak to end; the proxy's final value."""
-    control = curve["control_expected_reward"].rolling(window, min_periods=1).mean()
+def hacking_summary(curve: pd.DataFrame, window: int, smooth: int = 3) -> dict:
+    """Of one run's population-mean curve (epoch → reward_mean, control_expected_reward): the
+    control's first value, its peak (a ``smooth``-epoch moving mean) and the epoch of that
+    peak, its mean over training, its final value (last ``window`` epochs) and the drop from
+    peak to end; the proxy's final value."""
+    control = curve["control_expected_reward"]
+    smoothed = control.rolling(smooth, min_periods=1, center=True).mean()
+    final = float(control.tail(window).mean())
     return {
-        "control_final": float(curve["control_expected_reward"].tail(window).mean()),
-        "control_peak": float(control.max()),
-        "peak_epoch": int(control.idxmax()),
-        "control_drop": float(control.max() - curve["control_expected_reward"].tail(window).mean()),
+        "control_initial": float(control.iloc[0]),
+        "control_peak": float(smoothed.max()),
+        "peak_epoch": int(smoothed.idxmax()),
+        "control_mean": float(control.mean()),
+        "control_final": final,
+        "control_drop": float(smoothed.max() - final),
         "proxy_final": float(curve["reward_mean"].tail(window).mean()),
-        "control_initial": float(curve["control_expected_reward"].iloc[0]),
     }
 
 
@@ -144,17 +148,21 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
         warm = part.xs(f"warm{M}", level="proxy") if f"warm{M}" in part.index.get_level_values("proxy") else None
         if warm is None:
             continue
-        mean, sd, wins, n = _diff_claim(warm["control_final"], single["control_final"])
-        claims.append(
-            {
-                "claim": f"RL ({setting}): GRPO against WARM M = {M} ends with a higher control reward than against one RM",
-                "measure": "final control E[R](WARM) − E[R](single)",
-                "value": mean,
-                "sd": sd,
-                "seeds_for": f"{wins}/{n}",
-                "held": mean > 0,
-            }
-        )
+        for key, what in (
+            ("control_peak", "reaches a higher peak control reward"),
+            ("control_mean", "keeps a higher control reward on average over training"),
+        ):
+            mean, sd, wins, n = _diff_claim(warm[key], single[key])
+            claims.append(
+                {
+                    "claim": f"RL ({setting}): GRPO against WARM M = {M} {what} than against one RM",
+                    "measure": f"{key}(WARM) − {key}(single)",
+                    "value": mean,
+                    "sd": sd,
+                    "seeds_for": f"{wins}/{n}",
+                    "held": mean > 0,
+                }
+            )
         mean, sd, wins, n = _diff_claim(warm["peak_epoch"].astype(float), single["peak_epoch"].astype(float))
         claims.append(
             {
@@ -263,20 +271,21 @@ def _corruption_md(cor: pd.DataFrame) -> str:
             if p.empty or p["wa"].isna().all():
                 continue
             lines.append(
-                f"| {setting} | {subset} | {_ms(p[p.m == 1]['wa'])} | {_ms(p[p.m == M]['ens'])} | {_ms(p[p.m == M]['wa'])} |"
+                f"| {setting} | {subset} | {_ms(p[p.m == 1]['oracle'])} | {_ms(p[p.m == 1]['wa'])} "
+                f"| {_ms(p[p.m == M]['ens'])} | {_ms(p[p.m == M]['wa'])} |"
             )
     return "\n".join(lines) + "\n"
 
 
 def _rl_md(table: pd.DataFrame) -> str:
     lines = [
-        "| setting | proxy | control E[R] first epoch | control peak (epoch) | control final | drop peak→final | proxy final |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| setting | proxy | control E[R] first epoch | control peak (epoch) | control mean | control final | drop peak→final | proxy final |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for (setting, proxy), p in table.groupby(["setting", "proxy"], sort=False):
         lines.append(
             f"| {setting} | {proxy} | {_ms(p['control_initial'])} | {_ms(p['control_peak'])} ({_ms(p['peak_epoch'].astype(float))}) "
-            f"| {_ms(p['control_final'])} | {_ms(p['control_drop'])} | {_ms(p['proxy_final'])} |"
+            f"| {_ms(p['control_mean'])} | {_ms(p['control_final'])} | {_ms(p['control_drop'])} | {_ms(p['proxy_final'])} |"
         )
     return "\n".join(lines) + "\n"
 

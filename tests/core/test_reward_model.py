@@ -127,3 +127,19 @@ def test_best_of_n_takes_the_value_of_the_top_scored_candidate_and_its_kl():
     assert torch.equal(best_of_n(scores, values), torch.tensor([20.0, 1.0]))
     assert best_of_n_kl(1) == 0.0
     assert best_of_n_kl(4) == pytest.approx(math.log(4) - 0.75)
+
+
+def test_linear_probe_trains_the_head_only():
+    from popgrpo.core.reward_model import linear_probe
+
+    gen = torch.Generator().manual_seed(2)
+    ideas = torch.randn(300, 4, generator=gen)
+    pairs = make_pairs(ideas, ideas[:, 0], 400, gen)
+    torch.manual_seed(1)
+    model = RewardModel(4, hidden=16)
+    featurizer = {k: v.clone() for k, v in model.featurizer.state_dict().items()}
+    head = {k: v.clone() for k, v in model.head.state_dict().items()}
+    losses = linear_probe(model, pairs, epochs=5, lr=1e-2, batch_size=64, generator=gen)
+    assert losses[-1] < losses[0]
+    assert all(torch.equal(v, model.featurizer.state_dict()[k]) for k, v in featurizer.items())
+    assert not torch.equal(head["weight"], model.head.weight)
