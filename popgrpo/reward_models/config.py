@@ -27,7 +27,7 @@ class RMDataConfig(_Section):
         8192,
         ge=16,
         le=1_000_000,
-        description="Ideas sampled from the reference policy (the base config's initial policy) and executed once each; the preference pairs are drawn among them.",
+        description="Ideas sampled from the reference policy (the base config's initial policy) and executed (data.executions times each); the preference pairs are drawn among them, training pairs from one half, test pairs from the other.",
     )
     train_pairs: int = Field(4000, ge=10, le=1_000_000, description="Preference pairs the RMs are fine-tuned on.")
     test_pairs: int = Field(

@@ -39,15 +39,20 @@ def rl_table(rl: pd.DataFrame, window: int) -> pd.DataFrame:
 def hacking_summary(curve: pd.DataFrame, window: int, smooth: int = 3) -> dict:
     """Of one run's population-mean curve (epoch → reward_mean, control_expected_reward): the
     control's first value, its peak (a ``smooth``-epoch moving mean) and the epoch of that
-    peak, its mean over training, its final value (last ``window`` epochs) and the drop from
-    peak to end; the proxy's final value."""
+    peak, the epoch it is hacked (falls back below its first value), its mean over training,
+    its final value (last ``window`` epochs) and the drop from peak to end; the proxy's final value."""
     control = curve["control_expected_reward"]
     smoothed = control.rolling(smooth, min_periods=1, center=True).mean()
     final = float(control.tail(window).mean())
+    peak_epoch = int(smoothed.idxmax())
+    below = smoothed[(smoothed.index > peak_epoch) & (smoothed < control.iloc[0])]
     return {
         "control_initial": float(control.iloc[0]),
         "control_peak": float(smoothed.max()),
-        "peak_epoch": int(smoothed.idxmax()),
+        "peak_epoch": peak_epoch,
+        # hacked: the first epoch after the peak where the control falls below where it started
+        # (the run's last epoch + 1 when it never does)
+        "hacked_epoch": int(below.index[0]) if len(below) else int(control.index.max()) + 1,
         "control_mean": float(control.mean()),
         "control_final": final,
         "control_drop": float(smoothed.max() - final),
@@ -55,11 +60,25 @@ def hacking_summary(curve: pd.DataFrame, window: int, smooth: int = 3) -> dict:
     }
 
 
-def _diff_claim(a: pd.Series, b: pd.Series) -> tuple[float, float, int, int]:
-    """Mean and sd over seeds of a − b (paired by seed), and how many seeds have a > b."""
+def _diff_claim(a: pd.Series, b: pd.Series, at_least: bool = False) -> tuple[float, float, int, int]:
+    """Mean and sd over seeds of a − b (paired by seed), and how many seeds are in favour of the
+    claim: a > b, or a ≥ b for an "at least" claim."""
     d = (a - b).dropna()
     sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
-    return float(d.mean()) if len(d) else math.nan, sd, int((d > 0).sum()), len(d)
+    wins = (d >= 0) if at_least else (d > 0)
+    return float(d.mean()) if len(d) else math.nan, sd, int(wins.sum()), len(d)
+
+
+def verdict(mean: float, wins: int, n: int, at_least: bool = False) -> str:
+    """``held`` when the mean difference points the claimed way and more than half the seeds
+    agree; ``not held`` when the mean points the other way and at most half agree; ``mixed``
+    otherwise (the seeds disagree with their mean)."""
+    right_way = mean >= 0 if at_least else mean > 0
+    if right_way and 2 * wins > n:
+        return "held"
+    if not right_way and 2 * wins <= n:
+        return "not held"
+    return "mixed"
 
 
 def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
@@ -72,7 +91,9 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
             mid = lmc[(lmc.setting == setting) & (lmc.subset == subset) & np.isclose(lmc.lam, 0.5)]
             if mid.empty or mid["wa"].isna().all():
                 continue
-            mean, sd, wins, n = _diff_claim(mid.set_index("seed")["wa"], mid.set_index("seed")["diagonal"])
+            mean, sd, wins, n = _diff_claim(
+                mid.set_index("seed")["wa"], mid.set_index("seed")["diagonal"], at_least=True
+            )
             claims.append(
                 {
                     "claim": f"LMC ({setting}, {subset}): WA at λ = 0.5 is at least the diagonal",
@@ -80,10 +101,10 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
                     "value": mean,
                     "sd": sd,
                     "seeds_for": f"{wins}/{n}",
-                    "held": mean >= 0,
+                    "verdict": verdict(mean, wins, n, at_least=True),
                 }
             )
-            mean, sd, wins, n = _diff_claim(mid.set_index("seed")["wa"], mid.set_index("seed")["ens"])
+            mean, sd, wins, n = _diff_claim(mid.set_index("seed")["wa"], mid.set_index("seed")["ens"], at_least=True)
             claims.append(
                 {
                     "claim": f"WA vs ENS ({setting}, {subset}, λ = 0.5): WA at least as accurate",
@@ -91,7 +112,7 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
                     "value": mean,
                     "sd": sd,
                     "seeds_for": f"{wins}/{n}",
-                    "held": mean >= 0,
+                    "verdict": verdict(mean, wins, n, at_least=True),
                 }
             )
     full = cor[(cor.setting == "corrupt") & (cor.m == M)].set_index(["seed", "subset"])
@@ -105,14 +126,14 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
                 "value": mean,
                 "sd": sd,
                 "seeds_for": f"{wins}/{n}",
-                "held": mean > 0,
+                "verdict": verdict(mean, wins, n),
             }
         )
         for subset in ("test", "shifted"):
             part = full.xs(subset, level="subset")
             if part["wa"].isna().all():
                 continue
-            mean, sd, wins, n = _diff_claim(part["wa"], part["ens"])
+            mean, sd, wins, n = _diff_claim(part["wa"], part["ens"], at_least=True)
             claims.append(
                 {
                     "claim": f"Corruption (M = {M}): WA generalises at least as well as ENS ({subset})",
@@ -120,7 +141,7 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
                     "value": mean,
                     "sd": sd,
                     "seeds_for": f"{wins}/{n}",
-                    "held": mean >= 0,
+                    "verdict": verdict(mean, wins, n, at_least=True),
                 }
             )
     n_max = int(bon["n"].max())
@@ -138,7 +159,7 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
                     "value": mean,
                     "sd": sd,
                     "seeds_for": f"{wins}/{n}",
-                    "held": mean > 0,
+                    "verdict": verdict(mean, wins, n),
                 }
             )
     table = rl_table(rl, window)
@@ -160,18 +181,29 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
                     "value": mean,
                     "sd": sd,
                     "seeds_for": f"{wins}/{n}",
-                    "held": mean > 0,
+                    "verdict": verdict(mean, wins, n),
                 }
             )
+        mean, sd, wins, n = _diff_claim(warm["hacked_epoch"].astype(float), single["hacked_epoch"].astype(float))
+        claims.append(
+            {
+                "claim": f"RL ({setting}): hacking is delayed — the control falls back below its start later against WARM M = {M} than against one RM",
+                "measure": "hacked epoch(WARM) − hacked epoch(single)",
+                "value": mean,
+                "sd": sd,
+                "seeds_for": f"{wins}/{n}",
+                "verdict": verdict(mean, wins, n),
+            }
+        )
         mean, sd, wins, n = _diff_claim(warm["peak_epoch"].astype(float), single["peak_epoch"].astype(float))
         claims.append(
             {
-                "claim": f"RL ({setting}): hacking is delayed — the control peaks later against WARM M = {M} than against one RM",
+                "claim": f"RL ({setting}): the control peaks later against WARM M = {M} than against one RM",
                 "measure": "peak epoch(WARM) − peak epoch(single)",
                 "value": mean,
                 "sd": sd,
                 "seeds_for": f"{wins}/{n}",
-                "held": mean > 0,
+                "verdict": verdict(mean, wins, n),
             }
         )
     return claims
@@ -256,15 +288,16 @@ def _claims_md(claims: list[dict]) -> str:
     ]
     for c in claims:
         sd = "" if math.isnan(c["sd"]) else f" ± {c['sd']:.3f}"
-        lines.append(
-            f"| {c['claim']} | {c['measure']} | {c['value']:+.3f}{sd} | {c['seeds_for']} | {'held' if c['held'] else 'not held'} |"
-        )
+        lines.append(f"| {c['claim']} | {c['measure']} | {c['value']:+.3f}{sd} | {c['seeds_for']} | {c['verdict']} |")
     return "\n".join(lines) + "\n"
 
 
 def _corruption_md(cor: pd.DataFrame) -> str:
     M = int(cor["m"].max())
-    lines = [f"| setting | subset | single RM (M = 1) | ENS M = {M} | WA M = {M} |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"| setting | subset | oracle E[R] | single RM (M = 1) | ENS M = {M} | WA M = {M} |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for setting in ("clean", "corrupt"):
         for subset in ("train_clean", "train_corrupt", "test", "shifted"):
             p = cor[(cor.setting == setting) & (cor.subset == subset)]
@@ -279,13 +312,13 @@ def _corruption_md(cor: pd.DataFrame) -> str:
 
 def _rl_md(table: pd.DataFrame) -> str:
     lines = [
-        "| setting | proxy | control E[R] first epoch | control peak (epoch) | control mean | control final | drop peak→final | proxy final |",
+        "| setting | proxy | control E[R] first epoch | control peak (epoch) | hacked epoch | control mean | control final | proxy final |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for (setting, proxy), p in table.groupby(["setting", "proxy"], sort=False):
         lines.append(
             f"| {setting} | {proxy} | {_ms(p['control_initial'])} | {_ms(p['control_peak'])} ({_ms(p['peak_epoch'].astype(float))}) "
-            f"| {_ms(p['control_mean'])} | {_ms(p['control_final'])} | {_ms(p['control_drop'])} | {_ms(p['proxy_final'])} |"
+            f"| {_ms(p['hacked_epoch'].astype(float))} | {_ms(p['control_mean'])} | {_ms(p['control_final'])} | {_ms(p['proxy_final'])} |"
         )
     return "\n".join(lines) + "\n"
 

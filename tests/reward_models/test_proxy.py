@@ -170,3 +170,12 @@ def test_config_refuses_a_proxy_without_a_directory():
         load_config(None, ["reward.source=proxy"])
     with pytest.raises(ConfigError, match=r"reward\.proxy\.combine"):
         load_config(None, ["reward.proxy.combine=median"])
+
+
+def test_docs_warm_carries_the_current_rm_config_reference():
+    from pathlib import Path
+
+    from popgrpo.reward_models.config import rm_config_markdown
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "WARM.md").read_text()
+    assert rm_config_markdown() in doc, "docs/WARM.md is stale: regenerate with `popgrpo rm train --markdown`"

@@ -37,7 +37,7 @@ def test_quick_warm_study_writes_every_table_figure_and_claim(tmp_path):
     n1 = bon[bon.n == 1]  # best-of-1 is the reference policy's first idea, whatever the proxy
     assert n1.groupby("setting")["control"].nunique().eq(1).all()
     text = (tmp_path / "warm.md").read_text()
-    assert "## Claims" in text and "held" in text
+    assert "## Claims" in text and ("held" in text or "mixed" in text)
     # Run again: the RM directories and runs are kept, nothing is trained twice.
     mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")}
     run_warm_study(tmp_path, study, progress=False)
@@ -54,11 +54,13 @@ def test_hacking_summary_finds_the_peak_and_the_drop():
     assert s["peak_epoch"] == 2 and s["control_peak"] == 0.5 and s["control_mean"] == pytest.approx(1.6 / 6)
     assert s["control_final"] == pytest.approx(0.1) and s["control_drop"] == pytest.approx(0.4)
     assert s["proxy_final"] == 5 and s["control_initial"] == pytest.approx(0.1)
+    assert s["hacked_epoch"] == 6  # never below 0.1 again: one past the last epoch
+    assert hacking_summary(curve.assign(control_expected_reward=[0.2, 0.3, 0.1, 0, 0, 0]), 1, 1)["hacked_epoch"] == 2
 
 
 def test_claims_compare_wa_with_ens_and_the_diagonal_per_seed():
     rows = []
-    for seed, wa in ((1, 0.70), (2, 0.66)):
+    for seed, wa in ((1, 0.70), (2, 0.64)):
         for subset in ("test", "shifted"):
             rows.append(
                 {
@@ -68,7 +70,7 @@ def test_claims_compare_wa_with_ens_and_the_diagonal_per_seed():
                     "subset": subset,
                     "wa": wa,
                     "ens": 0.68,
-                    "diagonal": 0.65,
+                    "diagonal": 0.63,
                 }
             )
     lmc = pd.DataFrame(rows)
@@ -110,18 +112,32 @@ def test_claims_compare_wa_with_ens_and_the_diagonal_per_seed():
     )
     claims = {c["claim"]: c for c in warm_claims({"lmc": lmc, "corruption": cor, "bon": bon, "rl": rl}, window=1)}
     diag = claims["LMC (corrupt, test): WA at λ = 0.5 is at least the diagonal"]
-    assert diag["value"] == pytest.approx(0.03) and diag["seeds_for"] == "2/2" and diag["held"]
+    assert diag["value"] == pytest.approx(0.04) and diag["seeds_for"] == "2/2" and diag["verdict"] == "held"
     vs_ens = claims["WA vs ENS (corrupt, test, λ = 0.5): WA at least as accurate"]
-    assert vs_ens["value"] == pytest.approx(0.0) and vs_ens["seeds_for"] == "1/2" and not math.isnan(vs_ens["sd"])
+    assert vs_ens["value"] == pytest.approx(-0.01) and vs_ens["seeds_for"] == "1/2" and not math.isnan(vs_ens["sd"])
+    assert vs_ens["verdict"] == "not held"
     assert claims["Corruption (M = 2): WA memorises corrupted labels less than ENS"]["value"] == pytest.approx(0.05)
     assert claims["Best-of-4 (corrupt): WARM M = 2 picks better ideas than the mean single RM"][
         "value"
     ] == pytest.approx(0.15)
     peak = claims["RL (corrupt): GRPO against WARM M = 2 reaches a higher peak control reward than against one RM"]
-    assert peak["value"] == pytest.approx(0.1) and peak["held"]  # peaks of the 3-epoch centred means: 0.25 vs 0.15
+    assert (
+        peak["value"] == pytest.approx(0.1) and peak["verdict"] == "held"
+    )  # peaks of the 3-epoch centred means: 0.25 vs 0.15
     average = "RL (corrupt): GRPO against WARM M = 2 keeps a higher control reward on average over training than against one RM"
     assert claims[average]["value"] == pytest.approx(0.1)
-    delayed = claims[
-        "RL (corrupt): hacking is delayed — the control peaks later against WARM M = 2 than against one RM"
+    later_peak = claims["RL (corrupt): the control peaks later against WARM M = 2 than against one RM"]
+    assert later_peak["value"] == 2 and later_peak["verdict"] == "held"
+    # single falls below its start (0.15 after smoothing) at epoch 1; warm2 never does: 3 = its last epoch + 1
+    hacked = claims[
+        "RL (corrupt): hacking is delayed — the control falls back below its start later against WARM M = 2 than against one RM"
     ]
-    assert delayed["value"] == 2 and delayed["held"]
+    assert hacked["value"] == 2 and hacked["verdict"] == "held"
+
+
+def test_verdicts_need_most_seeds_to_agree_with_the_mean():
+    from popgrpo.study.warm_report import verdict
+
+    assert verdict(0.3, 1, 3) == "mixed"  # one seed far ahead pulls the mean: not a held claim
+    assert verdict(0.3, 2, 3) == "held" and verdict(-0.1, 1, 3) == "not held" and verdict(-0.1, 2, 3) == "mixed"
+    assert verdict(0.0, 3, 3, at_least=True) == "held" and verdict(0.0, 0, 3) == "not held"
