@@ -64,7 +64,7 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "popgrpo_control_expected_reward": MetricSpec(
         "gauge",
-        "Noise-free expected execution reward E[R] = Q·p_exec of the member's latest ideas (idea environment).",
+        "Noise-free expected execution reward E[R] = Q*p_exec of the member's latest ideas (idea environment).",
         _MEMBER,
         "control_expected_reward",
     ),
