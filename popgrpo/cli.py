@@ -27,6 +27,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from popgrpo.telemetry.loggers import check_available
 
         check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
+        _check_proxy(config)
     # Imported after validation so a bad config fails fast, before torch loads.
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 
@@ -78,6 +79,18 @@ def _check_executor(config, executor: str) -> None:
             "archive.redis_url: Redis write-through is done by the Ray executor's archive actor; "
             "drop --executor local or unset archive.redis_url"
         )
+
+
+def _check_proxy(config) -> None:
+    """reward.source=proxy: a missing or bad RM directory is bad input (exit 2), found before anything starts."""
+    if config.reward.source == "proxy":
+        from popgrpo.reward_models.proxy import check_proxy
+        from popgrpo.reward_models.store import RMDirError
+
+        try:
+            check_proxy(config)
+        except RMDirError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _created_run_dir(run_dir: Path) -> Path:
@@ -164,12 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.set_defaults(func=_cmd_lm_tiny)
 
     from popgrpo.ops import dashboards, monitor, ray_jobs
+    from popgrpo.reward_models import cli as rm_cli
     from popgrpo.study import cli as study_cli
 
     ray_jobs.add_parsers(sub)
     dashboards.add_parsers(sub)
     monitor.add_parsers(sub)
     study_cli.add_parsers(sub)
+    rm_cli.add_parsers(sub)
     return parser
 
 

@@ -550,6 +550,37 @@ class EvalConfig(_Section):
         return self
 
 
+class ProxyConfig(_Section):
+    dir: str | None = Field(
+        None,
+        description="RM directory written by `popgrpo rm train` (rms.json, rm_<k>.pt, warm.pt); required with reward.source=proxy.",
+    )
+    combine: Literal["single", "ens", "warm"] = Field(
+        "warm",
+        description="How the directory's RMs become one proxy (WARM, Ramé et al. 2024, seed 003). `single`: RM number reward.proxy.index alone. `ens`: the mean of the first n_models RMs' scores (prediction ensembling, ENS; n_models forward passes per idea). `warm`: one RM whose weights are the mean of the first n_models RMs' weights (weight averaging; one forward pass).",
+    )
+    n_models: int | None = Field(
+        None, ge=1, description="RMs combined by ens / warm, the first n of the directory; None: all of them."
+    )
+    index: int = Field(0, ge=0, description="The RM used by combine=single.")
+
+    _absolute_dir = field_validator("dir")(lambda v: _absolute_if_exists(v))
+
+
+class RewardConfig(_Section):
+    source: Literal["execution", "proxy"] = Field(
+        "execution",
+        description="What members train on. `execution`: the environment's execution reward. `proxy`: a learned reward model (reward.proxy); the execution reward is still drawn each step and logged as the control reward (metrics control_reward_mean, control_reward_max), beside its noise-free expectation control_expected_reward, so reward hacking shows in metrics.parquet and the live metrics (docs/WARM.md).",
+    )
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="The learned proxy (reward.source=proxy).")
+
+    @model_validator(mode="after")
+    def _proxy_needs_a_dir(self) -> RewardConfig:
+        if self.source == "proxy" and not self.proxy.dir:
+            raise ValueError("reward.source=proxy needs reward.proxy.dir (an RM directory of `popgrpo rm train`)")
+        return self
+
+
 class Config(_Section):
     """A whole run. Sections mirror the paper: GRPO, QD, MaxEnt, population/scheduler."""
 
@@ -565,6 +596,9 @@ class Config(_Section):
     population: PopulationConfig = Field(default_factory=PopulationConfig, description="The population.")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig, description="Pop-GRPO scheduler.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="pass@k / best@k evaluation (WiSE-FT §3.1).")
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig, description="Where rewards come from: execution, or a learned proxy (WARM)."
+    )
 
     @model_validator(mode="after")
     def _cross_field(self) -> Config:

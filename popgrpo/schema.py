@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPLEXITY_QUANTILES",
+    "CONTROL_COLUMNS",
     "INT_COLUMNS",
     "METRIC_COLUMNS",
     "POP_SCORE",
@@ -29,6 +30,11 @@ POP_SCORE = "pop_score"
 
 # Of every idea of an epoch (paper Figure 3): complexity_p10 … complexity_p90.
 COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
+
+# The control reward (docs/WARM.md): the execution reward of the epoch's ideas, whatever the
+# member trained on (equal to reward_mean / reward_max with reward.source=execution), and its
+# noise-free expectation E[R(x)] = Q(x)·p_exec(x) where the environment knows it (NaN otherwise).
+CONTROL_COLUMNS = ("control_reward_mean", "control_reward_max", "control_expected_reward")
 
 METRIC_COLUMNS = (
     "epoch",
@@ -50,6 +56,7 @@ METRIC_COLUMNS = (
     "pass_at_k",
     "best_at_k",
     *(f"complexity_p{round(q * 100)}" for q in COMPLEXITY_QUANTILES),
+    *CONTROL_COLUMNS,
 )
 INT_COLUMNS = frozenset({"epoch", "member", "archive_new", "archive_improved", "bad_rewards", "ideas"})
 

@@ -52,7 +52,8 @@ from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.merge import Mutation, mutate
 from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
-from popgrpo.schema import REASONS_COLUMN
+from popgrpo.reward_models.proxy import make_reward_source
+from popgrpo.schema import CONTROL_COLUMNS, REASONS_COLUMN
 
 __all__ = [
     "BadRewardError",
@@ -91,11 +92,23 @@ def make_optimizer(params, config: Config) -> torch.optim.Adam:
 class _Scoring:
     """A step between its environment rewards and the archive's answer (see :meth:`Member.score_begin`)."""
 
-    __slots__ = ("complexity", "finite", "flat", "n_bad", "reasons", "request", "rewards", "samples")
+    __slots__ = (
+        "complexity",
+        "control",
+        "expected",
+        "finite",
+        "flat",
+        "n_bad",
+        "reasons",
+        "request",
+        "rewards",
+        "samples",
+    )
 
-    def __init__(self, samples, flat, rewards, complexity, finite, n_bad, reasons, request) -> None:
+    def __init__(self, samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected) -> None:
         self.samples, self.flat, self.rewards, self.complexity = samples, flat, rewards, complexity
         self.finite, self.n_bad, self.reasons, self.request = finite, n_bad, reasons, request
+        self.control, self.expected = control, expected
 
 
 class Member:
@@ -108,7 +121,9 @@ class Member:
         env: the environment; built from ``config.env`` when omitted.
         device: where the policy computes (the environment, the archive and the advantages
             work on the CPU).
-        reward_source: what ideas are worth; the environment's execution reward when omitted.
+        reward_source: what ideas are worth; when omitted, what ``reward.source`` says: the
+            environment's execution reward, or a learned proxy
+            (:func:`popgrpo.reward_models.proxy.make_reward_source`).
     """
 
     def __init__(
@@ -126,7 +141,11 @@ class Member:
         self.rollouts: Rollouts = make_rollouts(config, member_id, env, self.device)
         self.env = self.rollouts.env
         self.policy = self.rollouts.policy
-        self.reward_source: RewardSource = reward_source or self.rollouts.execution_reward
+        if reward_source is None:
+            reward_source = make_reward_source(config, self.rollouts.execution_reward)
+        self.reward_source: RewardSource = reward_source
+        # The control reward's noise-free expectation, where the environment knows it (IdeaEnv).
+        self._expected_reward = getattr(self.env, "expected_reward", None)
         self.archive = archive
         self.inserts = EpochInserts(archive, self.rollouts.behaviour, deferred=self.defers_archive_inserts)
         self.optimizer = make_optimizer(self.policy.parameters(), config)
@@ -168,14 +187,17 @@ class Member:
     def score_begin(self, samples: Samples) -> _Scoring:
         """Rewards of a step's ideas from the reward source, and the archive request sent (not awaited)."""
         flat, complexity = self.rollouts.describe(samples)
-        rewards, reasons = self.reward_source(samples, flat, self.generator)
-        rewards = rewards.reshape(samples.n_prompts, samples.group_size)
+        answer = self.reward_source(samples, flat, self.generator)
+        shape = (samples.n_prompts, samples.group_size)
+        rewards, reasons = answer.values.reshape(shape), answer.reasons
+        control = None if answer.control is None else answer.control.reshape(shape)
+        expected = None if self._expected_reward is None else self._expected_reward(flat).reshape(shape)
         finite = torch.isfinite(rewards)
         n_bad = 0 if bool(finite.all()) else int((~finite).sum())
         if n_bad:
             self._count_bad_rewards(n_bad, rewards.numel())
         request = self.inserts.submit(flat, rewards, finite, self.config.maxent.novelty.enabled)
-        return _Scoring(samples, flat, rewards, complexity, finite, n_bad, reasons, request)
+        return _Scoring(samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected)
 
     def score_end(self, scoring: _Scoring) -> StepBatch:
         """Archive bonus and novelty into the returns (when the archive answered this step), then the advantages."""
@@ -204,6 +226,8 @@ class Member:
             advantages=advantages.to(self.device),
             info=info,
             reasons=scoring.reasons,
+            control=scoring.control,
+            expected=scoring.expected,
         )
 
     def loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -234,6 +258,8 @@ class Member:
             kl=kl.detach(),
             bad_rewards=batch.n_bad,
             reasons=batch.reasons,
+            control=batch.control,
+            expected=batch.expected,
             **batch.info,
         )
 
@@ -245,6 +271,7 @@ class Member:
         stats = self.inserts.stats()
         means = epoch_means(steps, self.config.eval.success_threshold, self.config.eval.k)
         quantiles = {key: means.pop(key) for key in [k for k in means if k.startswith("complexity_p")]}
+        control = {key: means.pop(key) for key in CONTROL_COLUMNS}
         row = {
             "epoch": self.epochs_done,
             "member": self.member_id,
@@ -257,6 +284,7 @@ class Member:
             "bad_rewards": int(sum(s.bad_rewards for s in steps)),
             "ideas": int(sum(s.rewards.numel() for s in steps)),
             **quantiles,
+            **control,
         }
         if any(s.reasons is not None for s in steps):
             reasons = sum((s.reasons for s in steps if s.reasons is not None), Counter())

@@ -59,6 +59,9 @@ class Rewards(NamedTuple):
 
     values: torch.Tensor  # [N] float32 CPU; NaN/inf marks a bad reward
     reasons: Counter | None = None  # "source:reason" → count, where the source says why
+    # [N] the execution reward of the same ideas when ``values`` come from a learned proxy
+    # (the control reward, logged, never trained on); None: ``values`` are the execution reward.
+    control: torch.Tensor | None = None
 
 
 class RewardSource(Protocol):

@@ -70,6 +70,8 @@ class StepBatch:
     advantages: torch.Tensor  # [P, G] on the member's device
     info: dict = field(default_factory=dict)  # archive_new / archive_improved / novelty, when answered this step
     reasons: Counter | None = None  # why rewards were what they were (text reward callables)
+    control: torch.Tensor | None = None  # [P, G] execution reward when ``rewards`` come from a proxy
+    expected: torch.Tensor | None = None  # [P, G] noise-free expected execution reward, where known
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class StepStats:
     archive_improved: int = 0
     novelty: float = math.nan
     reasons: Counter | None = None
+    control: torch.Tensor | None = None  # [P, G]; None: the rewards are the execution reward
+    expected: torch.Tensor | None = None  # [P, G]; None: the environment does not know it
 
 
 def zero_bad(rewards: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
@@ -174,11 +178,16 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
     rewards = torch.stack([s.rewards for s in steps])  # [S, P, G]
     finite = torch.stack([s.finite for s in steps])
     complexity = torch.stack([s.complexity for s in steps])
-    good = finite.flatten(1)
-    reward_sum = torch.where(finite, rewards, torch.zeros((), dtype=rewards.dtype)).flatten(1).sum(1)
-    step_mean = reward_sum / good.sum(1)  # a step with no finite reward: 0/0 = NaN
-    step_max = torch.where(finite, rewards, torch.tensor(-math.inf)).flatten(1).amax(1)
-    step_max = torch.where(good.any(1), step_max, torch.tensor(math.nan))
+    step_mean, step_max = _step_mean_max(rewards, finite)
+    if any(s.control is not None for s in steps):
+        control = torch.stack([s.rewards if s.control is None else s.control for s in steps])
+        control_mean, control_max = _step_mean_max(control, torch.isfinite(control))
+    else:
+        control_mean, control_max = step_mean, step_max
+    if all(s.expected is not None for s in steps):
+        expected = torch.stack([s.expected for s in steps]).flatten(1).double().mean(1)
+    else:
+        expected = torch.full((len(steps),), math.nan)
     pass_k, best_k = group_pass_best_at_k_batches(rewards, success_threshold, k)
     per_step = {  # [S] each
         "reward_mean": step_mean,
@@ -190,12 +199,24 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
         "novelty": torch.tensor([s.novelty for s in steps]),
         "pass_at_k": pass_k,
         "best_at_k": best_k,
+        "control_reward_mean": control_mean,
+        "control_reward_max": control_max,
+        "control_expected_reward": expected,
     }
     means = dict(zip(per_step, _nanmean_rows(torch.stack([v.double() for v in per_step.values()])), strict=True))
     # numpy's quantile (linear interpolation, as torch.quantile) is 3× faster here on an epoch's values.
     quantiles = np.quantile(complexity.flatten().double().numpy(), COMPLEXITY_QUANTILES).tolist()
     means.update({f"complexity_p{round(q * 100)}": v for q, v in zip(COMPLEXITY_QUANTILES, quantiles, strict=True)})
     return means
+
+
+def _step_mean_max(rewards: torch.Tensor, finite: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each step's mean and max of its finite rewards, ``[S, P, G]`` → two ``[S]`` (NaN: none finite)."""
+    good = finite.flatten(1)
+    reward_sum = torch.where(finite, rewards, torch.zeros((), dtype=rewards.dtype)).flatten(1).sum(1)
+    step_mean = reward_sum / good.sum(1)  # a step with no finite reward: 0/0 = NaN
+    step_max = torch.where(finite, rewards, torch.tensor(-math.inf)).flatten(1).amax(1)
+    return step_mean, torch.where(good.any(1), step_max, torch.tensor(math.nan))
 
 
 def _nanmean_rows(values: torch.Tensor) -> list[float]:

@@ -75,6 +75,12 @@ class IdeaEnv:
         p = 1.0 / (1.0 + self.exec_lambda * ideas.norm(dim=1))
         return p.clamp(self.p_exec_min, self.p_exec_max)
 
+    def expected_reward(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` noise-free expected reward ``E[R(x)] = Q(x)·p_exec(x)`` (the
+        control reward of a run trained on a learned proxy, without the execution noise)."""
+        ideas = ideas.detach()
+        return self.quality(ideas) * self.p_exec(ideas)
+
     def reward(self, ideas: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """``[N, d]`` → ``[N]`` stochastic execution reward ``Q·B + ε·B``."""
         ideas = ideas.detach()

@@ -19,7 +19,26 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _cmd_reproduce_warm(args: argparse.Namespace) -> int:
+    from popgrpo.study.warm import FULL, QUICK, run_warm_study
+
+    if args.address or args.landscape != "collapse" or args.epochs:
+        from popgrpo.config import ConfigError
+
+        raise ConfigError(
+            "--study warm runs in this process with its own plan: drop --address, --landscape and --epochs"
+        )
+    out = Path(args.out or ("runs/warm-quick" if args.quick else "runs/warm"))
+    result = run_warm_study(out, QUICK if args.quick else FULL, progress=args.verbose > 0)
+    print(f"WARM study in {result['seconds']:.0f} s; tables and figures in {out}/:")
+    for path in result["written"]:
+        print(f"  {path}")
+    return 0
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> int:
+    if args.study == "warm":
+        return _cmd_reproduce_warm(args)
     from popgrpo.study.report import render
     from popgrpo.study.run import reproduce
 
@@ -127,6 +146,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         choices=("collapse", "paper"),
         default="collapse",
         help="collapse: today's presets (default); paper: the calibrated paper_* presets of `popgrpo calibrate`",
+    )
+    rep.add_argument(
+        "--study",
+        choices=("paper", "warm"),
+        default="paper",
+        help="paper: the main paper's studies (default); warm: WARM's reward-model study (docs/WARM.md), in this process",
     )
     rep.set_defaults(func=_cmd_reproduce)
 

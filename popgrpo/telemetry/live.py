@@ -56,6 +56,18 @@ METRICS: dict[str, MetricSpec] = {
     "popgrpo_ideas_total": MetricSpec(
         "counter", "Ideas evaluated (sampled and rewarded) by the member.", _MEMBER, "ideas"
     ),
+    "popgrpo_control_reward_mean": MetricSpec(
+        "gauge",
+        "Mean execution reward of the member's latest epoch, whatever it trained on: the control reward of a run against a learned proxy (reward.source=proxy); equal to popgrpo_reward_mean otherwise.",
+        _MEMBER,
+        "control_reward_mean",
+    ),
+    "popgrpo_control_expected_reward": MetricSpec(
+        "gauge",
+        "Noise-free expected execution reward E[R] = Q*p_exec of the member's latest ideas (idea environment).",
+        _MEMBER,
+        "control_expected_reward",
+    ),
     "popgrpo_round": MetricSpec("gauge", "Scheduler round in progress (0-based).", ("run",)),
     "popgrpo_restarts_total": MetricSpec(
         "counter", "Actors rebuilt or restarted after a failure (member actors, archive actor).", ("run",)
