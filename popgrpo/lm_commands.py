@@ -55,11 +55,12 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         cfg = replace(base, **overrides)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     out = _writable_dir(Path(args.out), args.force)
-    if args.threads:
-        import torch
+    import torch
 
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
     summary = pretrain(cfg, out, progress=not args.quiet)
     last = summary["last"]
     print(json.dumps({k: summary[k] for k in ("out", "parameters", "vocab_size", "seconds", "checkpoints")}))
@@ -128,7 +129,7 @@ def add_lm_parsers(lm) -> None:
         "--out", required=True, help="directory to write (save_pretrained model + tokenizer, checkpoints/)"
     )
     pre.add_argument("--quick", action="store_true", help="a seconds-long run (tests, smoke runs; not a useful model)")
-    pre.add_argument("--steps", type=int, help="optimiser steps (default 800; --quick 30)")
+    pre.add_argument("--steps", type=int, help="optimiser steps (default 600; --quick 30)")
     pre.add_argument("--corpus-size", type=int, help="generated training programs (default 12000)")
     pre.add_argument("--hidden", type=int, help="hidden size (default 160)")
     pre.add_argument("--layers", type=int, help="transformer layers (default 4)")
@@ -136,7 +137,13 @@ def add_lm_parsers(lm) -> None:
     pre.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default 200)")
     pre.add_argument("--exec-samples", type=int, help="samples executed per check, 0 for none (default 24)")
     pre.add_argument("--seed", type=int, help="corpus, initialisation, batches and samples (default 0)")
-    pre.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    pre.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: on cores shared with other work, two threads measured 10x slower per step "
+        "than one, as OpenMP's threads wait on each other)",
+    )
     pre.add_argument("--force", action="store_true", help="overwrite a model already in --out")
     pre.add_argument("--quiet", action="store_true", help="no progress bar")
     pre.set_defaults(func=_cmd_pretrain)

@@ -39,7 +39,7 @@ PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    """What ``popgrpo lm pretrain`` trains. The defaults fit in about 10 minutes on 2 CPU cores."""
+    """What ``popgrpo lm pretrain`` trains: about 1.1 M parameters, 600 steps of 16 programs."""
 
     corpus_size: int = 12000  # generated training documents
     val_size: int = 256  # held-out documents for the validation loss
@@ -49,7 +49,7 @@ class PretrainConfig:
     heads: int = 4
     max_length: int = 128  # documents are cut to this many tokens (BOS and EOS included)
     batch_size: int = 16
-    steps: int = 800
+    steps: int = 600
     lr: float = 3e-3
     warmup_steps: int = 40
     weight_decay: float = 0.01
@@ -300,7 +300,8 @@ def pretrain(cfg: PretrainConfig, out: str | Path, progress: bool = True) -> dic
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimiser.step()
         scheduler.step()
-        recent = [*recent[-19:], float(loss.detach())]
+        value = float(loss.detach())
+        recent = [*recent[-19:], value]
         if step % cfg.checkpoint_every == 0 and step < cfg.steps:
             _save(model, tokenizer, out / "checkpoints" / f"step-{step:06d}")
         if step % cfg.eval_every == 0 or step == cfg.steps:
@@ -310,7 +311,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, progress: bool = True) -> dic
                 refresh=False,
             )
         else:
-            bar.set_postfix(loss=f"{float(loss):.3f}", refresh=False)
+            bar.set_postfix(loss=f"{value:.3f}", refresh=False)
     bar.close()
     model.eval()
     _save(model, tokenizer, out)

