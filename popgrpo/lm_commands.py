@@ -80,6 +80,8 @@ def _cmd_programs(args: argparse.Namespace) -> int:
         raise ConfigError(f"--model {model_dir}: not a save_pretrained model directory (no config.json)")
     if args.samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {args.samples}")
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     try:
         edges = [int(e) for e in args.edges.split(",")]
     except ValueError:
@@ -91,6 +93,7 @@ def _cmd_programs(args: argparse.Namespace) -> int:
 
     from popgrpo.policies.pretrain import sample_completions
 
+    torch.set_num_threads(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32)
     prompts = [header(STYLES[i % len(STYLES)]) for i in range(args.samples)]
@@ -159,5 +162,6 @@ def add_lm_parsers(lm) -> None:
     prog.add_argument("--edges", default="20,30,40,50,60,80,128", help="length bins' upper bounds in tokens")
     prog.add_argument("--batch", type=int, default=60, help="completions sampled at once")
     prog.add_argument("--seed", type=int, default=0)
+    prog.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as for pretrain)")
     prog.add_argument("--json", help="also write the table as JSON here")
     prog.set_defaults(func=_cmd_programs)
