@@ -126,7 +126,7 @@ def add_lm_parsers(lm) -> None:
     """Add ``pretrain`` and ``programs`` to the ``popgrpo lm`` sub-commands."""
     pre = lm.add_parser(
         "pretrain",
-        help="train a small causal LM from scratch on generated Python programs (about 10 min on 2 cores)",
+        help="train a small causal LM from scratch on generated Python programs (5 min measured on 2 busy cores)",
     )
     pre.add_argument(
         "--out", required=True, help="directory to write (save_pretrained model + tokenizer, checkpoints/)"
