@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0, help="weight-initialisation seed")
     tiny.add_argument("--force", action="store_true", help="overwrite a model already in --out")
     tiny.set_defaults(func=_cmd_lm_tiny)
+    from popgrpo.lm_commands import add_lm_parsers
+
+    add_lm_parsers(lm)
 
     from popgrpo.ops import dashboards, monitor, ray_jobs
     from popgrpo.reward_models import cli as rm_cli

@@ -235,7 +235,7 @@ class Member:
         cfg, samples = self.config, batch.samples
         return grpo_loss(
             logp,
-            samples.old_logp,
+            logp.detach() if samples.old_logp is None else samples.old_logp,
             samples.ref_logp,
             self.rollouts.expand(batch.advantages, samples),
             entropy,

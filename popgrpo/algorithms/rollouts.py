@@ -222,7 +222,10 @@ class TextRollouts:
         prompts = self._draw_prompts(generator)
         rollout = self.policy.rollout(prompts, self.config.grpo.group_size, generator)
         with torch.no_grad():
-            old_logp, _ = self.policy.token_log_probs(rollout)
+            # With one update per batch the update's own log-probs, detached, are the sampling
+            # policy's (the weights have not changed), so that forward pass is not done twice
+            # (TRL skips it the same way): ``old_logp`` None, the loss uses ``logp.detach()``.
+            old_logp = self.policy.token_log_probs(rollout)[0] if self.config.grpo.updates_per_batch > 1 else None
             ref_logp = self.policy.reference_log_probs(rollout)
         return Samples(rollout, old_logp, ref_logp, len(prompts), rollout.group_size)
 

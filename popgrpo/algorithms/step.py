@@ -48,10 +48,12 @@ class Samples:
     ``ideas`` is ``[P, G, d]`` on the member's device for vector ideas, a
     :class:`~popgrpo.policies.causal_lm.Rollout` for text. ``old_logp`` / ``ref_logp`` are
     ``[P, G]`` per idea, or ``[N, T]`` per token, under the sampling and the reference policy.
+    ``old_logp`` is None where the sampling policy's log-probs are the first update's own
+    (text with one update per batch): the loss then takes those, detached.
     """
 
     ideas: Any
-    old_logp: torch.Tensor
+    old_logp: torch.Tensor | None
     ref_logp: torch.Tensor
     n_prompts: int
     group_size: int
