@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import math
 import random
+import sys
 from collections.abc import Sequence
 
 __all__ = [
@@ -62,11 +63,12 @@ OPERATION_NODES = (
     ast.FunctionDef,
 )
 
-# The program task's sandbox template: the program, then B = 1 when it left a number in `result`
-# (anything else leaves no score: reason `no_score`; no `result` at all is a NameError: `crash`).
-# It runs after the program, in its interpreter; the exact type check keeps an object the
-# program made from computing its own score.
-SUCCESS_TEMPLATE = "{code}\nscore = 1.0 if type(result) in (int, float) else None\n"
+# The program task's sandbox template: the program, then its `result` handed over as the score.
+# B = 1 when the sandbox reports `ok`: the bootstrap, outside the program's reach, accepts only a
+# finite int or float (no bool; a subclass read through its base, none of its methods called), so a
+# program that shadows `type`, `int` or the builtins cannot pass anything else off as a number.
+# Anything else leaves no score (`no_score`); no `result` at all is a NameError (`crash`).
+SUCCESS_TEMPLATE = "{code}\nscore = result\n"
 
 _NAMES = ("a", "b", "c", "x", "y", "n", "m", "k", "total", "value", "step", "acc")
 _ADD_OPS = ("+", "-", "*")
@@ -232,7 +234,7 @@ def program_reward(
     """
     from popgrpo.envs.rewards import execution_score
 
-    success, reasons = execution_score(
+    _, reasons = execution_score(
         prompts,
         completions,
         template=SUCCESS_TEMPLATE,
@@ -241,10 +243,11 @@ def program_reward(
         cpu_s=cpu_s,
         memory_mb=memory_mb,
         max_workers=max_workers,
+        score_range=(-sys.float_info.max, sys.float_info.max),  # any finite number: B is whether it ran, not its value
         site_packages=False,
         isolation=isolation,
     )
-    rewards = [b * program_quality(code, scale) if b > 0 else 0.0 for b, code in zip(success, completions, strict=True)]
+    rewards = [program_quality(code, scale) if r == "ok" else 0.0 for r, code in zip(reasons, completions, strict=True)]
     return rewards, reasons
 
 

@@ -67,6 +67,31 @@ def test_reward_is_zero_for_programs_that_fail_and_rises_with_operations():
     assert 0 < rewards[0] < 0.2 < 0.6 < rewards[1] < 1  # the simple program's ceiling is low
 
 
+def test_a_program_cannot_pass_off_a_non_number_as_its_result():
+    """B is decided by the sandbox's bootstrap after the program, not by code in its namespace:
+    shadowing ``type``/``int``/``float`` or rebinding builtins, a bool, NaN and an int too large
+    for a float all leave no score. (A float subclass is a number: the bootstrap reads its
+    stored value through ``float`` itself, never the subclass's methods.)"""
+    require_sandbox()
+    attacks = [
+        "type = lambda v: int\nresult = 'text'\n",
+        "int = str\nfloat = str\nresult = 'text'\n",
+        "import builtins\nbuiltins.type = lambda v: int\nbuiltins.isinstance = lambda *a: True\nresult = [1]\n",
+        "result = True\n",
+        "result = float('nan')\n",
+        "result = 10 ** 400\n",
+        "score = 1.0\nresult = None\n",  # its own score is overwritten by `result`
+    ]
+    rewards, reasons = program_reward(["# arithmetic\n"] * len(attacks), attacks)
+    assert rewards == [0.0] * len(attacks), list(zip(reasons, attacks, strict=True))
+    assert all(r != "ok" for r in reasons), reasons
+    # The control: a number from the same kind of program does count, negative or not.
+    numbers = ["result = -7 * 3\n", "result = 2.5\n", "class F(float):\n    pass\nresult = F(2.0)\n"]
+    rewards, reasons = program_reward(["# arithmetic\n"] * 3, numbers)
+    assert reasons == ["ok"] * 3 and rewards == pytest.approx([program_quality(p) for p in numbers])
+    assert rewards[0] > 0
+
+
 def test_quality_counts_operations_and_survives_garbage():
     assert count_operations("result = 1 + 2 * 3") == 2
     assert count_operations("def f(x):\n    return x\nresult = f(1)") == 2  # the def and the call
