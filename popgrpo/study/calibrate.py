@@ -212,15 +212,16 @@ def calibrate(
     trials.sort_values("loss").to_parquet(out / "trials.parquet", index=False)
     best = results.get_best_result(metric="loss", mode="min")
     point = {k: best.config[k] for k in search_space()}
+    errors = {k: best.metrics[f"error_{k}"] for k in KEYS}
     fit = {
         "point": point,
         "overrides": landscape_overrides(point),
         "loss": best.metrics["loss"],
         "measured": {k: best.metrics[k] for k in KEYS},
         "paper": dict(TARGET),
-        "errors": {k: best.metrics[f"error_{k}"] for k in KEYS},
+        "errors": errors,
         "tolerance": dict(TOLERANCE),
-        "within_tolerance": within_tolerance({k: best.metrics[f"error_{k}"] for k in KEYS}),
+        "within_tolerance": within_tolerance(errors),
         "search": {
             "algorithm": "Optuna TPE via ray.tune.search.optuna.OptunaSearch",
             "start_points": list(START_POINTS),
