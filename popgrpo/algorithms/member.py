@@ -144,8 +144,6 @@ class Member:
         if reward_source is None:
             reward_source = make_reward_source(config, self.rollouts.execution_reward)
         self.reward_source: RewardSource = reward_source
-        # The control reward's noise-free expectation, where the environment knows it (IdeaEnv).
-        self._expected_reward = getattr(self.env, "expected_reward", None)
         self.archive = archive
         self.inserts = EpochInserts(archive, self.rollouts.behaviour, deferred=self.defers_archive_inserts)
         self.optimizer = make_optimizer(self.policy.parameters(), config)
@@ -191,7 +189,7 @@ class Member:
         shape = (samples.n_prompts, samples.group_size)
         rewards, reasons = answer.values.reshape(shape), answer.reasons
         control = None if answer.control is None else answer.control.reshape(shape)
-        expected = None if self._expected_reward is None else self._expected_reward(flat).reshape(shape)
+        expected = None if answer.expected is None else answer.expected.reshape(shape)
         finite = torch.isfinite(rewards)
         n_bad = 0 if bool(finite.all()) else int((~finite).sum())
         if n_bad:

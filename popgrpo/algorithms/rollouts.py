@@ -62,6 +62,9 @@ class Rewards(NamedTuple):
     # [N] the execution reward of the same ideas when ``values`` come from a learned proxy
     # (the control reward, logged, never trained on); None: ``values`` are the execution reward.
     control: torch.Tensor | None = None
+    # [N] the noise-free expectation of the execution reward, where the environment knows it
+    # (IdeaEnv: Q·p_exec), logged as control_expected_reward; None elsewhere.
+    expected: torch.Tensor | None = None
 
 
 class RewardSource(Protocol):
@@ -151,6 +154,8 @@ class IdeaRollouts:
         # maxent.entropy.per_dimension: the policy's entropy is per dimension; ×d gives the joint one.
         self.entropy_scale = 1 if config.maxent.entropy.per_dimension else env.idea_dim
         self._round0: dict[str, torch.Tensor] | None = None
+        # The environment's reward with its noise-free expectation, where it offers one (Environment).
+        self._execute = getattr(env, "execute", None)
 
     def sample(self, generator: torch.Generator) -> Samples:
         with torch.no_grad():  # one forward samples and scores
@@ -183,7 +188,10 @@ class IdeaRollouts:
         return self.env.behaviour(flat)
 
     def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
-        return Rewards(self.env.reward(flat, generator).float())
+        if self._execute is None:
+            return Rewards(self.env.reward(flat, generator).float())
+        values, expected = self._execute(flat, generator)
+        return Rewards(values.float(), expected=expected.float())
 
     def round0(self) -> dict[str, torch.Tensor]:
         if self._round0 is None:  # built on first use: only the svd mutation needs it

@@ -22,7 +22,13 @@ __all__ = ["Environment", "TextEnvironment", "make_env"]
 
 @runtime_checkable
 class Environment(Protocol):
-    """What a GRPO member asks of an environment. All methods are batched over dim 0."""
+    """What a GRPO member asks of an environment. All methods are batched over dim 0.
+
+    An environment that knows its reward's noise-free expectation may also offer
+    ``execute(ideas, generator) -> (rewards [N], expectations [N])`` (as :class:`IdeaEnv` does);
+    members then call it instead of :meth:`reward` and log the mean expectation as
+    ``control_expected_reward``.
+    """
 
     idea_dim: int
     behaviour_dim: int

@@ -83,10 +83,16 @@ class IdeaEnv:
 
     def reward(self, ideas: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """``[N, d]`` → ``[N]`` stochastic execution reward ``Q·B + ε·B``."""
+        return self.execute(ideas, generator)[0]
+
+    def execute(self, ideas: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[N, d]`` → ``([N] reward Q·B + ε·B, [N] its expectation Q·p_exec)`` from one
+        evaluation of ``Q`` and ``p_exec`` (a step logs both; the draws are :meth:`reward`'s)."""
         ideas = ideas.detach()
-        success = torch.bernoulli(self.p_exec(ideas), generator=generator)
+        quality, p_exec = self.quality(ideas), self.p_exec(ideas)
+        success = torch.bernoulli(p_exec, generator=generator)
         noise = self.noise_std * torch.randn(ideas.shape[0], generator=generator)
-        return (self.quality(ideas) + noise) * success
+        return (quality + noise) * success, quality * p_exec
 
     def behaviour(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N, 2]``: (complexity squashed to (0, 1), direction in [0, 1])."""

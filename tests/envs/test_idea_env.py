@@ -67,3 +67,13 @@ def test_behaviour_and_complexity():
     y = torch.zeros(1, 16)
     y[0, :2] = torch.tensor([0.0, -1.0])
     assert env.behaviour(y)[0].tolist() == pytest.approx([1 / (1 + math.exp(2.0)), 0.25])
+
+
+def test_execute_draws_as_reward_does_and_returns_the_expectation():
+    env = IdeaEnv()
+    ideas = torch.randn(64, env.idea_dim, generator=torch.Generator().manual_seed(1)) * 4
+    alone = env.reward(ideas, torch.Generator().manual_seed(7))
+    values, expected = env.execute(ideas, torch.Generator().manual_seed(7))
+    assert torch.equal(values, alone)  # same draws, same order: runs do not change
+    assert torch.allclose(expected, env.quality(ideas) * env.p_exec(ideas))
+    assert torch.equal(expected, env.expected_reward(ideas))
