@@ -154,6 +154,16 @@ def test_readme_commands_are_the_getting_started_pages():
     assert shown - run == set()
 
 
+def test_make_docs_builds_strict_and_serves_on_loopback():
+    dry = {
+        t: subprocess.run(["make", "-n", t], cwd=REPO, capture_output=True, text=True, timeout=60)
+        for t in ("docs", "docs-serve")
+    }
+    assert all(res.returncode == 0 for res in dry.values()), {t: r.stderr for t, r in dry.items()}
+    assert "mkdocs build --strict" in dry["docs"].stdout
+    assert "mkdocs serve" in dry["docs-serve"].stdout and "--dev-addr 127.0.0.1:" in dry["docs-serve"].stdout
+
+
 def test_readme_is_short_and_its_links_resolve():
     text = (REPO / "README.md").read_text()
     assert len(text.splitlines()) <= 150
