@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install run test lint format clean
+.PHONY: install run test lint format clean docs docs-serve docs-reference
 
 $(BIN)/popgrpo: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,5 +30,17 @@ format: install
 	$(BIN)/ruff format popgrpo tests benchmarks
 	$(BIN)/ruff check --fix popgrpo tests benchmarks
 
+# The documentation site (mkdocs.yml): built strict, so a broken link or reference fails.
+# NO_MKDOCS_2_WARNING silences the Material theme's banner about MkDocs 2.0, which is not a warning about the site.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+# Rewrite the generated tables of docs/reference/ (config fields, live metrics) from the code.
+docs-reference: install
+	$(BIN)/python docs/gen_reference.py
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs site .pytest_cache

@@ -1,7 +1,8 @@
 """The run configuration: typed, validated once, documented once.
 
-Every field's ``description`` is its only documentation: the README's config reference is
-generated from it (``popgrpo config --markdown``), and a test keeps the two in sync. Each
+Every field's ``description`` is its only documentation: the config reference page
+(docs/reference/config.md) is generated from it (``popgrpo config --markdown``,
+``make docs-reference``), and a test keeps the two in sync. Each
 description says the effect and, where there is one, the paper source; the default is the
 field's default.
 
@@ -822,10 +823,19 @@ def config_markdown() -> str:
                 walk(ann, f"{prefix}{name}.")
                 continue
             default = field.get_default(call_default_factory=True)
-            lines.append(f"| `{prefix}{name}` | `{default}` | {field.description} |")
+            lines.append(f"| `{prefix}{name}` | `{default}` | {_markdown_text(field.description)} |")
 
     walk(Config, "")
     return "\n".join(lines) + "\n"
+
+
+def _markdown_text(text: str) -> str:
+    """``text`` with ``<`` and ``>`` outside code spans escaped, so Markdown renders
+    ``runs/<name>`` as written instead of taking ``<name>`` for an HTML tag."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts lie outside backticks
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
 
 
 DEFAULT_PRESET = "pop_grpo"

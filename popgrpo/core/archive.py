@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from ribs.archives import GridArchive
 
 __all__ = ["STATUS_IMPROVED", "STATUS_NEW", "STATUS_NOT_ADDED", "MapElitesArchive"]
@@ -68,11 +69,11 @@ class MapElitesArchive:
         grid = self._grid or self._make_grid(1)
         return grid.index_of(np.asarray(behaviours, dtype=np.float64))
 
-    def add(self, behaviours, rewards, ideas) -> np.ndarray:
+    def add(self, behaviours: ArrayLike, rewards: ArrayLike, ideas: ArrayLike) -> np.ndarray:
         """Insert a batch in order; return one status per idea.
 
         Args:
-            behaviours: ``[N, B]`` behaviour descriptors.
+            behaviours: ``[N, B]`` behaviour descriptors (numpy arrays, torch tensors or lists).
             rewards: ``[N]`` finite rewards (the caller drops NaN/inf first).
             ideas: ``[N, d]`` the ideas themselves.
 

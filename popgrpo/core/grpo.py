@@ -174,7 +174,8 @@ def token_clipped_surrogate(
     ``−min(ρ A, clip(ρ, 1 ± ε) A)`` are reduced by :func:`masked_aggregate`.
 
     Args:
-        logp, old_logp: ``[N, T]`` token log-probabilities now and at sampling time.
+        logp: ``[N, T]`` token log-probabilities now.
+        old_logp: ``[N, T]`` token log-probabilities at sampling time.
         advantages: ``[N]`` one per completion.
         mask: ``[N, T]`` 1 on completion tokens, 0 on padding.
     """

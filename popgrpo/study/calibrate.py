@@ -1,7 +1,7 @@
 """``popgrpo calibrate``: fit the landscape's open choices to the paper's GRPO row, then freeze them.
 
-The paper fixes the formulas of its simulated environment but not every constant (README, "The
-simulated environment"). Calibration is a pre-registered search over exactly those open
+The paper fixes the formulas of its simulated environment but not every constant (docs/concepts.md,
+"The simulated environment"). Calibration is a pre-registered search over exactly those open
 choices, fitted to **GRPO's Table 1 row only** — the other methods are run on the chosen point
 afterwards, so their numbers are predictions, not fits:
 

@@ -127,7 +127,7 @@ REGIME_METHODS = {
 }
 
 # The landscapes a study can run on: today's presets, or the calibrated paper_* presets that
-# `popgrpo calibrate` writes (README, "Calibrating the open choices").
+# `popgrpo calibrate` writes (docs/studies/reproduce.md, "Calibrating the open choices").
 LANDSCAPES = ("collapse", "paper")
 
 

@@ -1,7 +1,7 @@
 """Live metrics through ``ray.util.metrics``: the Ray dashboard, Prometheus and Grafana see them.
 
-:data:`METRICS` is the one list of what is exported (the README's table is generated from
-it and a test scrapes a real run for every entry). Names start with ``popgrpo_``; Ray's
+:data:`METRICS` is the one list of what is exported (the table in docs/reference/metrics.md is
+generated from it and a test scrapes a real run for every entry). Names start with ``popgrpo_``; Ray's
 Prometheus exporter adds its ``ray_`` prefix, so Prometheus and Grafana see
 ``ray_popgrpo_reward_mean`` and so on. Every series carries the tag ``run`` (the run
 directory's name); per-member series also carry ``member``.

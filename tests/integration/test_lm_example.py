@@ -1,4 +1,4 @@
-"""The README's language-model example, as a user runs it: a toy model, then the lm_exec job."""
+"""The language-model example of docs/guides/lm.md, as a user runs it: a toy model, then the lm_exec job."""
 
 import json
 

@@ -4,7 +4,7 @@ member actors listed once signed in.
 Signing in is what the dashboard's own login does: the token in the cookie
 ``ray-authentication-token``. The token comes from ``ray get-auth-token`` and goes only
 into the browser; it is never printed. ``POPGRPO_SCREENSHOT_DIR=docs/img`` keeps the
-screenshot (README's picture).
+screenshot (the picture in docs/guides/watch.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every metric the README lists is scraped from the real Ray metrics endpoint during a run."""
+"""Every metric docs/reference/metrics.md lists is scraped from the real Ray metrics endpoint during a run."""
 
 import contextlib
 import re

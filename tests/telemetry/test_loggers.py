@@ -247,7 +247,7 @@ def test_wandb_offline_run_holds_history_heatmaps_and_lineage(short_run):
 def test_tensorboard_scalars_page_in_a_real_browser(short_run, tmp_path):
     """Headless Chromium opens TensorBoard's scalars page and sees the run's charts.
 
-    ``POPGRPO_SCREENSHOT_DIR=docs/img`` keeps the screenshot (README's picture)."""
+    ``POPGRPO_SCREENSHOT_DIR=docs/img`` keeps the screenshot (docs/guides/watch.md's picture)."""
     from tests.browser import Chromium
 
     run_dir, _, _ = short_run
