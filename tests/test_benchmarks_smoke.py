@@ -68,3 +68,16 @@ def test_quick_suite_writes_every_section(tmp_path):
     assert "failed: " not in ours, ours[ours.index("failed: ") - 300 : ours.index("failed: ") + 300]
     peer = region[region.index(SECTION_TITLES["peer"]) :]
     assert "| --- |" in peer or "Not run:" in peer
+
+
+def test_compare_trees_alternates_two_checkouts_and_refuses_a_non_checkout(tmp_path):
+    from benchmarks.compare_trees import compare, main, report
+
+    with pytest.raises(SystemExit) as bad:
+        main(["--before", str(tmp_path)])
+    assert bad.value.code == 2
+    result = compare(ROOT, ROOT, k=1, vectorize=False, epochs=1, pairs=1)
+    assert len(result["rates"]["before"]) == len(result["rates"]["after"]) == len(result["ratios"]) == 1
+    assert all(r > 0 for r in result["rates"]["before"] + result["rates"]["after"])
+    assert result["ratios"][0] == pytest.approx(result["rates"]["after"][0] / result["rates"]["before"][0])
+    assert report(result).splitlines()[2].startswith("| packed | 1 |")
