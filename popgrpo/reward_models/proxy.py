@@ -72,11 +72,15 @@ def check_proxy(config) -> None:
     proxy = config.reward.proxy
     manifest = load_manifest(proxy.dir)
     models = load_proxy_models(proxy.dir, proxy.combine, proxy.n_models, proxy.index)
-    if config.policy.kind == "gaussian" and manifest["in_dim"] != config.env.dim:
+    del models
+    features = manifest.get("features", "idea")
+    wanted = "idea" if config.policy.kind == "gaussian" else f"embedding:{config.env.text.embedding_model}"
+    if features != wanted:
+        raise RMDirError(f"RM directory {proxy.dir}: its RMs score {features}; this run's members need {wanted}")
+    if features == "idea" and manifest["in_dim"] != config.env.dim:
         raise RMDirError(
             f"RM directory {proxy.dir}: its RMs score {manifest['in_dim']}-d ideas, env.dim is {config.env.dim}"
         )
-    del models
 
 
 def make_reward_source(config, execution: RewardSource) -> RewardSource:
