@@ -228,7 +228,35 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
                 "verdict": verdict(mean, wins, n),
             }
         )
+        if k > 1:
+            claims += _each_single_claims(table[table.setting == setting], warm, setting, M)
     return claims
+
+
+def _each_single_claims(part: pd.DataFrame, warm: pd.DataFrame, setting: str, M: int) -> list[dict]:
+    """WARM against every single RM's run of the same seed: the mean difference over the
+    seed × RM pairs and how many pairs favour WARM (a few RMs that happen to be good proxies pull
+    the mean over RMs, not the count)."""
+    each = part[is_single(part["proxy"])].set_index("seed")
+    out = []
+    for key, what in (
+        ("control_mean", "keeps a higher control reward on average over training"),
+        ("hacked_epoch", "is hacked later"),
+    ):
+        d = (warm[key].reindex(each.index).astype(float) - each[key].astype(float)).dropna()
+        mean = float(d.mean())
+        wins, n = int((d > 0).sum()), len(d)
+        out.append(
+            {
+                "claim": f"RL ({setting}): GRPO against WARM M = {M} {what} than against each single RM",
+                "measure": f"{key}(WARM) − {key}(RM k), over seed × RM pairs (count: pairs in favour)",
+                "value": mean,
+                "sd": float(d.std(ddof=1)) if n > 1 else math.nan,
+                "seeds_for": f"{wins}/{n}",
+                "verdict": verdict(mean, wins, n),
+            }
+        )
+    return out
 
 
 def _save(fig, path: Path) -> Path:

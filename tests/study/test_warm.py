@@ -144,6 +144,13 @@ def test_claims_compare_wa_with_ens_and_the_diagonal_per_seed():
         f"RL (corrupt): hacking is delayed — the control falls back below its start later against WARM M = 2 than against {one}"
     ]
     assert hacked["value"] == pytest.approx(3 - 2) and hacked["verdict"] == "held"
+    # Against each single RM, pair by pair: control means 0.2 vs 0.1 (for) and 0.2 vs 0.2 (not), per seed.
+    each = claims[
+        "RL (corrupt): GRPO against WARM M = 2 keeps a higher control reward on average over training than against each single RM"
+    ]
+    assert each["value"] == pytest.approx(0.05) and each["seeds_for"] == "2/4" and each["verdict"] == "mixed"
+    later = claims["RL (corrupt): GRPO against WARM M = 2 is hacked later than against each single RM"]
+    assert later["value"] == pytest.approx(1.0) and later["seeds_for"] == "2/4"  # 3 vs 1, 3 vs 3
     table = rl_table(rl, window=1)
     means = single_means(table)
     assert list(means["n_rms"]) == [2, 2] and means["hacked_epoch"].tolist() == [2.0, 2.0]
