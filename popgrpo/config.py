@@ -564,6 +564,12 @@ class ProxyConfig(_Section):
         None, ge=1, description="RMs combined by ens / warm, the first n of the directory; None: all of them."
     )
     index: int = Field(0, ge=0, description="The RM used by combine=single.")
+    control_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Share of each step's ideas executed for the control reward, in (0, 1]. 1: every idea is executed (the control is exact, and the proxy saves no execution). f < 1: max(1, round(f·N)) of a step's N ideas, drawn from the member's seeded generator, are executed; control_reward_mean / control_reward_max are then estimates on that subset (metrics column control_share gives its size), and the other ideas are never executed. control_expected_reward (the idea environment's noise-free expectation, no execution) stays over every idea.",
+    )
 
     _absolute_dir = field_validator("dir")(lambda v: _absolute_if_exists(v))
 

@@ -34,7 +34,10 @@ COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 # The control reward (docs/WARM.md): the execution reward of the epoch's ideas, whatever the
 # member trained on (equal to reward_mean / reward_max with reward.source=execution), and its
 # noise-free expectation E[R(x)] = Q(x)·p_exec(x) where the environment knows it (NaN otherwise).
-CONTROL_COLUMNS = ("control_reward_mean", "control_reward_max", "control_expected_reward")
+# control_share: the share of the epoch's ideas the control was measured on (executed, with a
+# finite reward): below 1 with reward.proxy.control_fraction < 1, when control_reward_* are
+# estimates from that seeded subset.
+CONTROL_COLUMNS = ("control_reward_mean", "control_reward_max", "control_expected_reward", "control_share")
 
 METRIC_COLUMNS = (
     "epoch",

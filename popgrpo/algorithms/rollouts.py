@@ -25,6 +25,7 @@ The execution reward is the default **reward source** of a member
 from __future__ import annotations
 
 import copy
+import math
 from collections import Counter
 from typing import NamedTuple, Protocol
 
@@ -106,8 +107,12 @@ class Rollouts(Protocol):
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         """``[N, e]`` → ``[N, 2]`` descriptors in [0, 1]: the archive cell of each idea."""
 
-    def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
-        """The environment's (execution) reward: the default :class:`RewardSource`."""
+    def execution_reward(
+        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    ) -> Rewards:
+        """The environment's (execution) reward: the default :class:`RewardSource`. With ``select``
+        (``[k]`` indices into the ``N`` ideas, prompt-major) only those ideas are executed, and the
+        ``[k]`` rewards come back in that order."""
 
     def round0(self) -> dict[str, torch.Tensor]:
         """θ_0: this member's initial weights (the svd mutation's task-vector base)."""
@@ -156,6 +161,7 @@ class IdeaRollouts:
         self._round0: dict[str, torch.Tensor] | None = None
         # The environment's reward with its noise-free expectation, where it offers one (Environment).
         self._execute = getattr(env, "execute", None)
+        self._expected = getattr(env, "expected_reward", None)
 
     def sample(self, generator: torch.Generator) -> Samples:
         with torch.no_grad():  # one forward samples and scores
@@ -187,10 +193,19 @@ class IdeaRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
-    def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
+    def execution_reward(
+        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    ) -> Rewards:
         if self._execute is None:
-            return Rewards(self.env.reward(flat, generator).float())
-        values, expected = self._execute(flat, generator)
+            return Rewards(self.env.reward(flat if select is None else flat[select], generator).float())
+        if select is None:
+            values, expected = self._execute(flat, generator)
+            return Rewards(values.float(), expected=expected.float())
+        values, expected = self._execute(flat[select], generator)
+        if self._expected is not None:  # the expectation needs no execution: every idea's
+            expected = self._expected(flat)
+        else:
+            expected = torch.full((flat.shape[0],), math.nan).index_put_((select,), expected)
         return Rewards(values.float(), expected=expected.float())
 
     def round0(self) -> dict[str, torch.Tensor]:
@@ -260,10 +275,16 @@ class TextRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
-    def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
+    def execution_reward(
+        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    ) -> Rewards:
         rollout = samples.ideas
         prompt_of = [p for p in rollout.prompts for _ in range(rollout.group_size)]
-        values, reasons = self.env.reward(prompt_of, rollout.completions)
+        completions = rollout.completions
+        if select is not None:
+            prompt_of = [prompt_of[i] for i in select.tolist()]
+            completions = [completions[i] for i in select.tolist()]
+        values, reasons = self.env.reward(prompt_of, completions)
         return Rewards(values.float(), reasons)
 
     def round0(self) -> dict[str, torch.Tensor]:

@@ -183,11 +183,13 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
     step_mean, step_max = _step_mean_max(rewards, finite)
     if any(s.control is not None for s in steps):
         control = torch.stack([s.rewards if s.control is None else s.control for s in steps])
-        control_mean, control_max = _step_mean_max(control, torch.isfinite(control))
+        control_finite = torch.isfinite(control)
+        control_mean, control_max = _step_mean_max(control, control_finite)
     else:
+        control_finite = finite
         control_mean, control_max = step_mean, step_max
     if all(s.expected is not None for s in steps):
-        expected = torch.stack([s.expected for s in steps]).flatten(1).double().mean(1)
+        expected = torch.stack([s.expected for s in steps]).flatten(1).double().nanmean(1)
     else:
         expected = torch.full((len(steps),), math.nan)
     pass_k, best_k = group_pass_best_at_k_batches(rewards, success_threshold, k)
@@ -204,6 +206,7 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
         "control_reward_mean": control_mean,
         "control_reward_max": control_max,
         "control_expected_reward": expected,
+        "control_share": control_finite.flatten(1).double().mean(1),
     }
     means = dict(zip(per_step, _nanmean_rows(torch.stack([v.double() for v in per_step.values()])), strict=True))
     # numpy's quantile (linear interpolation, as torch.quantile) is 3× faster here on an epoch's values.

@@ -27,7 +27,8 @@ class Environment(Protocol):
     An environment that knows its reward's noise-free expectation may also offer
     ``execute(ideas, generator) -> (rewards [N], expectations [N])`` (as :class:`IdeaEnv` does);
     members then call it instead of :meth:`reward` and log the mean expectation as
-    ``control_expected_reward``.
+    ``control_expected_reward``; with ``expected_reward(ideas) -> [N]`` as well, that column
+    covers every idea even when only some are executed (``reward.proxy.control_fraction``).
     """
 
     idea_dim: int

@@ -13,14 +13,16 @@ __all__ = ["add_parsers", "best_of_n_curve", "load_base"]
 
 
 def load_base(rm_cfg):
-    """The run config whose environment and initial policy are the reference policy."""
+    """The run config whose environment and initial policy are the reference policy: a Gaussian
+    policy in the idea environment, or a causal LM in the text environment."""
     from popgrpo.config import load_config, resolve_config_path
 
     base = load_config(resolve_config_path(rm_cfg.base), [f"run.seed={rm_cfg.seed}"])
-    if base.env.kind != "idea" or base.policy.kind != "gaussian":
+    if (base.env.kind, base.policy.kind) not in (("idea", "gaussian"), ("text", "causal_lm")):
         raise ConfigError(
             f"base: {rm_cfg.base} is a {base.env.kind}/{base.policy.kind} config; `rm train` builds preference "
-            "data in the idea environment (env.kind=idea, policy.kind=gaussian)"
+            "data in the idea environment (env.kind=idea, policy.kind=gaussian) or the text environment "
+            "(env.kind=text, policy.kind=causal_lm)"
         )
     return base
 
@@ -67,9 +69,14 @@ def best_of_n_curve(
     from popgrpo.reward_models.config import RMTrainConfig
     from popgrpo.reward_models.data import STREAM_RM, policy_ideas
     from popgrpo.reward_models.proxy import ProxyReward, load_proxy_models
-    from popgrpo.reward_models.store import load_manifest
+    from popgrpo.reward_models.store import RMDirError, load_manifest
 
     manifest = load_manifest(rm_dir)
+    if manifest.get("features", "idea") != "idea":
+        raise RMDirError(
+            f"RM directory {rm_dir}: its RMs score {manifest['features']}; best-of-N reads the idea "
+            "environment's noise-free expected reward, so it needs RMs over ideas"
+        )
     base = load_base(RMTrainConfig.model_validate(manifest["config"]))
     proxy = ProxyReward(load_proxy_models(rm_dir, combine, n_models, index), execution=None)
     env = IdeaEnv(base.env)

@@ -56,7 +56,7 @@ class RMDataConfig(_Section):
     temperatures: list[float] = Field(
         default_factory=lambda: [0.5, 1.0, 1.5],
         min_length=1,
-        description="Factors on the reference policy's standard deviation, one equal share of the reference ideas each (preference data sampled at several temperatures).",
+        description="Factors on the reference policy's standard deviation (a causal LM: on its sampling temperature), one equal share of the reference ideas each (preference data sampled at several temperatures).",
     )
 
     @field_validator("temperatures")
@@ -78,12 +78,15 @@ class RMFeaturizerConfig(_Section):
     hidden: int = Field(64, ge=1, le=4096, description="Width of the featurizer's layers.")
     depth: int = Field(2, ge=1, le=8, description="ReLU layers of the featurizer.")
     pretrain_ideas: int = Field(
-        8192, ge=16, le=1_000_000, description="Unlabelled ideas the featurizer is pre-trained on."
+        8192,
+        ge=16,
+        le=1_000_000,
+        description="Unlabelled ideas (a text base: completions) the featurizer is pre-trained on.",
     )
     pretrain_steps: int = Field(
         600,
         ge=1,
-        description="Pre-training steps: regress each idea's norm and direction (reward-free geometry of the idea space) from ideas of norms 0–12.",
+        description="Pre-training steps: regress each idea's norm and direction (reward-free geometry of the idea space) from ideas of norms 0–12; for a text base, reconstruct the sentence embeddings of never-executed completions of the reference LM (an auto-encoder).",
     )
     pretrain_lr: float = Field(3e-3, gt=0, description="Adam learning rate of the pre-training.")
     checkpoints: int = Field(
@@ -131,7 +134,7 @@ class RMTrainConfig(_Section):
     )
     base: str = Field(
         "grpo",
-        description="Run config (preset name or YAML path) whose environment and initial policy (at seed) are the reference policy; its GRPO trains the shifted policy.",
+        description="Run config (preset name or YAML path) whose environment and initial policy (at seed) are the reference policy; its GRPO trains the shifted policy. An idea-environment config (Gaussian policy) gives RMs over ideas; a text-environment config (causal LM) gives RMs over the sentence embeddings of its completions (env.text.embedding_model), for language-model members.",
     )
     data: RMDataConfig = Field(default_factory=RMDataConfig, description="Preference data.")
     featurizer: RMFeaturizerConfig = Field(

@@ -1,18 +1,30 @@
-"""Preference data for reward models, from executed ideas of a reference policy.
+"""Preference data for reward models, from executed outputs of a reference policy.
 
-The **reference policy** is the initial Gaussian policy of a run config (the policy every
-member starts from), sampled at a few temperatures (factors on its standard deviation). Its
-ideas are executed in the idea environment (the stochastic reward ``Q·B + ε·B``, a few
-times each, averaged) and paired; a pair's label says which idea's executions paid more
-(:func:`popgrpo.core.reward_model.make_pairs`). Training pairs come from one half of the
-ideas, test pairs from the other; **shifted** pairs come from a policy trained by GRPO (the
-distribution an RL policy drifts to). Only training labels are corrupted.
+The **reference policy** is the initial policy of a run config (the policy every member
+starts from), sampled at a few temperatures. Its outputs are executed (the environment's
+reward, a few times each, averaged) and paired; a pair's label says which output's executions
+paid more (:func:`popgrpo.core.reward_model.make_pairs`). Training pairs come from one half of
+the outputs, test pairs from the other; **shifted** pairs come from a policy trained by GRPO
+(the distribution an RL policy drifts to). Only training labels are corrupted.
+
+What an RM scores is what the archive stores for an output, and two :class:`ReferenceData`
+say how to get it, behind the one :func:`build_pairs`:
+
+* :class:`IdeaReference` (``env.kind=idea``, Gaussian policy): the idea ``x ∈ R^d`` itself,
+  sampled at factors on the policy's standard deviation, executed in ``IdeaEnv``; the
+  featurizer pre-trains on the geometry of the idea space (each idea's norm and direction).
+* :class:`TextReference` (``env.kind=text``, causal LM): the sentence embedding the text
+  environment computes for a completion, sampled at factors on the LM's sampling temperature,
+  executed by the environment's reward callables; the featurizer pre-trains on reconstructing
+  the embeddings of further, never executed, completions (an auto-encoder: reward-free).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -20,14 +32,47 @@ from popgrpo.algorithms.rollouts import init_generator
 from popgrpo.config import Config
 from popgrpo.core.reward_model import PreferencePairs, corrupt_labels, make_pairs
 from popgrpo.core.seeding import torch_generator
+from popgrpo.envs import make_env
 from popgrpo.envs.idea import IdeaEnv
 from popgrpo.policies import make_policy
 
-__all__ = ["STREAM_RM", "build_pairs", "execute", "policy_ideas", "pretraining_set"]
+__all__ = [
+    "STREAM_RM",
+    "IdeaReference",
+    "ReferenceData",
+    "TextReference",
+    "build_pairs",
+    "execute",
+    "policy_ideas",
+    "pretraining_set",
+    "reference_data",
+]
 
 # The RM directory's streams: (STREAM_RM, purpose) from the RM config's seed.
 STREAM_RM = 10
 PURPOSE_REFERENCE, PURPOSE_PAIRS, PURPOSE_SHIFTED, PURPOSE_PRETRAIN, PURPOSE_CORRUPT = range(5)
+
+
+class ReferenceData(Protocol):
+    """A reference policy's outputs, their executed rewards, and the features an RM scores."""
+
+    features: str  # what the RMs score, recorded in the manifest: "idea" or "embedding:<model>"
+
+    def sample(
+        self,
+        weights: Mapping[str, torch.Tensor] | None,
+        n: int,
+        generator: torch.Generator,
+        temperatures: Sequence[float] = (1.0,),
+    ) -> tuple[Any, torch.Tensor]:
+        """``n`` outputs of the policy with ``weights`` (None: its initial weights), spread evenly
+        over its prompts and ``temperatures``, shuffled: ``(outputs, features [n, e])``."""
+
+    def execute(self, outputs: Any, executions: int, generator: torch.Generator) -> torch.Tensor:
+        """``[n]``: each output executed ``executions`` times, its mean reward (NaN: a bad reward)."""
+
+    def pretraining_set(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reward-free pre-training data of the featurizer: ``(inputs [n, e], targets [n, t])``."""
 
 
 def policy_ideas(
@@ -72,8 +117,93 @@ def pretraining_set(dim: int, n: int, generator: torch.Generator) -> tuple[torch
     return x, torch.cat([norm / 4.0, direction], dim=1)
 
 
+class IdeaReference:
+    """Vector ideas of ``config``'s Gaussian policy in the idea environment (module docstring)."""
+
+    features = "idea"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.env = IdeaEnv(config.env)
+
+    def sample(self, weights, n, generator, temperatures=(1.0,)):
+        ideas = policy_ideas(self.config, weights, n, generator, temperatures)
+        return ideas, ideas
+
+    def execute(self, outputs, executions, generator):
+        return execute(self.env, outputs, executions, generator)
+
+    def pretraining_set(self, n, generator):
+        return pretraining_set(self.config.env.dim, n, generator)
+
+
+@dataclasses.dataclass(frozen=True)
+class Completions:
+    """Completions of a language model: ``prompts[i]`` was completed by ``completions[i]``."""
+
+    prompts: list[str]
+    completions: list[str]
+
+    def take(self, index: torch.Tensor) -> Completions:
+        return Completions([self.prompts[i] for i in index.tolist()], [self.completions[i] for i in index.tolist()])
+
+
+class TextReference:
+    """Completions of ``config``'s causal LM in the text environment, scored as the sentence
+    embeddings the environment computes (module docstring). The LM is loaded once, on CPU."""
+
+    def __init__(self, config: Config) -> None:
+        from popgrpo.policies.causal_lm import CausalLMPolicy
+
+        self.config = config
+        self.env = make_env(config.env)
+        self.features = f"embedding:{config.env.text.embedding_model}"
+        self.policy = CausalLMPolicy(config.policy.causal_lm, "cpu", init_generator(config, 0))
+        self._initial = self.policy.state_dict()
+
+    def completions(self, weights, n, generator, temperatures=(1.0,)) -> Completions:
+        """``n`` completions, an equal share at each factor on the LM's sampling temperature, shuffled."""
+        self.policy.load_state_dict(dict(weights) if weights is not None else self._initial)
+        lm_cfg = self.config.policy.causal_lm
+        per_prompt = math.ceil(n / (len(self.env.prompts) * len(temperatures)))
+        prompts, completions = [], []
+        try:
+            for t in temperatures:
+                self.policy.cfg = lm_cfg.model_copy(update={"temperature": lm_cfg.temperature * t})
+                rollout = self.policy.rollout(self.env.prompts, per_prompt, generator)
+                prompts += [p for p in rollout.prompts for _ in range(rollout.group_size)]
+                completions += rollout.completions
+        finally:
+            self.policy.cfg = lm_cfg
+        order = torch.randperm(len(completions), generator=generator)[:n]
+        return Completions(prompts, completions).take(order)
+
+    def sample(self, weights, n, generator, temperatures=(1.0,)):
+        outputs = self.completions(weights, n, generator, temperatures)
+        return outputs, self.env.embed(outputs.completions)
+
+    def execute(self, outputs: Completions, executions, generator):
+        runs = [self.env.reward(outputs.prompts, outputs.completions)[0] for _ in range(executions)]
+        return torch.stack(runs).mean(0)
+
+    def pretraining_set(self, n, generator):
+        embeddings = self.sample(None, n, generator, (0.5, 1.0, 1.5))[1]
+        return embeddings, embeddings
+
+
+def reference_data(config: Config) -> ReferenceData:
+    """The :class:`ReferenceData` of ``config``: text completions for a causal LM, else ideas."""
+    return TextReference(config) if config.policy.kind == "causal_lm" else IdeaReference(config)
+
+
+def _pairs(features: torch.Tensor, rewards: torch.Tensor, n: int, generator: torch.Generator) -> PreferencePairs:
+    """Pairs among the outputs with a finite reward (a bad reward says nothing of preference)."""
+    finite = torch.isfinite(rewards)
+    return make_pairs(features[finite], rewards[finite], n, generator)
+
+
 def build_pairs(
-    config: Config,
+    reference: ReferenceData,
     *,
     seed: int,
     reference_ideas: int,
@@ -85,21 +215,20 @@ def build_pairs(
     shifted_weights: Mapping[str, torch.Tensor] | None = None,
     shifted_pairs: int = 0,
 ) -> dict[str, PreferencePairs]:
-    """``{"train", "test"[, "shifted"]}`` preference pairs from executed ideas (module docstring);
-    ``train`` has ``round(corruption · train_pairs)`` labels swapped."""
-    env = IdeaEnv(config.env)
+    """``{"train", "test"[, "shifted"]}`` preference pairs from executed outputs of ``reference``
+    (module docstring); ``train`` has ``round(corruption · len(train))`` labels swapped."""
     gen = torch_generator(seed, STREAM_RM, PURPOSE_REFERENCE)
-    ideas = policy_ideas(config, None, reference_ideas, gen, temperatures)
-    rewards = execute(env, ideas, executions, torch_generator(seed, STREAM_RM, PURPOSE_REFERENCE, 1))
+    outputs, features = reference.sample(None, reference_ideas, gen, temperatures)
+    rewards = reference.execute(outputs, executions, torch_generator(seed, STREAM_RM, PURPOSE_REFERENCE, 1))
     half = reference_ideas // 2
     pair_gen = torch_generator(seed, STREAM_RM, PURPOSE_PAIRS)
-    train = make_pairs(ideas[:half], rewards[:half], train_pairs, pair_gen)
+    train = _pairs(features[:half], rewards[:half], train_pairs, pair_gen)
     out = {
         "train": corrupt_labels(train, corruption, torch_generator(seed, STREAM_RM, PURPOSE_CORRUPT)),
-        "test": make_pairs(ideas[half:], rewards[half:], test_pairs, pair_gen),
+        "test": _pairs(features[half:], rewards[half:], test_pairs, pair_gen),
     }
     if shifted_weights is not None and shifted_pairs:
         gen = torch_generator(seed, STREAM_RM, PURPOSE_SHIFTED)
-        shifted = policy_ideas(config, shifted_weights, reference_ideas, gen)
-        out["shifted"] = make_pairs(shifted, execute(env, shifted, executions, gen), shifted_pairs, gen)
+        outputs, features = reference.sample(shifted_weights, reference_ideas, gen)
+        out["shifted"] = _pairs(features, reference.execute(outputs, executions, gen), shifted_pairs, gen)
     return out

@@ -5,10 +5,17 @@ sentence embedding). The execution reward is still drawn for the same ideas, wit
 generator, and returned as the **control** reward: the member logs it (metrics
 ``control_reward_*``) but never trains on it, so reward hacking — the proxy rising while the
 control falls — is visible in every run.
+
+Executing every idea for the control costs what the proxy was meant to save. With
+``reward.proxy.control_fraction`` = f < 1 each step executes only ``max(1, round(f·N))`` of its
+``N`` ideas, drawn uniformly from the member's generator (seeded: same seed, same subset); the
+others' control is NaN, so ``control_reward_*`` are estimates on that subset and the metrics
+column ``control_share`` says how large it was.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,21 +55,38 @@ class ProxyReward:
 
     Args:
         models: the RMs; their scores are averaged (one model: its scores).
-        execution: the environment's reward source, drawn for the control.
+        execution: the environment's reward source, drawn for the control; with
+            ``control_fraction`` < 1 it is called with ``select=`` the indices of the ideas to
+            execute (:meth:`popgrpo.algorithms.rollouts.Rollouts.execution_reward`).
+        control_fraction: share of each step's ideas executed for the control (module docstring).
     """
 
-    def __init__(self, models: Sequence[RewardModel], execution: RewardSource) -> None:
+    def __init__(self, models: Sequence[RewardModel], execution: RewardSource, control_fraction: float = 1.0) -> None:
+        if not 0.0 < control_fraction <= 1.0:
+            raise ValueError(f"control_fraction must lie in (0, 1], got {control_fraction}")
         self.models = [m.eval().requires_grad_(False) for m in models]
         self.execution = execution
+        self.control_fraction = control_fraction
 
     def scores(self, flat: torch.Tensor) -> torch.Tensor:
         """``[N, e]`` → ``[N]`` proxy scores."""
         with torch.no_grad():
             return ensemble_scores([m(flat.float()) for m in self.models]).float()
 
+    def control_subset(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """``[k]`` sorted indices of the ideas whose control is drawn, ``k = max(1, round(f·n))``."""
+        k = max(1, round(self.control_fraction * n))
+        return torch.randperm(n, generator=generator)[:k].sort().values
+
     def __call__(self, samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
-        control = self.execution(samples, flat, generator)
-        return Rewards(self.scores(flat), control.reasons, control=control.values, expected=control.expected)
+        if self.control_fraction >= 1.0:
+            control = self.execution(samples, flat, generator)
+            return Rewards(self.scores(flat), control.reasons, control=control.values, expected=control.expected)
+        select = self.control_subset(flat.shape[0], generator)
+        part = self.execution(samples, flat, generator, select=select)
+        values = torch.full((flat.shape[0],), math.nan, dtype=torch.float32)
+        values[select] = part.values.float()
+        return Rewards(self.scores(flat), part.reasons, control=values, expected=part.expected)
 
 
 def check_proxy(config) -> None:
@@ -72,11 +96,15 @@ def check_proxy(config) -> None:
     proxy = config.reward.proxy
     manifest = load_manifest(proxy.dir)
     models = load_proxy_models(proxy.dir, proxy.combine, proxy.n_models, proxy.index)
-    if config.policy.kind == "gaussian" and manifest["in_dim"] != config.env.dim:
+    del models
+    features = manifest.get("features", "idea")
+    wanted = "idea" if config.policy.kind == "gaussian" else f"embedding:{config.env.text.embedding_model}"
+    if features != wanted:
+        raise RMDirError(f"RM directory {proxy.dir}: its RMs score {features}; this run's members need {wanted}")
+    if features == "idea" and manifest["in_dim"] != config.env.dim:
         raise RMDirError(
             f"RM directory {proxy.dir}: its RMs score {manifest['in_dim']}-d ideas, env.dim is {config.env.dim}"
         )
-    del models
 
 
 def make_reward_source(config, execution: RewardSource) -> RewardSource:
@@ -84,4 +112,5 @@ def make_reward_source(config, execution: RewardSource) -> RewardSource:
     if config.reward.source == "execution":
         return execution
     proxy = config.reward.proxy
-    return ProxyReward(load_proxy_models(proxy.dir, proxy.combine, proxy.n_models, proxy.index), execution)
+    models = load_proxy_models(proxy.dir, proxy.combine, proxy.n_models, proxy.index)
+    return ProxyReward(models, execution, proxy.control_fraction)

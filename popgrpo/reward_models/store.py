@@ -2,12 +2,14 @@
 
 ::
 
-    DIR/rms.json        manifest: architecture, each RM's hyper-parameters and accuracies,
+    DIR/rms.json        manifest: what the RMs score (``features``: ``idea``, or
+                        ``embedding:<model>`` for a text environment's sentence embeddings),
+                        architecture, each RM's hyper-parameters and accuracies,
                         WARM's and ENS's accuracies, the training config
     DIR/rm_<k>.pt       RM k's weights (state dict of tensors)
     DIR/warm.pt         the weight average of all M RMs (WARM)
-    DIR/pretrain.pt     the pre-trained featurizer's checkpoints (Baklava's initialisations)
-                        and the linear-probed head every RM starts from
+    DIR/pretrain.pt     the pre-trained featurizer's checkpoints (Baklava's initialisations),
+                        the linear-probed head every RM starts from, and ``features``
     DIR/data.pt         the preference pairs: train (with the corruption mask), test, shifted
 
 ENS has no file of its own: it is the RMs of the manifest's ``ens`` list, scored together.

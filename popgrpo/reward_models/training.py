@@ -30,7 +30,7 @@ from popgrpo.core.reward_model import (
 )
 from popgrpo.core.seeding import derive_seed, torch_generator
 from popgrpo.reward_models.config import RMTrainConfig
-from popgrpo.reward_models.data import PURPOSE_PRETRAIN, STREAM_RM, build_pairs, pretraining_set
+from popgrpo.reward_models.data import PURPOSE_PRETRAIN, STREAM_RM, build_pairs, reference_data
 from popgrpo.reward_models.store import FORMAT, MANIFEST, build_model, save_tensor_file, write_json
 from popgrpo.schema import json_float
 
@@ -67,13 +67,16 @@ def prepare(
     rm_dir: str | Path,
     shifted_weights: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
-    """Write ``data.pt`` (pairs) and ``pretrain.pt`` (the featurizer checkpoints, and the linear
-    probe every RM's head starts from) into ``rm_dir``."""
+    """Write ``data.pt`` (pairs) and ``pretrain.pt`` (the featurizer checkpoints, the linear
+    probe every RM's head starts from, and what the RMs score) into ``rm_dir``. ``base`` says
+    where the data come from: ideas of a Gaussian policy, or sentence embeddings of a causal
+    LM's completions (:func:`~popgrpo.reward_models.data.reference_data`)."""
     rm_dir = Path(rm_dir)
     rm_dir.mkdir(parents=True, exist_ok=True)
     d = rm_cfg.data
+    reference = reference_data(base)
     pairs = build_pairs(
-        base,
+        reference,
         seed=rm_cfg.seed,
         reference_ideas=d.reference_ideas,
         train_pairs=d.train_pairs,
@@ -89,8 +92,8 @@ def prepare(
     gen = torch_generator(rm_cfg.seed, STREAM_RM, PURPOSE_PRETRAIN)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(rm_cfg.seed, STREAM_RM, PURPOSE_PRETRAIN, 1))
-        model = RewardModel(base.env.dim, f.hidden, f.depth)
-    inputs, targets = pretraining_set(base.env.dim, f.pretrain_ideas, gen)
+        model = RewardModel(int(pairs["train"].a.shape[1]), f.hidden, f.depth)
+    inputs, targets = reference.pretraining_set(f.pretrain_ideas, gen)
     checkpoints = pretrain_featurizer(
         model,
         inputs,
@@ -110,7 +113,7 @@ def prepare(
         model, pairs["train"], epochs=rm_cfg.finetune.probe_epochs, lr=1e-2, batch_size=128, generator=probe_gen
     )
     head = {k: v.detach().clone() for k, v in model.head.state_dict().items()}
-    save_tensor_file(rm_dir / "pretrain.pt", {"featurizers": checkpoints, "head": head})
+    save_tensor_file(rm_dir / "pretrain.pt", {"featurizers": checkpoints, "head": head, "features": reference.features})
 
 
 def baklava_choices(rm_cfg: RMTrainConfig) -> list[int]:
@@ -211,8 +214,10 @@ def finalize(rm_cfg: RMTrainConfig, rm_dir: str | Path, entries: Sequence[dict])
     rm_dir = Path(rm_dir)
     entries = sorted(entries, key=lambda e: e["rm_index"])
     pairs = load_pairs(rm_dir)
+    pretrained = torch.load(rm_dir / "pretrain.pt", weights_only=True)
     manifest = {
         "format": FORMAT,
+        "features": pretrained["features"],
         "in_dim": int(pairs["train"].a.shape[1]),
         "hidden": rm_cfg.featurizer.hidden,
         "depth": rm_cfg.featurizer.depth,

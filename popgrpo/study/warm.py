@@ -12,13 +12,15 @@ rising for longer. For every seed and both settings (clean labels, 25% swapped) 
   from a policy trained by GRPO on execution;
 * measures accuracies along the line between RMs 0 and 1 (weights vs predictions vs the
   diagonal), WA vs ENS for M = 2…M on the four subsets, best-of-N control reward against KL;
-* trains GRPO against a single RM, ENS M = 2 and WARM M = 2…M, Pop-GRPO against WARM, and
-  GRPO on execution as the reference, every run logging its control reward.
+* trains GRPO against each single RM (M = 1: one run per RM, reported as their mean and
+  spread, so "one RM" is not one arbitrary draw), ENS M = 2 and WARM M = 2…M, Pop-GRPO against
+  WARM, and GRPO on execution as the reference, every run logging its control reward.
 
 Layout of the out directory::
 
     OUT/rms/<setting>-seed<s>/     one RM directory per setting and seed
-    OUT/runs/<setting>-seed<s>-<proxy>/   one popgrpo run directory per RL run
+    OUT/runs/<setting>-seed<s>-<proxy>/   one popgrpo run directory per RL run (proxy
+                                   execution, single_<k>, ens2, warm<m>, pop_warm<M>)
     OUT/lmc.parquet, corruption.parquet, bon.parquet, rl.parquet   the measurements
     OUT/warm.md                    tables, claims and verdicts; OUT/fig*_*.png the figures
 
@@ -52,6 +54,8 @@ class WarmStudy:
     shift_epochs: int = 30
     rl_epochs: int = 30
     rl_window: int = 5
+    # RMs trained against one by one in RL (RMs 0…k−1, runs single_<k>); None: every RM.
+    rl_singles: int | None = None
     pop: bool = True
     bon_ns: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
     bon_groups: int = 1000
@@ -83,13 +87,16 @@ QUICK = WarmStudy(
 )
 
 
-def _proxies(study: WarmStudy) -> list[tuple[str, str, str, int | None]]:
-    """(name, preset, combine, n_models) of every RL run per setting and seed."""
+def _proxies(study: WarmStudy) -> list[tuple[str, str, str, int | None, int]]:
+    """(name, preset, combine, n_models, index) of every RL run per setting and seed."""
     M = study.n_models
-    runs = [("execution", "grpo", "execution", None), ("single", "grpo", "single", None), ("ens2", "grpo", "ens", 2)]
-    runs += [(f"warm{m}", "grpo", "warm", m) for m in range(2, M + 1)]
+    singles = M if study.rl_singles is None else min(study.rl_singles, M)
+    runs = [("execution", "grpo", "execution", None, 0)]
+    runs += [(f"single_{k}", "grpo", "single", None, k) for k in range(singles)]
+    runs.append(("ens2", "grpo", "ens", 2, 0))
+    runs += [(f"warm{m}", "grpo", "warm", m, 0) for m in range(2, M + 1)]
     if study.pop:
-        runs.append((f"pop_warm{M}", "pop_grpo", "warm", M))
+        runs.append((f"pop_warm{M}", "pop_grpo", "warm", M, 0))
     return runs
 
 
@@ -192,7 +199,7 @@ def bon_rows(rm_dir: Path, study: WarmStudy, seed: int) -> list[dict]:
 
 
 def rl_run(
-    study: WarmStudy, seed: int, rm_dir: Path, run_dir: Path, preset: str, combine: str, n_models
+    study: WarmStudy, seed: int, rm_dir: Path, run_dir: Path, preset: str, combine: str, n_models, index: int = 0
 ) -> pd.DataFrame:
     """One RL run against a proxy (or on execution), in this process; its metrics."""
     from popgrpo.config import load_config, preset_path
@@ -207,6 +214,8 @@ def rl_run(
             overrides += ["reward.source=proxy", f"reward.proxy.dir={rm_dir}", f"reward.proxy.combine={combine}"]
             if n_models is not None:
                 overrides.append(f"reward.proxy.n_models={n_models}")
+            if combine == "single":
+                overrides.append(f"reward.proxy.index={index}")
         if run_dir.exists():  # an unfinished run: start it again
             import shutil
 
@@ -247,9 +256,9 @@ def run_warm_study(out: str | Path, study: WarmStudy = FULL, progress: bool = Tr
             tables["corruption"] += [{**tag, **r} for r in corruption_rows(rm_dir, oracle)]
             tables["bon"] += [{**tag, **r} for r in bon_rows(rm_dir, study, seed)]
             bar.update(1)
-            for name, preset, combine, n_models in proxies:
+            for name, preset, combine, n_models, index in proxies:
                 run_dir = out / "runs" / f"{setting}-seed{seed}-{name}"
-                metrics = rl_run(study, seed, rm_dir, run_dir, preset, combine, n_models)
+                metrics = rl_run(study, seed, rm_dir, run_dir, preset, combine, n_models, index)
                 metrics = metrics.assign(proxy=name, **tag)
                 tables["rl"] += metrics.to_dict("records")
                 bar.update(1)

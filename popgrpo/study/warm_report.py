@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-__all__ = ["WARM_FIGURES", "hacking_summary", "render_warm", "rl_table", "warm_claims"]
+__all__ = ["WARM_FIGURES", "hacking_summary", "is_single", "render_warm", "rl_table", "single_means", "warm_claims"]
 
 WARM_FIGURES = ("fig3_lmc.png", "fig4_corruption.png", "fig6_bon.png", "fig8_rl.png")
 
@@ -25,6 +25,23 @@ def _ms(values: pd.Series) -> str:
     if len(values) == 1:
         return f"{values.iloc[0]:.3f}"
     return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
+
+
+def is_single(proxy: pd.Series) -> pd.Series:
+    """Which proxies are one RM alone: ``single_<k>`` (RM k; ``single`` in older studies)."""
+    return proxy.str.fullmatch(r"single(_\d+)?")
+
+
+def single_means(table: pd.DataFrame) -> pd.DataFrame:
+    """The single-RM runs of :func:`rl_table` reduced to one row per setting and seed: the mean
+    of each measure over the RMs (M = 1 is then the typical RM, not one arbitrary draw), with
+    ``n_rms`` the number of RMs averaged."""
+    singles = table[is_single(table["proxy"])]
+    numeric = [c for c in singles.columns if c not in ("setting", "seed", "proxy")]
+    grouped = singles.groupby(["setting", "seed"], sort=False)
+    out = grouped[numeric].mean()
+    out["n_rms"] = grouped.size()
+    return out.reset_index().assign(proxy="single")
 
 
 def rl_table(rl: pd.DataFrame, window: int) -> pd.DataFrame:
@@ -164,8 +181,13 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
             )
     table = rl_table(rl, window)
     for setting in sorted(table["setting"].unique()):
+        singles = single_means(table[table.setting == setting])
         part = table[table.setting == setting].set_index(["seed", "proxy"])
-        single = part.xs("single", level="proxy")
+        single = singles.set_index("seed")
+        if single.empty:
+            continue
+        k = int(single["n_rms"].max())
+        one = f"one RM (mean of {k} RMs)" if k > 1 else "one RM"
         warm = part.xs(f"warm{M}", level="proxy") if f"warm{M}" in part.index.get_level_values("proxy") else None
         if warm is None:
             continue
@@ -176,7 +198,7 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
             mean, sd, wins, n = _diff_claim(warm[key], single[key])
             claims.append(
                 {
-                    "claim": f"RL ({setting}): GRPO against WARM M = {M} {what} than against one RM",
+                    "claim": f"RL ({setting}): GRPO against WARM M = {M} {what} than against {one}",
                     "measure": f"{key}(WARM) − {key}(single)",
                     "value": mean,
                     "sd": sd,
@@ -187,7 +209,7 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
         mean, sd, wins, n = _diff_claim(warm["hacked_epoch"].astype(float), single["hacked_epoch"].astype(float))
         claims.append(
             {
-                "claim": f"RL ({setting}): hacking is delayed — the control falls back below its start later against WARM M = {M} than against one RM",
+                "claim": f"RL ({setting}): hacking is delayed — the control falls back below its start later against WARM M = {M} than against {one}",
                 "measure": "hacked epoch(WARM) − hacked epoch(single)",
                 "value": mean,
                 "sd": sd,
@@ -198,7 +220,7 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
         mean, sd, wins, n = _diff_claim(warm["peak_epoch"].astype(float), single["peak_epoch"].astype(float))
         claims.append(
             {
-                "claim": f"RL ({setting}): the control peaks later against WARM M = {M} than against one RM",
+                "claim": f"RL ({setting}): the control peaks later against WARM M = {M} than against {one}",
                 "measure": "peak epoch(WARM) − peak epoch(single)",
                 "value": mean,
                 "sd": sd,
@@ -206,7 +228,35 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
                 "verdict": verdict(mean, wins, n),
             }
         )
+        if k > 1:
+            claims += _each_single_claims(table[table.setting == setting], warm, setting, M)
     return claims
+
+
+def _each_single_claims(part: pd.DataFrame, warm: pd.DataFrame, setting: str, M: int) -> list[dict]:
+    """WARM against every single RM's run of the same seed: the mean difference over the
+    seed × RM pairs and how many pairs favour WARM (a few RMs that happen to be good proxies pull
+    the mean over RMs, not the count)."""
+    each = part[is_single(part["proxy"])].set_index("seed")
+    out = []
+    for key, what in (
+        ("control_mean", "keeps a higher control reward on average over training"),
+        ("hacked_epoch", "is hacked later"),
+    ):
+        d = (warm[key].reindex(each.index).astype(float) - each[key].astype(float)).dropna()
+        mean = float(d.mean())
+        wins, n = int((d > 0).sum()), len(d)
+        out.append(
+            {
+                "claim": f"RL ({setting}): GRPO against WARM M = {M} {what} than against each single RM",
+                "measure": f"{key}(WARM) − {key}(RM k), over seed × RM pairs (count: pairs in favour)",
+                "value": mean,
+                "sd": float(d.std(ddof=1)) if n > 1 else math.nan,
+                "seeds_for": f"{wins}/{n}",
+                "verdict": verdict(mean, wins, n),
+            }
+        )
+    return out
 
 
 def _save(fig, path: Path) -> Path:
@@ -269,7 +319,15 @@ def fig_rl(rl: pd.DataFrame, path: Path) -> Path:
     fig, axes = plt.subplots(2, len(settings), figsize=(6 * len(settings), 7), squeeze=False)
     for j, setting in enumerate(settings):
         part = rl[rl.setting == setting]
-        for proxy, run in part.groupby("proxy", sort=False):
+        single = is_single(part["proxy"])
+        # The single RMs as one line (their mean) in a band (the lowest and highest RM, seed-averaged).
+        runs = [(p, r) for p, r in part[~single].groupby("proxy", sort=False)]
+        if single.any():
+            k = part.loc[single, "proxy"].nunique()
+            runs.insert(1, (f"single (mean of {k})", part[single]))
+            per_rm = part[single].groupby(["proxy", "epoch"])["control_expected_reward"].mean().unstack("proxy")
+            axes[0][j].fill_between(per_rm.index, per_rm.min(1), per_rm.max(1), color="grey", alpha=0.2, lw=0)
+        for proxy, run in runs:
             curve = run.groupby("epoch")[["control_expected_reward", "reward_mean"]].mean()
             style = "k-" if proxy == "execution" else ("--" if proxy.startswith(("single", "ens")) else "-")
             axes[0][j].plot(curve.index, curve["control_expected_reward"], style, label=proxy, lw=1.2)
@@ -311,15 +369,33 @@ def _corruption_md(cor: pd.DataFrame) -> str:
 
 
 def _rl_md(table: pd.DataFrame) -> str:
+    """One row per proxy, mean ± sd over seeds; the single RMs as two rows: the mean over the RMs
+    of each seed (± sd over seeds, comparable with the other rows) and every RM's run on its own
+    (± sd over seeds × RMs: the spread between individual RMs)."""
     lines = [
         "| setting | proxy | control E[R] first epoch | control peak (epoch) | hacked epoch | control mean | control final | proxy final |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for (setting, proxy), p in table.groupby(["setting", "proxy"], sort=False):
+
+    def row(setting, name, p):
         lines.append(
-            f"| {setting} | {proxy} | {_ms(p['control_initial'])} | {_ms(p['control_peak'])} ({_ms(p['peak_epoch'].astype(float))}) "
+            f"| {setting} | {name} | {_ms(p['control_initial'])} | {_ms(p['control_peak'])} ({_ms(p['peak_epoch'].astype(float))}) "
             f"| {_ms(p['hacked_epoch'].astype(float))} | {_ms(p['control_mean'])} | {_ms(p['control_final'])} | {_ms(p['proxy_final'])} |"
         )
+
+    for setting, part in table.groupby("setting", sort=False):
+        single = is_single(part["proxy"])
+        singles_done = False
+        for proxy, p in part.groupby("proxy", sort=False):
+            if not single[p.index].all():
+                row(setting, proxy, p)
+            elif not singles_done:
+                singles_done = True
+                means = single_means(part)
+                k = int(means["n_rms"].max())
+                row(setting, f"single (mean of {k} RMs)", means)
+                if k > 1:
+                    row(setting, f"single (each of {k} RMs)", part[single])
     return "\n".join(lines) + "\n"
 
 

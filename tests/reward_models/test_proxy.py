@@ -55,6 +55,7 @@ def test_without_a_proxy_the_control_is_the_execution_reward_itself(tmp_path):
     config = load_config(None, ["grpo.steps_per_epoch=2"])
     (row,) = Member(0, config, LocalArchive()).train_epochs(1)
     assert row["control_reward_mean"] == row["reward_mean"] and row["control_reward_max"] == row["reward_max"]
+    assert row["control_share"] == 1.0
     assert 0 < row["control_expected_reward"] < 2.6  # E[R] = Q·p_exec: below the best peak's quality
 
 
@@ -179,3 +180,48 @@ def test_docs_warm_carries_the_current_rm_config_reference():
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "WARM.md").read_text()
     assert rm_config_markdown() in doc, "docs/WARM.md is stale: regenerate with `popgrpo rm train --markdown`"
+
+
+def _count_executions(member):
+    """Wrap the member's environment's reward (the real one) to count the ideas it executes."""
+    env = member.rollouts.env
+    real, executed = env.reward, []
+
+    def counting(ideas, generator):
+        executed.append(ideas.shape[0])
+        return real(ideas, generator)
+
+    env.reward = counting
+    return executed
+
+
+def test_control_fraction_executes_only_a_seeded_share_of_the_ideas(tiny_rm_dir):
+    from popgrpo.algorithms.archive_service import LocalArchive
+    from popgrpo.algorithms.member import Member
+
+    rows, executions = {}, {}
+    for fraction in (1.0, 0.25, 0.25):
+        config = _proxy_config(tiny_rm_dir, f"reward.proxy.control_fraction={fraction}")
+        member = Member(0, config, LocalArchive())
+        executed = _count_executions(member)
+        rows.setdefault(fraction, []).append(member.train_epochs(1)[0])
+        executions.setdefault(fraction, []).append(executed)
+    n = config.policy.n_prompts * config.grpo.group_size  # ideas per step; 2 steps
+    assert executions[1.0][0] == [n, n]
+    k = round(0.25 * n)
+    assert executions[0.25] == [[k, k], [k, k]]
+    full, (part, again) = rows[1.0][0], rows[0.25]
+    assert full["control_share"] == 1.0 and part["control_share"] == pytest.approx(k / n)
+    # Seeded: the same seed executes the same subset, so the estimate is reproduced exactly.
+    assert part["control_reward_mean"] == again["control_reward_mean"]
+    assert math.isfinite(part["control_reward_mean"])
+    # What the member trained on is the proxy over every idea, and the noise-free expectation
+    # (no execution) still covers every idea: both the same whatever the fraction.
+    assert part["ideas"] == full["ideas"] == 2 * n
+    assert math.isfinite(part["control_expected_reward"])
+
+
+def test_control_fraction_outside_0_1_is_refused():
+    for bad in ("0", "1.5", "-0.1"):
+        with pytest.raises(ConfigError, match="control_fraction"):
+            load_config(None, [f"reward.proxy.control_fraction={bad}"])

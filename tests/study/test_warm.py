@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from popgrpo.study.warm import QUICK, quick, run_warm_study
-from popgrpo.study.warm_report import WARM_FIGURES, hacking_summary, warm_claims
+from popgrpo.study.warm_report import WARM_FIGURES, hacking_summary, rl_table, single_means, warm_claims
 
 
 def test_quick_warm_study_writes_every_table_figure_and_claim(tmp_path):
@@ -15,7 +15,7 @@ def test_quick_warm_study_writes_every_table_figure_and_claim(tmp_path):
     for name in (*WARM_FIGURES, "warm.md"):
         assert (tmp_path / name).stat().st_size > 100, name
     rl = pd.read_parquet(tmp_path / "rl.parquet")
-    proxies = {"execution", "single", "ens2", "warm2", "warm3"}
+    proxies = {"execution", "single_0", "single_1", "single_2", "ens2", "warm2", "warm3"}
     assert set(rl["proxy"]) == proxies and set(rl["setting"]) == {"clean", "corrupt"}
     assert rl["control_expected_reward"].notna().all()
     trained_on_proxy = rl[rl.proxy != "execution"]
@@ -36,8 +36,13 @@ def test_quick_warm_study_writes_every_table_figure_and_claim(tmp_path):
     assert sorted(bon["n"].unique()) == list(QUICK.bon_ns)
     n1 = bon[bon.n == 1]  # best-of-1 is the reference policy's first idea, whatever the proxy
     assert n1.groupby("setting")["control"].nunique().eq(1).all()
+    # Each single RM is its own run against RM k; against distinct RMs the proxy rewards differ.
+    singles = rl[rl.proxy.str.startswith("single_")].groupby("proxy")["reward_mean"].mean()
+    assert singles.nunique() == 3
     text = (tmp_path / "warm.md").read_text()
     assert "## Claims" in text and ("held" in text or "mixed" in text)
+    assert "single (mean of 3 RMs)" in text and "single (each of 3 RMs)" in text
+    assert "than against one RM (mean of 3 RMs)" in text
     # Run again: the RM directories and runs are kept, nothing is trained twice.
     mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/summary.json")}
     run_warm_study(tmp_path, study, progress=False)
@@ -106,7 +111,11 @@ def test_claims_compare_wa_with_ens_and_the_diagonal_per_seed():
                 "control_expected_reward": v,
             }
             for s in (1, 2)
-            for p, curve in (("single", [0.2, 0.1, 0.0]), ("warm2", [0.1, 0.2, 0.3]))
+            for p, curve in (
+                ("single_0", [0.2, 0.1, 0.0]),
+                ("single_1", [0.2, 0.2, 0.2]),
+                ("warm2", [0.1, 0.2, 0.3]),
+            )
             for e, v in enumerate(curve)
         ]
     )
@@ -120,19 +129,31 @@ def test_claims_compare_wa_with_ens_and_the_diagonal_per_seed():
     assert claims["Best-of-4 (corrupt): WARM M = 2 picks better ideas than the mean single RM"][
         "value"
     ] == pytest.approx(0.15)
-    peak = claims["RL (corrupt): GRPO against WARM M = 2 reaches a higher peak control reward than against one RM"]
-    assert (
-        peak["value"] == pytest.approx(0.1) and peak["verdict"] == "held"
-    )  # peaks of the 3-epoch centred means: 0.25 vs 0.15
-    average = "RL (corrupt): GRPO against WARM M = 2 keeps a higher control reward on average over training than against one RM"
-    assert claims[average]["value"] == pytest.approx(0.1)
-    later_peak = claims["RL (corrupt): the control peaks later against WARM M = 2 than against one RM"]
+    # "One RM" is the mean over the single RMs of each measure. Smoothed (3-epoch centred) curves:
+    # single_0 [0.15, 0.1, 0.05] (peak 0.15 at 0, below its start 0.2 at epoch 1, mean 0.1),
+    # single_1 [0.2, 0.2, 0.2] (peak 0.2 at 0, never below: 3, mean 0.2),
+    # warm2 [0.15, 0.2, 0.25] (peak 0.25 at 2, never below its start: 3, mean 0.2).
+    one = "one RM (mean of 2 RMs)"
+    peak = claims[f"RL (corrupt): GRPO against WARM M = 2 reaches a higher peak control reward than against {one}"]
+    assert peak["value"] == pytest.approx(0.25 - 0.175) and peak["verdict"] == "held"
+    average = f"RL (corrupt): GRPO against WARM M = 2 keeps a higher control reward on average over training than against {one}"
+    assert claims[average]["value"] == pytest.approx(0.2 - 0.15)
+    later_peak = claims[f"RL (corrupt): the control peaks later against WARM M = 2 than against {one}"]
     assert later_peak["value"] == 2 and later_peak["verdict"] == "held"
-    # single falls below its start (0.15 after smoothing) at epoch 1; warm2 never does: 3 = its last epoch + 1
     hacked = claims[
-        "RL (corrupt): hacking is delayed — the control falls back below its start later against WARM M = 2 than against one RM"
+        f"RL (corrupt): hacking is delayed — the control falls back below its start later against WARM M = 2 than against {one}"
     ]
-    assert hacked["value"] == 2 and hacked["verdict"] == "held"
+    assert hacked["value"] == pytest.approx(3 - 2) and hacked["verdict"] == "held"
+    # Against each single RM, pair by pair: control means 0.2 vs 0.1 (for) and 0.2 vs 0.2 (not), per seed.
+    each = claims[
+        "RL (corrupt): GRPO against WARM M = 2 keeps a higher control reward on average over training than against each single RM"
+    ]
+    assert each["value"] == pytest.approx(0.05) and each["seeds_for"] == "2/4" and each["verdict"] == "mixed"
+    later = claims["RL (corrupt): GRPO against WARM M = 2 is hacked later than against each single RM"]
+    assert later["value"] == pytest.approx(1.0) and later["seeds_for"] == "2/4"  # 3 vs 1, 3 vs 3
+    table = rl_table(rl, window=1)
+    means = single_means(table)
+    assert list(means["n_rms"]) == [2, 2] and means["hacked_epoch"].tolist() == [2.0, 2.0]
 
 
 def test_verdicts_need_most_seeds_to_agree_with_the_mean():
