@@ -159,9 +159,6 @@ class IdeaRollouts:
         # maxent.entropy.per_dimension: the policy's entropy is per dimension; ×d gives the joint one.
         self.entropy_scale = 1 if config.maxent.entropy.per_dimension else env.idea_dim
         self._round0: dict[str, torch.Tensor] | None = None
-        # The environment's reward with its noise-free expectation, where it offers one (Environment).
-        self._execute = getattr(env, "execute", None)
-        self._expected = getattr(env, "expected_reward", None)
 
     def sample(self, generator: torch.Generator) -> Samples:
         with torch.no_grad():  # one forward samples and scores
@@ -196,14 +193,16 @@ class IdeaRollouts:
     def execution_reward(
         self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
     ) -> Rewards:
-        if self._execute is None:
+        # The environment's reward with its noise-free expectation, where it offers one (Environment).
+        execute = getattr(self.env, "execute", None)
+        if execute is None:
             return Rewards(self.env.reward(flat if select is None else flat[select], generator).float())
         if select is None:
-            values, expected = self._execute(flat, generator)
+            values, expected = execute(flat, generator)
             return Rewards(values.float(), expected=expected.float())
-        values, expected = self._execute(flat[select], generator)
-        if self._expected is not None:  # the expectation needs no execution: every idea's
-            expected = self._expected(flat)
+        values, expected = execute(flat[select], generator)
+        if hasattr(self.env, "expected_reward"):  # the expectation needs no execution: every idea's
+            expected = self.env.expected_reward(flat)
         else:
             expected = torch.full((flat.shape[0],), math.nan).index_put_((select,), expected)
         return Rewards(values.float(), expected=expected.float())

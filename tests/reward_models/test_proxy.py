@@ -183,15 +183,15 @@ def test_docs_warm_carries_the_current_rm_config_reference():
 
 
 def _count_executions(member):
-    """Wrap the member's environment's reward (the real one) to count the ideas it executes."""
+    """Wrap the member's environment's execution (the real one) to count the ideas it executes."""
     env = member.rollouts.env
-    real, executed = env.reward, []
+    real, executed = env.execute, []
 
     def counting(ideas, generator):
         executed.append(ideas.shape[0])
         return real(ideas, generator)
 
-    env.reward = counting
+    env.execute = counting
     return executed
 
 
