@@ -62,6 +62,9 @@ class Rewards(NamedTuple):
     # [N] the execution reward of the same ideas when ``values`` come from a learned proxy
     # (the control reward, logged, never trained on); None: ``values`` are the execution reward.
     control: torch.Tensor | None = None
+    # [N] bool: the idea's execution succeeded (the sandbox said ``ok``); None where the source
+    # does not know (vector ideas).
+    success: torch.Tensor | None = None
 
 
 class RewardSource(Protocol):
@@ -102,6 +105,9 @@ class Rollouts(Protocol):
 
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         """``[N, e]`` → ``[N, 2]`` descriptors in [0, 1]: the archive cell of each idea."""
+
+    def identities(self, samples: Samples) -> list:
+        """``N`` hashable values, equal exactly when two ideas are the same (the ``distinct`` metric)."""
 
     def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
         """The environment's (execution) reward: the default :class:`RewardSource`."""
@@ -182,6 +188,10 @@ class IdeaRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
+    def identities(self, samples: Samples) -> list:
+        ideas = samples.ideas.reshape(samples.n_prompts * samples.group_size, -1).cpu().numpy()
+        return [row.tobytes() for row in ideas]
+
     def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
         return Rewards(self.env.reward(flat, generator).float())
 
@@ -252,11 +262,14 @@ class TextRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
+    def identities(self, samples: Samples) -> list:
+        return list(samples.ideas.completions)  # the program's text, whatever prompt it answered
+
     def execution_reward(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
         rollout = samples.ideas
         prompt_of = [p for p in rollout.prompts for _ in range(rollout.group_size)]
-        values, reasons = self.env.reward(prompt_of, rollout.completions)
-        return Rewards(values.float(), reasons)
+        values, reasons, success = self.env.score(prompt_of, rollout.completions)
+        return Rewards(values.float(), reasons, success=success)
 
     def round0(self) -> dict[str, torch.Tensor]:
         return self._round0

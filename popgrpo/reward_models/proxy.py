@@ -62,7 +62,7 @@ class ProxyReward:
 
     def __call__(self, samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
         control = self.execution(samples, flat, generator)
-        return Rewards(self.scores(flat), control.reasons, control=control.values)
+        return Rewards(self.scores(flat), control.reasons, control=control.values, success=control.success)
 
 
 def check_proxy(config) -> None:

@@ -56,6 +56,8 @@ def test_population_of_two_learns_and_the_soup_is_the_mean_of_adapters(tiny_lm, 
     assert summary["max_reward"] > 0.5
     assert (metrics["complexity"] > 0).all() and (metrics["diversity"] > 0).all()
     assert metrics["reward_reasons"].map(json.loads).eq({}).all()  # target_fraction gives no reasons
+    assert metrics["success"].isna().all()  # ... so execution success is unknown
+    assert metrics["distinct"].between(0, 1).all() and (metrics["distinct"] > 0).all()
     # Three rounds re-seeded every member from the soup: each member then holds the mean of
     # the two adapters the scheduler fetched (σ = 0), and only adapters travelled.
     executor = executors[0]
@@ -147,6 +149,7 @@ def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path
     assert [json.loads(row["reward_reasons"]) for row in rows] == [expected, expected]
     assert all(row["reward_max"] == 0.5 and row["bad_rewards"] == 0 for row in rows)
     assert rows[-1]["reward_mean"] == pytest.approx(0.5 / 6)  # only the two "ok" completions score
+    assert [row["success"] for row in rows] == [pytest.approx(2 / 12)] * 2  # the same two ran
     assert not outside.exists()
     assert member.epochs_done == 2
 
