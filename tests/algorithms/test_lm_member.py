@@ -184,3 +184,28 @@ def test_lm_evaluation_is_seeded_and_sees_the_adapters(tiny_lm):
     member.train_epochs(3)
     trained = evaluator(member.get_weights(), 0, 1)
     assert trained["reward_mean"] > first["reward_mean"] + 0.2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lm_members_under_the_local_executor_compute_on_run_torch_threads(tiny_lm, threads):
+    """On cores shared with other work two OpenMP threads made an LM step 10-25x slower than
+    one (docs/RESULTS_LM.md): a member computes on ``run.torch_threads``, whatever the process had."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(3 - threads)  # the other count, so a member that kept it fails
+    try:
+        config = lm_config(tiny_lm, run={"epochs": 1, "seed": 0, "torch_threads": threads}, population={"size": 1})
+        config.grpo.steps_per_epoch = 2
+        executor = LocalExecutor(config)
+        seen = []
+        member = executor.members[0]
+        step = member.step
+
+        def counting_step():
+            seen.append(torch.get_num_threads())
+            return step()
+
+        member.step = counting_step
+        executor.train(1)
+        assert seen == [threads, threads]
+    finally:
+        torch.set_num_threads(before)
