@@ -150,9 +150,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Trains every trial of the paper's §5–6 studies and writes tables and figures. "
         "Run it again with the same --out to resume: finished trials are kept.",
     )
-    rep.add_argument("--out", help="study directory (default runs/reproduce, or runs/reproduce-quick)")
-    rep.add_argument("--quick", action="store_true", help="30 epochs, seeds 42 and 142: a first look, and what CI runs")
-    rep.add_argument("--epochs", type=_positive_int, help="epochs per trial (default 120; 30 with --quick)")
+    rep.add_argument(
+        "--out",
+        help="study directory (default runs/reproduce, or runs/reproduce-quick; --study lm: runs/lm-study[-quick])",
+    )
+    rep.add_argument(
+        "--quick",
+        action="store_true",
+        help="30 epochs, seeds 42 and 142: a first look, and what CI runs (--study lm: 2 epochs of one step, seeds 42 "
+        "and 142, 12-token programs: a smoke test for any model)",
+    )
+    rep.add_argument(
+        "--epochs",
+        type=_positive_int,
+        help="epochs per trial (default 120; 30 with --quick; --study lm: 8, 2 with --quick)",
+    )
     rep.add_argument("--address", help="Ray cluster to run the trials on (default: embedded local Ray)")
     rep.add_argument("--num-cpus", type=_positive_int, help="CPUs of the embedded Ray (default: all)")
     rep.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Tune's progress output")
