@@ -98,7 +98,6 @@ def reproduce(
     from popgrpo.runtime.cluster import connect
 
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     plan_file = out / "plan.json"
     if plan_file.exists():
         saved = json.loads(plan_file.read_text())
@@ -119,8 +118,9 @@ def reproduce(
             )
         trials = saved["trials"]
     else:
-        plan = _new_plan(study, quick, seeds, epochs, landscape, model)
+        plan = _new_plan(study, quick, seeds, epochs, landscape, model)  # before mkdir: a bad plan leaves nothing
         trials = plan["trials"]
+        out.mkdir(parents=True, exist_ok=True)
         plan_file.write_text(json.dumps(plan, indent=1))
     runs_root = str(out / "runs")
     started = time.time()

@@ -105,3 +105,4 @@ def test_a_model_that_is_not_there_is_one_line_and_exit_2(tmp_path):
     )
     assert done.returncode == 2
     assert "not a saved causal LM" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()  # refused before anything was written
