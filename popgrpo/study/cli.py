@@ -39,10 +39,20 @@ def _cmd_reproduce_warm(args: argparse.Namespace) -> int:
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     if args.study == "warm":
         return _cmd_reproduce_warm(args)
-    from popgrpo.study.report import render
     from popgrpo.study.run import reproduce
 
-    default = "runs/reproduce" + ("-quick" if args.quick else "") + ("-paper" if args.landscape == "paper" else "")
+    if args.study == "lm":
+        from popgrpo.study.lm_report import render_lm as render
+
+        default = "runs/lm-study" + ("-quick" if args.quick else "")
+    else:
+        from popgrpo.study.report import render
+
+        default = "runs/reproduce" + ("-quick" if args.quick else "") + ("-paper" if args.landscape == "paper" else "")
+        if args.model:
+            from popgrpo.config import ConfigError
+
+            raise ConfigError("--model is for --study lm")
     out = Path(args.out or default)
     try:
         result = reproduce(
@@ -53,6 +63,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             num_cpus=args.num_cpus,
             verbose=args.verbose,
             landscape=args.landscape,
+            study=args.study,
+            model=args.model or "runs/program-lm",
         )
     except ValueError as exc:
         from popgrpo.config import ConfigError
@@ -73,6 +85,9 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from popgrpo.study.report import render
 
+    plan_file = Path(args.dir) / "plan.json"
+    if plan_file.is_file() and json.loads(plan_file.read_text()).get("study") == "lm":
+        from popgrpo.study.lm_report import render_lm as render
     try:
         written = render(args.dir)
     except FileNotFoundError as exc:
@@ -135,9 +150,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Trains every trial of the paper's §5–6 studies and writes tables and figures. "
         "Run it again with the same --out to resume: finished trials are kept.",
     )
-    rep.add_argument("--out", help="study directory (default runs/reproduce, or runs/reproduce-quick)")
-    rep.add_argument("--quick", action="store_true", help="30 epochs, seeds 42 and 142: a first look, and what CI runs")
-    rep.add_argument("--epochs", type=_positive_int, help="epochs per trial (default 120; 30 with --quick)")
+    rep.add_argument(
+        "--out",
+        help="study directory (default runs/reproduce, or runs/reproduce-quick; --study lm: runs/lm-study[-quick])",
+    )
+    rep.add_argument(
+        "--quick",
+        action="store_true",
+        help="30 epochs, seeds 42 and 142: a first look, and what CI runs (--study lm: 2 epochs of one step, seeds 42 "
+        "and 142, 12-token programs: a smoke test for any model)",
+    )
+    rep.add_argument(
+        "--epochs",
+        type=_positive_int,
+        help="epochs per trial (default 120; 30 with --quick; --study lm: 8, 2 with --quick)",
+    )
     rep.add_argument("--address", help="Ray cluster to run the trials on (default: embedded local Ray)")
     rep.add_argument("--num-cpus", type=_positive_int, help="CPUs of the embedded Ray (default: all)")
     rep.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Tune's progress output")
@@ -149,9 +176,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     rep.add_argument(
         "--study",
-        choices=("paper", "warm"),
+        choices=("paper", "warm", "lm"),
         default="paper",
-        help="paper: the main paper's studies (default); warm: WARM's reward-model study (docs/WARM.md), in this process",
+        help="paper: the main paper's studies (default); warm: WARM's reward-model study (docs/WARM.md), in this process; "
+        "lm: the collapse study on real programs with the causal LM of --model (docs/RESULTS_LM.md)",
+    )
+    rep.add_argument(
+        "--model",
+        help="--study lm: the pre-trained causal LM (default runs/program-lm, made by `popgrpo lm pretrain`)",
     )
     rep.set_defaults(func=_cmd_reproduce)
 

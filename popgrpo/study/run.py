@@ -41,10 +41,25 @@ def run_trial(trial: dict, runs_root: str) -> dict:
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
         return json.loads(summary_path.read_text())
-    if (run_dir / "config.yaml").exists():
-        return resume(run_dir, progress=False)
-    config = load_config(preset_path(trial["preset"]), [*trial["overrides"], f"run.seed={trial['seed']}"])
-    return train(config, run_dir, progress=False)
+    started, resumed = time.time(), (run_dir / "config.yaml").exists()
+    if resumed:
+        summary = resume(run_dir, progress=False)
+    else:
+        config = load_config(preset_path(trial["preset"]), [*trial["overrides"], f"run.seed={trial['seed']}"])
+        summary = train(config, run_dir, progress=False)
+    # What the trial cost (the study reports seconds per epoch); a resumed trial's is its last part only.
+    timing = {"seconds": time.time() - started, "resumed": resumed, "load_average": list(_load_average())}
+    (run_dir / "timing.json").write_text(json.dumps(timing) + "\n")
+    return summary
+
+
+def _load_average() -> tuple[float, float, float]:
+    import os
+
+    try:
+        return os.getloadavg()
+    except OSError:  # not every platform has one
+        return (float("nan"),) * 3
 
 
 def _trainable(params: dict) -> None:
@@ -66,12 +81,16 @@ def reproduce(
     seeds: tuple[int, ...] | None = None,
     epochs: int | None = None,
     landscape: str = "collapse",
+    study: str = "paper",
+    model: str | None = None,
 ) -> dict:
     """Run (or finish) the whole study under ``out``; return ``{"trials": n, "seconds": wall}``.
 
     ``address``: a Ray cluster to run the trials on (default: an embedded local Ray). On a
     multi-node cluster ``out`` must be on storage every node sees. ``seeds`` / ``epochs``
     shrink the plan further (tests); a restored study keeps the plan it started with.
+    ``study``: ``paper`` (:func:`popgrpo.study.plan.build_plan`) or ``lm``, the collapse study
+    on real programs (:mod:`popgrpo.study.lm`) on the causal LM in ``model``.
     """
     import ray
     from ray import tune
@@ -79,10 +98,11 @@ def reproduce(
     from popgrpo.runtime.cluster import connect
 
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     plan_file = out / "plan.json"
     if plan_file.exists():
         saved = json.loads(plan_file.read_text())
+        if saved.get("study", "paper") != study:
+            raise ValueError(f"{out} holds a --study {saved.get('study', 'paper')} study: use another --out")
         if saved.get("landscape", "collapse") != landscape:
             raise ValueError(
                 f"{out} holds a study on the {saved.get('landscape', 'collapse')} landscape: use another --out"
@@ -98,9 +118,9 @@ def reproduce(
             )
         trials = saved["trials"]
     else:
-        trials = [t.to_json() for t in build_plan(quick, seeds, epochs, landscape, regime=not quick)]
-        effective_epochs = epochs or (QUICK_EPOCHS if quick else EPOCHS)
-        plan = {"quick": quick, "landscape": landscape, "epochs": effective_epochs, "trials": trials}
+        plan = _new_plan(study, quick, seeds, epochs, landscape, model)  # before mkdir: a bad plan leaves nothing
+        trials = plan["trials"]
+        out.mkdir(parents=True, exist_ok=True)
         plan_file.write_text(json.dumps(plan, indent=1))
     runs_root = str(out / "runs")
     started = time.time()
@@ -135,6 +155,35 @@ def reproduce(
     if not unfinished:
         collect_metrics(out, trials)
     return {"trials": len(trials), "unfinished": len(unfinished), "seconds": time.time() - started}
+
+
+def _new_plan(study, quick, seeds, epochs, landscape, model) -> dict:
+    """plan.json's content for a new study: its kind and size, and every trial."""
+    if study == "lm":
+        from dataclasses import replace
+
+        from popgrpo.study.lm import FULL, QUICK, build_lm_plan
+
+        if landscape != "collapse":
+            raise ValueError("--study lm has no landscapes: drop --landscape")
+        if not model or not (Path(model) / "config.json").is_file():
+            raise ValueError(f"--model {model}: not a saved causal LM (run `popgrpo lm pretrain --out {model}` first)")
+        size = replace(QUICK if quick else FULL, **({"epochs": epochs} if epochs else {}))
+        trials = [t.to_json() for t in build_lm_plan(size, str(Path(model).resolve()), seeds)]
+        return {
+            "study": "lm",
+            "quick": quick,
+            "landscape": landscape,
+            "epochs": size.epochs,
+            "window": size.window,
+            "model": str(Path(model).resolve()),
+            "trials": trials,
+        }
+    if study != "paper":
+        raise ValueError(f"unknown study {study!r}")
+    trials = [t.to_json() for t in build_plan(quick, seeds, epochs, landscape, regime=not quick)]
+    effective_epochs = epochs or (QUICK_EPOCHS if quick else EPOCHS)
+    return {"study": "paper", "quick": quick, "landscape": landscape, "epochs": effective_epochs, "trials": trials}
 
 
 def _print_where_to_watch(runs_root: str) -> None:

@@ -56,6 +56,8 @@ def test_population_of_two_learns_and_the_soup_is_the_mean_of_adapters(tiny_lm, 
     assert summary["max_reward"] > 0.5
     assert (metrics["complexity"] > 0).all() and (metrics["diversity"] > 0).all()
     assert metrics["reward_reasons"].map(json.loads).eq({}).all()  # target_fraction gives no reasons
+    assert metrics["success"].isna().all()  # ... so execution success is unknown
+    assert metrics["distinct"].between(0, 1).all() and (metrics["distinct"] > 0).all()
     # Three rounds re-seeded every member from the soup: each member then holds the mean of
     # the two adapters the scheduler fetched (σ = 0), and only adapters travelled.
     executor = executors[0]
@@ -147,6 +149,7 @@ def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path
     assert [json.loads(row["reward_reasons"]) for row in rows] == [expected, expected]
     assert all(row["reward_max"] == 0.5 and row["bad_rewards"] == 0 for row in rows)
     assert rows[-1]["reward_mean"] == pytest.approx(0.5 / 6)  # only the two "ok" completions score
+    assert [row["success"] for row in rows] == [pytest.approx(2 / 12)] * 2  # the same two ran
     assert not outside.exists()
     assert member.epochs_done == 2
 
@@ -181,3 +184,29 @@ def test_lm_evaluation_is_seeded_and_sees_the_adapters(tiny_lm):
     member.train_epochs(3)
     trained = evaluator(member.get_weights(), 0, 1)
     assert trained["reward_mean"] > first["reward_mean"] + 0.2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lm_members_under_the_local_executor_compute_on_run_torch_threads(tiny_lm, threads):
+    """On cores shared with other work two OpenMP threads made an LM step 10-25x slower than
+    one (docs/RESULTS_LM.md): a member computes on ``run.torch_threads``, whatever the process had."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(3 - threads)  # the other count, so a member that kept it fails
+    try:
+        config = lm_config(tiny_lm, run={"epochs": 1, "seed": 0, "torch_threads": threads}, population={"size": 1})
+        config.grpo.steps_per_epoch = 1
+        config.policy.causal_lm.prompts_per_step = 1
+        executor = LocalExecutor(config)
+        seen = []
+        member = executor.members[0]
+        step = member.step
+
+        def counting_step():
+            seen.append(torch.get_num_threads())
+            return step()
+
+        member.step = counting_step
+        executor.train(1)
+        assert seen == [threads]
+    finally:
+        torch.set_num_threads(before)

@@ -8,7 +8,7 @@ import torch
 
 from popgrpo.algorithms.archive_service import EpochInserts, LocalArchive
 from popgrpo.algorithms.merges import MERGES, MUTATIONS, MergeInputs
-from popgrpo.algorithms.step import grpo_loss, shape_returns, step_advantages, zero_bad
+from popgrpo.algorithms.step import distinct_share, grpo_loss, shape_returns, step_advantages, zero_bad
 from popgrpo.config import ConfigError, load_config
 from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW, STATUS_NOT_ADDED
 from popgrpo.telemetry.atomic import atomic_path, atomic_write
@@ -151,3 +151,10 @@ def test_entropy_counted_over_all_dimensions_is_d_times_the_per_dimension_entrop
     for a, b in zip(per_dim, joint, strict=True):
         assert b[0]["entropy"] == pytest.approx(dim * a[0]["entropy"], rel=1e-6)
         assert b[0]["reward_mean"] == a[0]["reward_mean"]  # without the bonus, training is the same
+
+
+def test_distinct_share_counts_ideas_equal_across_the_epochs_steps_once():
+    assert distinct_share([["a", "b"], ["a", "c"]]) == 0.75
+    assert distinct_share([["x"] * 4]) == 0.25
+    assert distinct_share([["a", "b"], ["c", "d"]]) == 1.0
+    assert math.isnan(distinct_share([["a"], None]))  # a step without identities: unknown

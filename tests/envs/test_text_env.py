@@ -72,6 +72,10 @@ def test_weighted_rewards_none_as_nan_and_reasons_counted():
     assert rewards[1].item() == pytest.approx(0 + 0.5 * 2 + 1)
     assert math.isnan(rewards[2].item())  # None from one callable: a bad reward
     assert reasons == {"_with_reasons:ok": 2, "_with_reasons:empty": 1}
+    # Success per completion: every reason-giving callable said "ok".
+    assert env.score(["p", "p", "p"], ["aab", "b", ""]).success.tolist() == [True, True, False]
+    without = TextEnv(TextEnvConfig(prompts=["p"], rewards=[{"fn": TF, "kwargs": {"target": "a"}}]))
+    assert without.score(["p"], ["a"]).success is None  # no callable says why: success unknown
     with pytest.raises(ValueError, match="prompts for"):
         env.reward(["p"], ["a", "b"])
 

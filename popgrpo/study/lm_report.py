@@ -1,0 +1,340 @@
+"""Tables, claims and figures of ``popgrpo reproduce --study lm`` (:mod:`popgrpo.study.lm`).
+
+Every number is read from ``OUT/metrics.parquet`` (each trial's per-epoch rows, members
+averaged per epoch). A method's number for one seed is the mean of its last ``window``
+epochs; tables give mean ± sd over seeds. Claims compare two methods **seed by seed** (the
+same seed draws the same first prompts and the same initial programs): the paired
+differences, how many seeds agree, and a one-sided paired t-test in the claimed direction.
+A claim *holds* when p < 0.05; with three seeds that needs the differences to be large and
+consistent.
+
+Files written into ``OUT``: ``lm.md`` (tables, claims, cost), ``lm_table.csv`` (one row per
+method and seed), ``lm_claims.json`` and the figures :data:`FIGURES`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+from scipy import stats
+
+from popgrpo.study.lm import CONTROL, LM_METHODS
+from popgrpo.telemetry.summary import population_by_epoch
+
+__all__ = ["FIGURES", "METRICS", "lm_claims", "lm_table", "render_lm"]
+
+# metrics column -> label
+METRICS = {
+    "reward_mean": "mean reward",
+    "reward_max": "max reward",
+    "diversity": "embedding diversity",
+    "distinct": "distinct programs",
+    "complexity": "length (tokens)",
+    "success": "execution success",
+    "pass_at_k": "pass@k",
+    "entropy": "token entropy",
+    "kl": "KL to the start",
+}
+FIGURES = ("fig1_lm_training.png", "fig2_lm_reward_diversity.png", "fig3_lm_length_early_late.png")
+COLORS = {
+    CONTROL: "tab:gray",
+    "GRPO": "tab:red",
+    "QD-GRPO": "tab:green",
+    "MaxEnt-GRPO": "tab:blue",
+    "Pop-GRPO": "tab:orange",
+    "Combined (§7)": "tab:purple",
+}
+REMEDIES = ("QD-GRPO", "MaxEnt-GRPO", "Pop-GRPO", "Combined (§7)")
+ALPHA = 0.05
+
+
+# ---- numbers --------------------------------------------------------------------------------
+def epochs_by_trial(plan: dict, metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per trial and epoch, members averaged, with the trial's method label and seed."""
+    label = {t["key"]: t["memberships"][0]["label"] for t in plan["trials"]}
+    frames = []
+    for (trial, seed), frame in metrics.groupby(["trial", "seed"], sort=False):
+        by_epoch = population_by_epoch(frame.drop(columns=["trial", "seed"]).select_dtypes("number")).reset_index()
+        by_epoch.insert(0, "method", label[trial])
+        by_epoch.insert(1, "seed", seed)
+        frames.append(by_epoch)
+    return pd.concat(frames, ignore_index=True)
+
+
+def lm_table(epochs: pd.DataFrame, window: int) -> pd.DataFrame:
+    """One row per method and seed: the last ``window`` epochs' mean of every metric, and the
+    first ``window`` epochs' (``<metric>_first``)."""
+    rows = []
+    for (method, seed), frame in epochs.groupby(["method", "seed"], sort=False):
+        frame = frame.sort_values("epoch")
+        row = {"method": method, "seed": int(seed), "epochs": int(frame["epoch"].max()) + 1}
+        for col in METRICS:
+            row[col] = float(frame[col].tail(window).mean())
+            row[f"{col}_first"] = float(frame[col].head(window).mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _ms(values: pd.Series, digits: int = 3) -> str:
+    values = values.dropna()
+    if values.empty:
+        return "–"
+    if len(values) == 1:
+        return f"{values.iloc[0]:.{digits}f}"
+    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
+
+
+def _paired(table: pd.DataFrame, a: str, b: str, col: str) -> pd.Series:
+    """``a − b`` per seed, on the seeds both have."""
+    left = table[table.method == a].set_index("seed")[col]
+    right = table[table.method == b].set_index("seed")[col]
+    seeds = sorted(set(left.index) & set(right.index))
+    return (left[seeds] - right[seeds]).dropna()
+
+
+def _claim(table: pd.DataFrame, text: str, a: str, b: str, col: str, direction: int) -> dict:
+    """``a`` is ``direction`` (+1 above, −1 below) ``b`` on ``col``: differences, wins, p, verdict."""
+    diff = _paired(table, a, b, col)
+    n, signed = len(diff), diff * direction
+    wins = int((signed > 0).sum())
+    if n > 1 and signed.std(ddof=1) > 0:
+        p = float(stats.ttest_1samp(signed, 0.0, alternative="greater").pvalue)
+    else:
+        p = math.nan
+    mean = float(diff.mean()) if n else math.nan
+    if not n or math.isnan(mean):
+        verdict = "not measured"
+    elif p < ALPHA:
+        verdict = "holds"
+    elif mean * direction > 0:
+        verdict = "same direction, within seed noise"
+    else:
+        verdict = "does not hold"
+    return {
+        "claim": text,
+        "a": a,
+        "b": b,
+        "metric": col,
+        "direction": direction,
+        "diff_mean": mean,
+        "diff_sd": float(diff.std(ddof=1)) if n > 1 else math.nan,
+        "wins": wins,
+        "n": n,
+        "p": p,
+        "verdict": verdict,
+    }
+
+
+def lm_claims(table: pd.DataFrame) -> list[dict]:
+    """The paper's collapse (GRPO vs the control) and its remedies (each method vs GRPO)."""
+    c = []
+    c.append(_claim(table, "GRPO raises mean reward over the no-update control", "GRPO", CONTROL, "reward_mean", 1))
+    for col, word in (("diversity", "embedding diversity"), ("distinct", "distinct programs")):
+        c.append(_claim(table, f"GRPO collapses: {word} below the control", "GRPO", CONTROL, col, -1))
+    c.append(_claim(table, "GRPO collapses: programs shorter than the control's", "GRPO", CONTROL, "complexity", -1))
+    # The paper's collapse leaves max reward flat: tested as "max reward rises", verdict read inversely.
+    c.append(_claim(table, "GRPO leaves max reward flat (no rise over the control)", "GRPO", CONTROL, "reward_max", 1))
+    c[-1]["verdict"] = {
+        "holds": "does not hold (max reward rose)",
+        "does not hold": "holds (max reward did not rise)",
+        "same direction, within seed noise": "holds (no rise beyond seed noise)",
+    }.get(c[-1]["verdict"], c[-1]["verdict"])
+    for method in REMEDIES:
+        c.append(_claim(table, f"{method} keeps more embedding diversity than GRPO", method, "GRPO", "diversity", 1))
+        c.append(_claim(table, f"{method} keeps more distinct programs than GRPO", method, "GRPO", "distinct", 1))
+        c.append(_claim(table, f"{method} keeps longer programs than GRPO", method, "GRPO", "complexity", 1))
+        c.append(_claim(table, f"{method} reaches a higher max reward than GRPO", method, "GRPO", "reward_max", 1))
+        c.append(_claim(table, f"{method} keeps mean reward above GRPO's", method, "GRPO", "reward_mean", 1))
+    return c
+
+
+# ---- markdown ---------------------------------------------------------------------------------
+def table_markdown(table: pd.DataFrame, window: int, first: bool = False) -> str:
+    suffix = "_first" if first else ""
+    span = f"first {window}" if first else f"last {window}"
+    lines = [
+        f"Mean ± sd over seeds of each seed's mean over the {span} epoch(s); seeds: "
+        + ", ".join(str(s) for s in sorted(table.seed.unique()))
+        + ".\n",
+        "| method | " + " | ".join(METRICS.values()) + " |",
+        "| --- |" + " ---: |" * len(METRICS),
+    ]
+    for method in _methods(table):
+        rows = table[table.method == method]
+        lines.append(f"| {method} | " + " | ".join(_ms(rows[c + suffix]) for c in METRICS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def delta_markdown(table: pd.DataFrame, baseline: str) -> str:
+    lines = [
+        f"Paired differences (method − {baseline}) per seed, mean ± sd over seeds.\n",
+        "| method | " + " | ".join(METRICS.values()) + " |",
+        "| --- |" + " ---: |" * len(METRICS),
+    ]
+    for method in _methods(table):
+        if method == baseline:
+            continue
+        cells = [_ms(_paired(table, method, baseline, c)) for c in METRICS]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def claims_markdown(claims: list[dict]) -> str:
+    lines = [
+        "| claim | difference (mean ± sd over seeds) | seeds agreeing | p (one-sided, paired) | verdict |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for c in claims:
+        diff = "–" if math.isnan(c["diff_mean"]) else f"{c['diff_mean']:+.3f}"
+        if not math.isnan(c["diff_sd"]):
+            diff += f" ± {c['diff_sd']:.3f}"
+        p = "–" if math.isnan(c["p"]) else f"{c['p']:.3f}"
+        lines.append(f"| {c['claim']} | {diff} | {c['wins']}/{c['n']} | {p} | {c['verdict']} |")
+    return "\n".join(lines) + "\n"
+
+
+def cost_markdown(out: Path, plan: dict) -> str:
+    """Seconds per trial and per member-epoch, from each trial's timing.json."""
+    rows = []
+    for t in plan["trials"]:
+        path = out / "runs" / t["key"] / "timing.json"
+        if not path.is_file():
+            continue
+        timing = json.loads(path.read_text())
+        members = 2 if any(o == "population.size=2" for o in t["overrides"]) else 1
+        rows.append(
+            {
+                "method": t["memberships"][0]["label"],
+                "seconds": timing["seconds"],
+                "per_member_epoch": timing["seconds"] / (plan["epochs"] * members),
+                "load": timing["load_average"][0],
+                "resumed": timing["resumed"],
+            }
+        )
+    if not rows:
+        return "No timing.json in the trials' run directories.\n"
+    frame = pd.DataFrame(rows)
+    lines = [
+        "Each trial ran on one CPU (a Ray Tune trial, the members in its process, one torch thread).\n",
+        "| method | seconds per trial | seconds per member-epoch | 1-min load average at the trial's end |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for method in [m for m in LM_METHODS if m in set(frame.method)]:
+        rows = frame[frame.method == method]
+        lines.append(f"| {method} | {_ms(rows.seconds, 0)} | {_ms(rows.per_member_epoch, 1)} | {_ms(rows.load, 1)} |")
+    if frame.resumed.any():
+        lines.append("\nSome trials were resumed: their seconds cover the resumed part only.")
+    return "\n".join(lines) + "\n"
+
+
+def _methods(table: pd.DataFrame) -> list[str]:
+    present = set(table.method)
+    return [m for m in LM_METHODS if m in present]
+
+
+# ---- figures -----------------------------------------------------------------------------------
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def fig_training(epochs: pd.DataFrame, path: Path) -> Path:
+    """Paper Figure 1 on programs: every metric over training, mean ± sd over seeds per method."""
+    cols = ["reward_mean", "reward_max", "diversity", "distinct", "complexity", "success"]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+    for ax, col in zip(axes.flat, cols, strict=True):
+        for method in [m for m in LM_METHODS if m in set(epochs.method)]:
+            grouped = epochs[epochs.method == method].groupby("epoch")[col]
+            mean, sd = grouped.mean(), grouped.std(ddof=1).fillna(0.0)
+            style = "--" if method == CONTROL else "-"
+            ax.plot(mean.index, mean.values, style, color=COLORS[method], label=method)
+            ax.fill_between(mean.index, mean - sd, mean + sd, color=COLORS[method], alpha=0.12)
+        ax.set_title(METRICS[col])
+        ax.set_xlabel("epoch")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle("Training on real programs (mean ± sd over seeds)")
+    return _save(fig, path)
+
+
+def fig_reward_diversity(table: pd.DataFrame, path: Path) -> Path:
+    """Paper Figure 2 on programs: final mean reward against diversity, one point per seed."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, col in zip(axes, ("diversity", "distinct"), strict=True):
+        for method in _methods(table):
+            rows = table[table.method == method]
+            ax.scatter(rows[col], rows["reward_mean"], color=COLORS[method], label=method, s=40)
+            ax.scatter(rows[col].mean(), rows["reward_mean"].mean(), color=COLORS[method], marker="*", s=220)
+        ax.set_xlabel(METRICS[col])
+        ax.set_ylabel("mean reward")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Reward against diversity at the end of training (dots: seeds; stars: means)")
+    return _save(fig, path)
+
+
+def fig_length_early_late(table: pd.DataFrame, epochs: pd.DataFrame, window: int, path: Path) -> Path:
+    """Paper Figure 3 on programs: completion length quantiles, first vs last epochs, per method."""
+    quantiles = ["complexity_p10", "complexity_p50", "complexity_p90"]
+    methods = _methods(table)
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    width = 0.38
+    for i, method in enumerate(methods):
+        rows = epochs[epochs.method == method]
+        first = rows[rows.epoch < window][quantiles].mean()
+        last = rows[rows.epoch > rows.epoch.max() - window][quantiles].mean()
+        for offset, values, alpha in ((-width / 2, first, 0.45), (width / 2, last, 1.0)):
+            x = i + offset
+            ax.vlines(x, values["complexity_p10"], values["complexity_p90"], color=COLORS[method], alpha=alpha, lw=6)
+            ax.plot([x - 0.1, x + 0.1], [values["complexity_p50"]] * 2, color="black", lw=1.5)
+    ax.set_xticks(range(len(methods)), methods, fontsize=8)
+    ax.set_ylabel("completion length (tokens)")
+    ax.set_title(f"Length p10–p90 (bar) and median (line): first {window} epoch(s) (pale) vs last {window}")
+    return _save(fig, path)
+
+
+# ---- everything --------------------------------------------------------------------------------
+def render_lm(out: str | Path) -> list[Path]:
+    """Write ``lm.md``, ``lm_table.csv``, ``lm_claims.json`` and the figures into ``out``."""
+    out = Path(out)
+    plan_file, metrics_file = out / "plan.json", out / "metrics.parquet"
+    for f in (plan_file, metrics_file):
+        if not f.is_file():
+            raise FileNotFoundError(f"{f} is missing: is {out} the --out of a popgrpo reproduce --study lm run?")
+    plan = json.loads(plan_file.read_text())
+    window = int(plan["window"])
+    epochs = epochs_by_trial(plan, pd.read_parquet(metrics_file))
+    table = lm_table(epochs, window)
+    claims = lm_claims(table)
+    table.to_csv(out / "lm_table.csv", index=False)
+    (out / "lm_claims.json").write_text(json.dumps(claims, indent=1, default=float) + "\n")
+    kind = "quick" if plan["quick"] else "full"
+    text = [
+        f"# The collapse study on real programs ({kind} form)\n",
+        f"Model: `{plan['model']}`; {plan['epochs']} epochs per trial; {len(plan['trials'])} trials.\n",
+        f"## End of training (last {window} epoch(s))\n",
+        table_markdown(table, window),
+        f"## Start of training (first {window} epoch(s))\n",
+        table_markdown(table, window, first=True),
+        "## Against the no-update control\n",
+        delta_markdown(table, CONTROL),
+        "## Against GRPO\n",
+        delta_markdown(table, "GRPO"),
+        "## Claims\n",
+        claims_markdown(claims),
+        "## Cost\n",
+        cost_markdown(out, plan),
+    ]
+    (out / "lm.md").write_text("\n".join(text))
+    written = [out / "lm.md", out / "lm_table.csv", out / "lm_claims.json"]
+    written.append(fig_training(epochs, out / FIGURES[0]))
+    written.append(fig_reward_diversity(table, out / FIGURES[1]))
+    written.append(fig_length_early_late(table, epochs, window, out / FIGURES[2]))
+    return written
