@@ -46,7 +46,7 @@ def test_quick_lm_study_writes_tables_figures_and_claims_that_agree_with_its_met
             env=env,
             capture_output=True,
             text=True,
-            timeout=900,  # about 95 s at load 6-9; 300 s was not enough at load 10+
+            timeout=560,  # under pytest-timeout's 600 s: about 95 s at load 6-9, over 300 s at load 10+
         )
     finally:
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
