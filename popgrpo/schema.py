@@ -41,7 +41,7 @@ CONTROL_COLUMNS = ("control_reward_mean", "control_reward_max", "control_expecte
 
 # ``distinct``: the share of an epoch's ideas that are distinct (for text: distinct completions,
 # whatever prompt they answered). ``success``: the share of the epoch's ideas whose execution
-# succeeded (the sandbox said ``ok``), NaN where the environment does not say (vector ideas).
+# succeeded (the sandbox said ``ok``; B = 1 in IdeaEnv), NaN where the environment does not say.
 METRIC_COLUMNS = (
     "epoch",
     "member",

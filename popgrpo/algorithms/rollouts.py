@@ -208,14 +208,14 @@ class IdeaRollouts:
         if execute is None:
             return Rewards(self.env.reward(flat if select is None else flat[select], generator).float())
         if select is None:
-            values, expected = execute(flat, generator)
-            return Rewards(values.float(), expected=expected.float())
-        values, expected = execute(flat[select], generator)
+            values, expected, success = execute(flat, generator)
+            return Rewards(values.float(), expected=expected.float(), success=success)
+        values, expected, success = execute(flat[select], generator)
         if hasattr(self.env, "expected_reward"):  # the expectation needs no execution: every idea's
             expected = self.env.expected_reward(flat)
         else:
             expected = torch.full((flat.shape[0],), math.nan).index_put_((select,), expected)
-        return Rewards(values.float(), expected=expected.float())
+        return Rewards(values.float(), expected=expected.float(), success=success)
 
     def round0(self) -> dict[str, torch.Tensor]:
         if self._round0 is None:  # built on first use: only the svd mutation needs it

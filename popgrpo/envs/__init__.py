@@ -25,9 +25,9 @@ class Environment(Protocol):
     """What a GRPO member asks of an environment. All methods are batched over dim 0.
 
     An environment that knows its reward's noise-free expectation may also offer
-    ``execute(ideas, generator) -> (rewards [N], expectations [N])`` (as :class:`IdeaEnv` does);
-    members then call it instead of :meth:`reward` and log the mean expectation as
-    ``control_expected_reward``; with ``expected_reward(ideas) -> [N]`` as well, that column
+    ``execute(ideas, generator) -> (rewards [N], expectations [N], success [N] bool)`` (as
+    :class:`IdeaEnv` does); members then call it instead of :meth:`reward` and log the mean
+    expectation as ``control_expected_reward`` and the share of successes as ``success``; with ``expected_reward(ideas) -> [N]`` as well, that column
     covers every idea even when only some are executed (``reward.proxy.control_fraction``).
     """
 

@@ -85,14 +85,17 @@ class IdeaEnv:
         """``[N, d]`` → ``[N]`` stochastic execution reward ``Q·B + ε·B``."""
         return self.execute(ideas, generator)[0]
 
-    def execute(self, ideas: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[N, d]`` → ``([N] reward Q·B + ε·B, [N] its expectation Q·p_exec)`` from one
-        evaluation of ``Q`` and ``p_exec`` (a step logs both; the draws are :meth:`reward`'s)."""
+    def execute(
+        self, ideas: torch.Tensor, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``[N, d]`` → ``([N] reward Q·B + ε·B, [N] its expectation Q·p_exec, [N] bool B)``
+        from one evaluation of ``Q`` and ``p_exec`` (a step logs all three; the draws are
+        :meth:`reward`'s)."""
         ideas = ideas.detach()
         quality, p_exec = self.quality(ideas), self.p_exec(ideas)
         success = torch.bernoulli(p_exec, generator=generator)
         noise = self.noise_std * torch.randn(ideas.shape[0], generator=generator)
-        return (quality + noise) * success, quality * p_exec
+        return (quality + noise) * success, quality * p_exec, success.bool()
 
     def behaviour(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N, 2]``: (complexity squashed to (0, 1), direction in [0, 1])."""

@@ -73,7 +73,9 @@ def test_execute_draws_as_reward_does_and_returns_the_expectation():
     env = IdeaEnv()
     ideas = torch.randn(64, env.idea_dim, generator=torch.Generator().manual_seed(1)) * 4
     alone = env.reward(ideas, torch.Generator().manual_seed(7))
-    values, expected = env.execute(ideas, torch.Generator().manual_seed(7))
+    values, expected, success = env.execute(ideas, torch.Generator().manual_seed(7))
     assert torch.equal(values, alone)  # same draws, same order: runs do not change
+    assert success.dtype == torch.bool and 0 < int(success.sum()) < len(success)
+    assert bool((values[~success] == 0).all()) and bool((values[success] != 0).all())
     assert torch.allclose(expected, env.quality(ideas) * env.p_exec(ideas))
     assert torch.equal(expected, env.expected_reward(ideas))
