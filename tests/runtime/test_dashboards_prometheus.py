@@ -26,7 +26,7 @@ from popgrpo.config import load_config, preset_path
 from popgrpo.ops.dashboards import load_dashboard, panel_targets
 from popgrpo.runtime.ray_executor import RayExecutor
 from tests.driving import drive
-from tests.services import free_port, require_binary, stop_process
+from tests.services import GroupWatchdog, free_port, require_binary, stop_process
 
 pytestmark = [pytest.mark.ray, pytest.mark.service]
 
@@ -57,8 +57,9 @@ class Prometheus:
         self.proc = subprocess.Popen(
             [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+        self.watchdog = GroupWatchdog(self.proc.pid)  # prometheus goes if pytest dies
         deadline = time.time() + 30
         while time.time() < deadline and self.proc.poll() is None:
             try:
@@ -87,6 +88,7 @@ class Prometheus:
         return self._get(f"/api/v1/label/{label}/values", {"match[]": match})
 
     def stop(self) -> None:
+        self.watchdog.disarm()
         stop_process(self.proc)
         self.log.close()
 

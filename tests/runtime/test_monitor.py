@@ -22,7 +22,7 @@ from popgrpo.cli import main
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
 from tests.driving import drive
-from tests.services import free_port, require_binary
+from tests.services import GroupWatchdog, free_port, require_binary
 
 pytestmark = [pytest.mark.ray, pytest.mark.service]
 
@@ -43,8 +43,9 @@ def test_monitor_scrapes_the_sessions_popgrpo_series(ray_local, tmp_path):
     monitor = subprocess.Popen(
         [sys.executable, "-m", "popgrpo", "monitor", "--ray-session-dir", str(session), "--port", str(port),
          "--scrape-interval", "1s", "--storage", str(tmp_path / "prom")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
+    watchdog = GroupWatchdog(monitor.pid)  # the monitor and its prometheus go if pytest dies
     cfg = load_config(
         preset_path("pop_grpo"),
         ["population.size=3", "population.members_per_actor=3", "run.epochs=6", "grpo.steps_per_epoch=2"],
@@ -64,6 +65,7 @@ def test_monitor_scrapes_the_sessions_popgrpo_series(ray_local, tmp_path):
         executor.close()
         monitor.send_signal(signal.SIGINT)  # what Ctrl-C does
         out, _ = monitor.communicate(timeout=60)
+        watchdog.disarm()
     assert monitor.returncode == 0, out
     assert f"Prometheus at http://127.0.0.1:{port}" in out
 
