@@ -95,23 +95,27 @@ class LiveMetrics:
         self._lock = threading.Lock()
         self._refresh_s = refresh_s
         self._closed = threading.Event()
-        threading.Thread(target=self._keep_alive, name="popgrpo-metrics", daemon=True).start()
+        self._thread = threading.Thread(target=self._keep_alive, name="popgrpo-metrics", daemon=True)
+        self._thread.start()
 
     def close(self) -> None:
-        """Stop refreshing: the run is over, so its gauges may expire from Ray's export."""
+        """Stop refreshing: the run is over, so its gauges may expire from Ray's export.
+        Returns once the refresher has stopped: no gauge is set after this."""
         self._closed.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
 
     def _set(self, name: str, value: float, tags: dict[str, str]) -> None:
-        self._m[name].set(value, tags=tags)
+        # Under the lock, so a refresh never re-sets an older value after this one.
         with self._lock:
+            self._m[name].set(value, tags=tags)
             self._last[(name, tuple(sorted(tags.items())))] = value
 
     def _keep_alive(self) -> None:
         while not self._closed.wait(self._refresh_s):
             with self._lock:
-                last = list(self._last.items())
-            for (name, tags), value in last:
-                self._m[name].set(value, tags=dict(tags))
+                for (name, tags), value in self._last.items():
+                    self._m[name].set(value, tags=dict(tags))
 
     def record_epoch(self, row: dict) -> None:
         tags = {"run": self.run, "member": str(row["member"])}

@@ -8,6 +8,7 @@ import urllib.request
 
 import pytest
 
+from benchmarks.common import wait_until
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
 from popgrpo.telemetry.live import METRICS
@@ -93,14 +94,16 @@ def test_gauges_are_re_set_so_ray_does_not_expire_them(ray_local):
     live = LiveMetrics("keepalive-run", refresh_s=0.05)
     live._m["popgrpo_round"] = gauge = _RecordingGauge()
     live.record_round(7)
-    time.sleep(0.4)
-    assert len(gauge.sets) >= 4 and {v for v, _ in gauge.sets} == {7}
+    # Waits with deadlines, not fixed sleeps: a busy machine may run the refresher late.
+    assert wait_until(lambda: len(gauge.sets) >= 4, timeout=30)
+    assert {v for v, _ in gauge.sets} == {7}
     assert all(tags == {"run": "keepalive-run"} for _, tags in gauge.sets)
     live.record_round(8)
-    time.sleep(0.2)
-    assert gauge.sets[-1] == (8, {"run": "keepalive-run"})
-    live.close()  # the run is over: no more refreshes
-    time.sleep(0.1)
+    assert gauge.sets[-1] == (8, {"run": "keepalive-run"})  # set at once, never overtaken by a 7
+    n = len(gauge.sets)
+    assert wait_until(lambda: len(gauge.sets) > n, timeout=30)
+    assert {v for v, _ in gauge.sets[n - 1 :]} == {8}
+    live.close()  # the run is over: returns once the refresher has stopped
     n = len(gauge.sets)
     time.sleep(0.3)
     assert len(gauge.sets) == n
