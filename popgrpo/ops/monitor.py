@@ -86,14 +86,26 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     try:
         return proc.wait()
     except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        _stop(proc)
         return 0
     finally:
         if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
+            _stop(proc)
         sys.stdout.flush()
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGINT (Prometheus flushes its head block), then SIGTERM, then SIGKILL, ``grace_s`` apart:
+    a Prometheus slow to shut down on a busy machine never keeps the monitor from exiting."""
+    for send in (lambda: proc.send_signal(signal.SIGINT), proc.terminate, proc.kill):
+        if proc.poll() is not None:
+            return
+        send()
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

@@ -64,7 +64,7 @@ def test_monitor_scrapes_the_sessions_popgrpo_series(ray_local, tmp_path):
     finally:
         executor.close()
         monitor.send_signal(signal.SIGINT)  # what Ctrl-C does
-        out, _ = monitor.communicate(timeout=60)
+        out, _ = monitor.communicate(timeout=120)  # the monitor stops Prometheus within 3 × 10 s
         watchdog.disarm()
     assert monitor.returncode == 0, out
     assert f"Prometheus at http://127.0.0.1:{port}" in out
@@ -74,3 +74,20 @@ def test_monitor_without_a_ray_session_exits_2_with_one_line(tmp_path, capsys):
     assert main(["monitor", "--ray-session-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "prometheus.yml not found" in err
+
+
+def test_stopping_escalates_to_kill_when_prometheus_ignores_int_and_term():
+    from popgrpo.ops.monitor import _stop
+
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time\nfor s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert stubborn.stdout.readline().strip() == "ready"  # its handlers are in place
+        _stop(stubborn, grace_s=0.5)
+        assert stubborn.poll() == -signal.SIGKILL
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
+        stubborn.wait()
