@@ -26,6 +26,7 @@ import pandas as pd
 from scipy import stats
 
 from popgrpo.study.lm import CONTROL, LM_METHODS
+from popgrpo.telemetry.plots import save_figure
 from popgrpo.telemetry.summary import population_by_epoch
 
 __all__ = ["FIGURES", "METRICS", "lm_claims", "lm_table", "render_lm"]
@@ -240,13 +241,6 @@ def _methods(table: pd.DataFrame) -> list[str]:
 
 
 # ---- figures -----------------------------------------------------------------------------------
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def fig_training(epochs: pd.DataFrame, path: Path) -> Path:
     """Paper Figure 1 on programs: every metric over training, mean ± sd over seeds per method."""
     cols = ["reward_mean", "reward_max", "diversity", "distinct", "complexity", "success"]
@@ -262,7 +256,7 @@ def fig_training(epochs: pd.DataFrame, path: Path) -> Path:
         ax.set_xlabel("epoch")
     axes.flat[0].legend(fontsize=8)
     fig.suptitle("Training on real programs (mean ± sd over seeds)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_reward_diversity(table: pd.DataFrame, path: Path) -> Path:
@@ -277,7 +271,7 @@ def fig_reward_diversity(table: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel("mean reward")
     axes[0].legend(fontsize=8)
     fig.suptitle("Reward against diversity at the end of training (dots: seeds; stars: means)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_length_early_late(table: pd.DataFrame, epochs: pd.DataFrame, window: int, path: Path) -> Path:
@@ -297,7 +291,7 @@ def fig_length_early_late(table: pd.DataFrame, epochs: pd.DataFrame, window: int
     ax.set_xticks(range(len(methods)), methods, fontsize=8)
     ax.set_ylabel("completion length (tokens)")
     ax.set_title(f"Length p10–p90 (bar) and median (line): first {window} epoch(s) (pale) vs last {window}")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ---- everything --------------------------------------------------------------------------------

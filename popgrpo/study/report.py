@@ -36,6 +36,7 @@ from popgrpo.study.plan import (
     PAPER_TABLE1,
     REGIME_METHODS,
 )
+from popgrpo.telemetry.plots import save_figure
 from popgrpo.telemetry.summary import population_by_epoch
 
 __all__ = ["FIGURES", "Claim", "check_claims", "render", "trial_table"]
@@ -517,13 +518,6 @@ def claims_markdown(claims: list[Claim]) -> str:
 
 
 # ---- figures -------------------------------------------------------------------------------
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def _method_epochs(plan: list[dict], epochs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     out = {}
     for method in METHODS:
@@ -549,7 +543,7 @@ def fig_training_dynamics(by_method: dict[str, pd.DataFrame], path: Path) -> Pat
         ax.set_xlabel("epoch")
     axes[0, 0].legend(fontsize=8)
     fig.suptitle("Training dynamics (mean ± std over seeds; paper Figure 1)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_reward_diversity(by_method: dict[str, pd.DataFrame], path: Path) -> Path:
@@ -564,7 +558,7 @@ def fig_reward_diversity(by_method: dict[str, pd.DataFrame], path: Path) -> Path
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Reward–diversity, second half of training (◆ = mean; paper Figure 2)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_complexity_early_late(by_method: dict[str, pd.DataFrame], metrics: pd.DataFrame, path: Path) -> Path:
@@ -588,7 +582,7 @@ def fig_complexity_early_late(by_method: dict[str, pd.DataFrame], metrics: pd.Da
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("idea complexity (L2 norm)")
     fig.suptitle(f"Complexity of ideas: first vs last {WINDOW} epochs (p10–p90 whiskers; paper Figure 3)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_multiseed(table: pd.DataFrame, path: Path) -> Path:
@@ -604,7 +598,7 @@ def fig_multiseed(table: pd.DataFrame, path: Path) -> Path:
         ax.set_title(key)
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"Multi-seed comparison (n = {t1.seed.nunique()}, mean ± std; paper Figure 4)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_regime(table: pd.DataFrame, path: Path) -> Path:
@@ -625,7 +619,7 @@ def fig_regime(table: pd.DataFrame, path: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Regime map: where the paper's conclusions hold (n = {rows.seed.nunique()} seeds, mean ± std)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_ablation(table: pd.DataFrame, study: str, path: Path, figure_no: int) -> Path:
@@ -642,7 +636,7 @@ def fig_ablation(table: pd.DataFrame, study: str, path: Path, figure_no: int) ->
         ax.set_title(key)
         ax.grid(alpha=0.3)
     fig.suptitle(f"Ablation on {symbol} ({preset}; mean ± std over seeds; paper Figure {figure_no})")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_merge_strategies(table: pd.DataFrame, path: Path) -> Path:
@@ -659,7 +653,7 @@ def fig_merge_strategies(table: pd.DataFrame, path: Path) -> Path:
         ax.set_title(key)
         ax.grid(alpha=0.3, axis="y")
     fig.suptitle(f"Merge and mutation strategies on Pop-GRPO (n = {rows.seed.nunique()} seeds, mean ± std)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_archive(archive: pd.DataFrame, cells_per_dim: int, title: str, path: Path) -> Path:
@@ -676,7 +670,7 @@ def fig_archive(archive: pd.DataFrame, cells_per_dim: int, title: str, path: Pat
     ax.set_title(f"{title}\ncoverage {coverage:.2f}", fontsize=9)
     ax.set_xlabel("behaviour dim 2 (cell)")
     ax.set_ylabel("behaviour dim 1 (cell)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # ---- all of it -----------------------------------------------------------------------------

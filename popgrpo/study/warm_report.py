@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from popgrpo.telemetry.plots import save_figure
+
 __all__ = ["WARM_FIGURES", "hacking_summary", "is_single", "render_warm", "rl_table", "single_means", "warm_claims"]
 
 WARM_FIGURES = ("fig3_lmc.png", "fig4_corruption.png", "fig6_bon.png", "fig8_rl.png")
@@ -259,13 +261,6 @@ def _each_single_claims(part: pd.DataFrame, warm: pd.DataFrame, setting: str, M:
     return out
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def fig_lmc(lmc: pd.DataFrame, path: Path) -> Path:
     settings = sorted(lmc["setting"].unique())
     fig, axes = plt.subplots(len(settings), 2, figsize=(9, 3.3 * len(settings)), squeeze=False)
@@ -280,7 +275,7 @@ def fig_lmc(lmc: pd.DataFrame, path: Path) -> Path:
             ax.plot(part.index, part["diagonal"], ":", color="grey", label="diagonal")
             ax.set(title=f"{setting}: {subset} pairs", xlabel="λ (RM 0 → RM 1)", ylabel="accuracy")
             ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_corruption(cor: pd.DataFrame, path: Path) -> Path:
@@ -295,7 +290,7 @@ def fig_corruption(cor: pd.DataFrame, path: Path) -> Path:
             ax.plot(part.index, part["ens"], "s" + style, color="C1", label=f"ENS {setting}")
         ax.set(title=subset, xlabel="M", ylabel="accuracy")
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_bon(bon: pd.DataFrame, path: Path) -> Path:
@@ -311,7 +306,7 @@ def fig_bon(bon: pd.DataFrame, path: Path) -> Path:
             ax.plot(curve.index, curve.values, "s--" if name.startswith("ens") else "o-", label=name, ms=3)
         ax.set(title=f"best-of-N ({setting})", xlabel="KL = log N − (N−1)/N", ylabel="control E[R] of the chosen idea")
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_rl(rl: pd.DataFrame, path: Path) -> Path:
@@ -336,7 +331,7 @@ def fig_rl(rl: pd.DataFrame, path: Path) -> Path:
         axes[0][j].set(title=f"RL ({setting}): control reward E[R]", xlabel="epoch", ylabel="control E[R] (noise-free)")
         axes[1][j].set(title=f"RL ({setting}): proxy reward trained on", xlabel="epoch", ylabel="proxy score")
         axes[0][j].legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _claims_md(claims: list[dict]) -> str:

@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 import pandas as pd
 
-__all__ = ["plot_training_dynamics"]
+__all__ = ["plot_training_dynamics", "save_figure"]
 
 PANELS = (
     ("reward_mean", "mean reward"),
@@ -37,6 +37,11 @@ def plot_training_dynamics(metrics: pd.DataFrame, path: str | Path, title: str =
         ax.set_xlabel("epoch")
     axes[0, 0].legend(loc="best", fontsize=8)
     fig.suptitle(title or "training dynamics")
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay ``fig`` out, write it to ``path`` (110 dpi, the project's figures) and close it."""
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
