@@ -110,8 +110,9 @@ class Rollouts(Protocol):
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         """``[N, e]`` → ``[N, 2]`` descriptors in [0, 1]: the archive cell of each idea."""
 
-    def identities(self, samples: Samples) -> list:
-        """``N`` hashable values, equal exactly when two ideas are the same (the ``distinct`` metric)."""
+    def identities(self, samples: Samples) -> list | torch.Tensor:
+        """What makes an idea itself (the ``distinct`` metric): ``N`` hashable values, equal exactly
+        when two ideas are the same, or an ``[N, e]`` tensor whose equal rows are equal ideas."""
 
     def execution_reward(
         self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
@@ -196,9 +197,9 @@ class IdeaRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
-    def identities(self, samples: Samples) -> list:
-        ideas = samples.ideas.reshape(samples.n_prompts * samples.group_size, -1).cpu().numpy()
-        return [row.tobytes() for row in ideas]
+    def identities(self, samples: Samples) -> torch.Tensor:
+        # The vectors themselves: the epoch compares all its rows at once (distinct_share).
+        return samples.ideas.reshape(samples.n_prompts * samples.group_size, -1).detach().cpu()
 
     def execution_reward(
         self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None

@@ -96,7 +96,9 @@ class StepStats:
     control: torch.Tensor | None = None  # [P, G]; None: the rewards are the execution reward
     expected: torch.Tensor | None = None  # [P, G]; None: the environment does not know it
     success: torch.Tensor | None = None  # [P, G] bool; None: the source does not say
-    identities: list | None = None  # N hashables, equal for equal ideas (Rollouts.identities)
+    identities: list | torch.Tensor | None = (
+        None  # N hashables or [N, e] rows, equal for equal ideas (Rollouts.identities)
+    )
 
 
 def zero_bad(rewards: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
@@ -225,10 +227,20 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
     return means
 
 
-def distinct_share(identities: list[list | None]) -> float:
-    """The share of distinct ideas among all of an epoch's steps' ideas (NaN when a step has none)."""
+def distinct_share(identities: list[list | torch.Tensor | None]) -> float:
+    """The share of distinct ideas among all of an epoch's steps' ideas (NaN when a step has none).
+
+    Each step gives ``N`` hashables, or an ``[N, e]`` tensor whose rows are compared bit for bit."""
     if any(ids is None for ids in identities):
         return math.nan
+    if identities and all(isinstance(ids, torch.Tensor) for ids in identities):
+        rows = np.ascontiguousarray(torch.cat([ids.reshape(len(ids), -1) for ids in identities]).numpy())
+        if not rows.size:
+            return math.nan
+        # Each row's bytes as one opaque item: equal exactly when every element's bits are
+        # equal; np.unique on them is ten times faster than torch.unique(dim=0).
+        items = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+        return len(np.unique(items)) / len(items)
     every = [i for ids in identities for i in ids]
     return len(set(every)) / len(every) if every else math.nan
 
