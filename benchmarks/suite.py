@@ -1,6 +1,6 @@
 """The benchmark suite: every figure in one run, side by side, written to BENCHMARKS.md.
 
-    python -m benchmarks [--quick] [--out BENCHMARKS.md]
+    python -m benchmarks [--quick] [--skip-peer] [--out BENCHMARKS.md]
 
 Sections: 1 step floor, 2 population throughput, 3 round overhead, 4 multi-node scaling,
 5 archive and novelty cost, 6 the RLlib peer (:mod:`benchmarks.peer_rllib`, when present).
@@ -160,7 +160,7 @@ def _peer(quick: bool, budget: int | None) -> tuple[dict | str, str]:
 
 
 def run_all(
-    quick: bool, peer_budget: int | None = None, cores: int = CORES
+    quick: bool, peer_budget: int | None = None, cores: int = CORES, skip_peer: bool = False
 ) -> tuple[dict, dict[str, str], dict[str, float]]:
     """Every section; returns the results, their Markdown, and the wall seconds of each part."""
     from benchmarks import archive_cost, round_overhead, step_floor, throughput
@@ -200,8 +200,11 @@ def run_all(
         multi = throughput.run_multinode_cluster(quick, cores)
         results["multinode"] = {"single": single, "multi": multi}
         text["multinode"] = throughput.markdown_multinode(single, multi, quick, cores)
-    with timed("peer"):
-        results["peer"], text["peer"] = _peer(quick, peer_budget)
+    if skip_peer:
+        results["peer"] = text["peer"] = "Not run: `--skip-peer`."
+    else:
+        with timed("peer"):
+            results["peer"], text["peer"] = _peer(quick, peer_budget)
     return results, text, wall
 
 
@@ -228,11 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--peer-budget", type=int, default=None, help="ideas per run for the RLlib peer (default: its own default)"
     )
+    parser.add_argument(
+        "--skip-peer",
+        action="store_true",
+        help="leave out section 6 (the RLlib peer starts its own Ray and trains twice)",
+    )
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "benchmarks", *argv])
     started = dt.datetime.now().astimezone()
     load_start = os.getloadavg()[0]
-    results, text, wall = run_all(args.quick, args.peer_budget)
+    results, text, wall = run_all(args.quick, args.peer_budget, skip_peer=args.skip_peer)
     region = render(results, text, command, started, wall, (load_start, os.getloadavg()[0]), args.quick)
     write_region(Path(args.out), region)
     print(region)

@@ -5,6 +5,14 @@ import torch
 
 torch.set_num_threads(1)
 
+# Ray starts its worker processes at nice 15 (RAY_worker_niceness) so that its own daemons stay
+# responsive. Beside any nice-0 CPU load (a second job, a CPU hog) those workers then get a few
+# per cent of a core: an actor's start-up took about three minutes under two busy loops, and
+# the chaos and job tests ran past their deadlines. Every Ray the suite starts (in-process, the
+# `ray start` heads and clusters, popgrpo subprocesses: all inherit this environment) runs its
+# workers at the suite's own priority instead.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
