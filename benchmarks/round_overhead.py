@@ -6,8 +6,9 @@ the round loop makes: ``train`` (the actors' epochs), ``get_weights`` (the top-M
 ``adopt`` (``ray.put`` of the soup, broadcast, perturbation) and ``snapshot`` (member and
 archive states for the checkpoint). A round runs from one ``train`` call to the next, so it
 also holds what the driver does in between: selection, the soup, the held-out evaluation of
-the merged model, and writing metrics, lineage and the checkpoint. The first round (first
-calls) and the last (no merge) are not counted.
+the merged model, writing metrics, lineage and the checkpoint, and logging the round
+(``run.loggers``: TensorBoard by default), which is timed as a part of its own. The first round
+(first calls) and the last (no merge) are not counted.
 
 The members' own training is the CPU time the actors' threads spent inside the members'
 epochs in that round (``MemberGroup.train_cpu_seconds``), summed over actors and spread over
@@ -35,6 +36,7 @@ from popgrpo.config import Config, load_config, preset_path
 CORES = os.cpu_count() or 1
 TARGET = 0.05
 TIMED = ("train", "get_weights", "adopt", "snapshot")
+PARTS = (*TIMED, "logging")  # logging: the driver's run.loggers work (timed in _train)
 
 
 class TimedExecutor:
@@ -62,6 +64,18 @@ class TimedExecutor:
 
         return timed
 
+    def time_part(self, name: str, fn):
+        """``fn`` wrapped to record its seconds as part ``name`` of the current round."""
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.calls.append((len(self.round_starts) - 1, name, time.perf_counter() - start))
+
+        return timed
+
     def close(self) -> None:
         self.round_starts.append(time.perf_counter())  # the end of the last round
         actors = getattr(self.inner, "_actors", None)
@@ -76,10 +90,10 @@ class TimedExecutor:
     def per_round(self, rounds: list[int]) -> dict[str, float]:
         """Mean seconds per round of each timed call, of ``other`` (the rest) and ``round``."""
         out = {}
-        for name in TIMED:
+        for name in PARTS:
             out[name] = statistics.mean(sum(s for r, n, s in self.calls if r == i and n == name) for i in rounds)
         out["round"] = statistics.mean(self.round_starts[i + 1] - self.round_starts[i] for i in rounds)
-        out["other"] = out["round"] - sum(out[name] for name in TIMED)
+        out["other"] = out["round"] - sum(out[name] for name in PARTS)
         return out
 
 
@@ -98,7 +112,11 @@ def default_config(quick: bool) -> tuple[Config, list[int]]:
 
 
 def _train(cfg: Config, factory) -> TimedExecutor:
-    from popgrpo.train import train
+    """One run through :class:`TimedExecutor`; the driver's logging (``run.loggers``: the archive
+    heatmaps and every logger's ``log_round``) is timed as the part ``logging``."""
+    from unittest import mock
+
+    import popgrpo.train as train_module
 
     holder = {}
 
@@ -106,9 +124,23 @@ def _train(cfg: Config, factory) -> TimedExecutor:
         holder["executor"] = TimedExecutor(factory(config, run_dir))
         return holder["executor"]
 
+    def logging_part(fn):  # made before the executor exists: looked up at call time
+        return lambda *a, **kw: holder["executor"].time_part("logging", fn)(*a, **kw)
+
+    original_make_loggers = train_module.make_loggers
+
+    def make_loggers(*args, **kwargs):
+        loggers = original_make_loggers(*args, **kwargs)
+        loggers.log_round = logging_part(loggers.log_round)
+        return loggers
+
     run_dir = tempfile.mkdtemp(prefix="pgb-round-", dir="/tmp")
     try:
-        train(cfg, os.path.join(run_dir, "run"), executor_factory=make, progress=False)
+        with (
+            mock.patch.object(train_module, "make_loggers", make_loggers),
+            mock.patch.object(train_module, "archive_heatmaps", logging_part(train_module.archive_heatmaps)),
+        ):
+            train_module.train(cfg, os.path.join(run_dir, "run"), executor_factory=make, progress=False)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     return holder["executor"]
@@ -183,6 +215,8 @@ def markdown(r: dict) -> str:
          ms(local_p["adopt"]), pct(local_p["adopt"], local_p["round"])],
         ["`snapshot` (member + archive states)", ms(ray_p["snapshot"]), pct(ray_p["snapshot"], ray_p["round"]),
          ms(local_p["snapshot"]), pct(local_p["snapshot"], local_p["round"])],
+        ["driver: `run.loggers` (TensorBoard scalars, histograms, archive heatmaps)", ms(ray_p["logging"]),
+         pct(ray_p["logging"], ray_p["round"]), ms(local_p["logging"]), pct(local_p["logging"], local_p["round"])],
         ["driver: selection, soup, held-out eval, metrics/lineage/checkpoint files", ms(ray_p["other"]),
          pct(ray_p["other"], ray_p["round"]), ms(local_p["other"]), pct(local_p["other"], local_p["round"])],
         ["**whole round**", ms(ray_p["round"]), "100%", ms(local_p["round"]), "100%"],
@@ -191,7 +225,7 @@ def markdown(r: dict) -> str:
     biggest = max(
         [("the rest of the train call", in_train)]
         + [(f"`{n}`", ray_p[n]) for n in ("get_weights", "adopt", "snapshot")]
-        + [("the driver's own work", ray_p["other"])],
+        + [("the driver's logging", ray_p["logging"]), ("the driver's own work", ray_p["other"])],
         key=lambda kv: kv[1],
     )
     summary = md_table(

@@ -81,3 +81,21 @@ def test_compare_trees_alternates_two_checkouts_and_refuses_a_non_checkout(tmp_p
     assert all(r > 0 for r in result["rates"]["before"] + result["rates"]["after"])
     assert result["ratios"][0] == pytest.approx(result["rates"]["after"][0] / result["rates"]["before"][0])
     assert report(result).splitlines()[2].startswith("| packed | 1 |")
+
+
+def test_round_overhead_times_the_drivers_logging_as_its_own_part():
+    from benchmarks.round_overhead import PARTS, _train
+    from popgrpo.config import load_config, preset_path
+    from popgrpo.runtime.executor import LocalExecutor
+
+    cfg = load_config(
+        preset_path("pop_grpo"),
+        ["population.size=3", "run.epochs=6", "scheduler.interval_epochs=2", "grpo.steps_per_epoch=2"],
+    )
+    timed = _train(cfg, lambda c, d: LocalExecutor(c))
+    assert len(timed.round_starts) == 4  # three rounds' train calls, then close
+    parts = timed.per_round([0, 1, 2])
+    assert parts["logging"] > 0 and parts["train"] > 0
+    assert parts["round"] == pytest.approx(sum(parts[p] for p in PARTS) + parts["other"])
+    # Each round logged once: the rounds' logging entries are the rounds themselves.
+    assert sorted({r for r, name, _ in timed.calls if name == "logging"}) == [0, 1, 2]

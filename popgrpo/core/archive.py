@@ -156,12 +156,7 @@ class MapElitesArchive:
 
     def heatmap(self) -> np.ndarray:
         """``[cells_per_dim, cells_per_dim]`` elite rewards (NaN where empty); 2-D archives only."""
-        if len(self.ranges) != 2:
-            raise ValueError("heatmap needs a 2-D behaviour space")
-        grid = np.full(self.n_cells, np.nan)
-        elites = self.elites()
-        grid[elites["cell"]] = elites["reward"]
-        return grid.reshape(self.cells_per_dim, self.cells_per_dim)
+        return state_heatmap(self.state_dict())
 
     # ---- persistence ------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -173,6 +168,17 @@ class MapElitesArchive:
         if len(state["reward"]):
             archive.add(state["behaviour"], state["reward"], state["idea"])
         return archive
+
+
+def state_heatmap(state: dict) -> np.ndarray:
+    """:meth:`MapElitesArchive.heatmap` of a ``state_dict()``, read from its cells and rewards
+    without rebuilding the archive. Raises ValueError unless the behaviour space is 2-D."""
+    if len(state["ranges"]) != 2:
+        raise ValueError("heatmap needs a 2-D behaviour space")
+    cells = int(state["cells_per_dim"])
+    grid = np.full(cells * cells, np.nan)
+    grid[np.asarray(state["cell"], dtype=np.int64)] = state["reward"]
+    return grid.reshape(cells, cells)
 
 
 def _in_order_status(

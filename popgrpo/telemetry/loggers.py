@@ -165,12 +165,12 @@ def archive_heatmaps(archive_states: Sequence[dict], shared: bool) -> dict[str, 
 
     Empty when the behaviour space is not 2-D (a heatmap needs two axes).
     """
-    from popgrpo.core.archive import MapElitesArchive
+    from popgrpo.core.archive import state_heatmap
 
     out = {}
     for k, state in enumerate(archive_states):
         try:
-            grid = MapElitesArchive.from_state_dict(state["archive"]).heatmap()
+            grid = state_heatmap(state["archive"])
         except ValueError:
             return {}
         out["shared" if shared else f"member_{k}"] = grid

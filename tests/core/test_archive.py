@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from popgrpo.core.archive import MapElitesArchive
+from popgrpo.core.archive import MapElitesArchive, state_heatmap
 
 
 def test_statuses_in_order_within_a_batch():
@@ -65,3 +65,7 @@ def test_state_roundtrip_and_heatmap():
     assert b.qd_score == pytest.approx(a.qd_score)
     h = b.heatmap()
     assert h.shape == (5, 5) and np.isnan(h).sum() == 23 and h[4, 0] == pytest.approx(0.7)
+    # Read from the state alone (what the loggers do each round), the same grid.
+    np.testing.assert_array_equal(state_heatmap(a.state_dict()), h)
+    with pytest.raises(ValueError, match="2-D"):
+        state_heatmap({**a.state_dict(), "ranges": [(0.0, 1.0)] * 3})
