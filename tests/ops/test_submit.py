@@ -105,6 +105,10 @@ def test_an_invalid_config_is_refused_before_anything_is_submitted(head):
 def test_no_wait_then_status_logs_and_stop(head, tmp_path):
     out = popgrpo(
         head, "submit", "pop_grpo", "--address", head.address, "--no-wait", "--quiet",
+        # A job that fits the 2-CPU head (one actor of 3 members) and runs until stopped; the
+        # preset's 5 one-CPU actors would end FAILED at the fit check, which a busy machine
+        # reaches before the stop.
+        "--set", "population.size=3", "--set", "population.members_per_actor=3",
         "--set", "run.epochs=100000", "--out", str(tmp_path / "long"),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
