@@ -52,17 +52,15 @@ class TimedExecutor:
         attr = getattr(self.inner, name)
         if name not in TIMED:
             return attr
+        timed = self.time_part(name, attr)
+        if name != "train":
+            return timed
 
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            if name == "train":
-                self.round_starts.append(start)
-            try:
-                return attr(*args, **kwargs)
-            finally:
-                self.calls.append((len(self.round_starts) - 1, name, time.perf_counter() - start))
+        def train(*args, **kwargs):  # a round starts with its train call
+            self.round_starts.append(time.perf_counter())
+            return timed(*args, **kwargs)
 
-        return timed
+        return train
 
     def time_part(self, name: str, fn):
         """``fn`` wrapped to record its seconds as part ``name`` of the current round."""

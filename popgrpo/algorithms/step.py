@@ -96,9 +96,8 @@ class StepStats:
     control: torch.Tensor | None = None  # [P, G]; None: the rewards are the execution reward
     expected: torch.Tensor | None = None  # [P, G]; None: the environment does not know it
     success: torch.Tensor | None = None  # [P, G] bool; None: the source does not say
-    identities: list | torch.Tensor | None = (
-        None  # N hashables or [N, e] rows, equal for equal ideas (Rollouts.identities)
-    )
+    # N hashables or [N, e] rows, equal for equal ideas (Rollouts.identities)
+    identities: list | torch.Tensor | None = None
 
 
 def zero_bad(rewards: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:

@@ -158,7 +158,7 @@ def test_distinct_share_counts_ideas_equal_across_the_epochs_steps_once():
     assert distinct_share([["x"] * 4]) == 0.25
     assert distinct_share([["a", "b"], ["c", "d"]]) == 1.0
     assert math.isnan(distinct_share([["a"], None]))  # a step without identities: unknown
-    # Vector ideas: rows compared by value across the steps.
+    # Vector ideas: rows compared bit for bit across the steps.
     a, b, c = [0.5, -1.0], [0.25, 2.0], [0.5, -1.0 + 1e-6]
     assert distinct_share([torch.tensor([a, b]), torch.tensor([a, c])]) == 0.75
     assert distinct_share([torch.tensor([a, a, a, a])]) == 0.25
