@@ -37,7 +37,8 @@ class BareGRPO:
         self.cfg = config
         weights = initial_weights(config)  # the member's starting point; the cost does not depend on it
         self.params = {k: v.clone().requires_grad_() for k, v in weights.items()}
-        self.reference = {k: v.clone() for k, v in weights.items()}
+        with torch.no_grad():  # the frozen reference's heads, computed once (as the member does)
+            self.reference_heads = self.heads({k: v.clone() for k, v in weights.items()})
         self.optimizer = make_optimizer(self.params.values(), config)  # the member's Adam (grpo.adam)
         self.env = make_env(config.env)
         self.generator = torch.Generator().manual_seed(seed)
@@ -62,7 +63,7 @@ class BareGRPO:
             mean, log_std = self.heads(self.params)
             ideas = mean[:, None] + log_std.exp()[:, None] * torch.randn((P, G, d), generator=self.generator)
             old_logp = self.log_prob(mean, log_std, ideas)
-            ref_logp = self.log_prob(*self.heads(self.reference), ideas)
+            ref_logp = self.log_prob(*self.reference_heads, ideas)
         rewards = self.env.reward(ideas.reshape(P * G, d), self.generator).reshape(P, G)
         adv = (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True) + self.cfg.grpo.adv_eps)
         logp = self.log_prob(*self.heads(self.params), ideas)

@@ -192,13 +192,12 @@ class Member:
         shape = (samples.n_prompts, samples.group_size)
         rewards, reasons = answer.values.reshape(shape), answer.reasons
         control = None if answer.control is None else answer.control.reshape(shape)
-        expected = None if answer.expected is None else answer.expected.reshape(shape)
-        success = None if answer.success is None else answer.success.reshape(shape)
         finite = torch.isfinite(rewards)
         n_bad = 0 if bool(finite.all()) else int((~finite).sum())
         if n_bad:
             self._count_bad_rewards(n_bad, rewards.numel())
         request = self.inserts.submit(flat, rewards, finite, self.config.maxent.novelty.enabled)
+        expected, success = answer.expected, answer.success  # [N]: the epoch averages them over all ideas
         return _Scoring(samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected, success)
 
     def score_end(self, scoring: _Scoring) -> StepBatch:
@@ -264,7 +263,7 @@ class Member:
             control=batch.control,
             expected=batch.expected,
             success=batch.success,
-            identities=self.rollouts.identities(batch.samples),
+            identities=self.rollouts.identities(batch.samples, batch.flat),
             **batch.info,
         )
 

@@ -61,12 +61,17 @@ class PackedMembers:
         self._names = [name for name, _ in first.policy.named_parameters()]
 
     # ---- stacking ----------------------------------------------------------------------
-    def _stack(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.optim.Adam]:
-        """Stacked trainable parameters (leaves), stacked reference parameters, one Adam over them."""
+    def _stack(self) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, torch.Tensor], torch.optim.Adam]:
+        """Stacked trainable parameters (leaves), the references' heads, one Adam over the parameters.
+
+        The references are frozen and the prompts fixed: their mean and log-std heads
+        (``[K, P, d]`` each) are computed here once, from the stacked reference parameters."""
         own = [dict(m.policy.named_parameters()) for m in self.members]
         ref = [dict(m.rollouts.reference.named_parameters()) for m in self.members]
         params = {n: torch.stack([o[n].detach() for o in own]).requires_grad_(True) for n in self._names}
         reference = {n: torch.stack([r[n].detach() for r in ref]) for n in self._names}
+        with torch.no_grad():
+            reference_heads = self._heads(reference)
         optimizer = make_optimizer(params.values(), self.config)
         states = [m.optimizer.state_dict()["state"] for m in self.members]
         if any(states):
@@ -79,7 +84,12 @@ class PackedMembers:
                     "exp_avg": torch.stack([s[i]["exp_avg"] for s in states]).to(p.device),
                     "exp_avg_sq": torch.stack([s[i]["exp_avg_sq"] for s in states]).to(p.device),
                 }
-        return params, reference, optimizer
+        return params, reference_heads, optimizer
+
+    def _heads(self, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stacked ``params`` → every member's ``(mean, log_std)`` ``[K, P, d]`` for the prompts."""
+        policy = self.members[0].policy
+        return vmap(lambda p: functional_call(policy, p, (self.prompts,)))(params)
 
     def _unstack(self, params: dict[str, torch.Tensor], optimizer: torch.optim.Adam) -> None:
         """Write the stacks back into every member's policy and Adam."""
@@ -103,11 +113,13 @@ class PackedMembers:
     # ---- training ------------------------------------------------------------------------
     def train_epochs(self, n_epochs: int) -> list[list[dict]]:
         """``n_epochs`` epochs for every member; per member, one metrics row per epoch."""
-        params, reference, optimizer = self._stack()
+        params, reference_heads, optimizer = self._stack()
         rows: list[list[dict]] = [[] for _ in self.members]
         try:
             for _ in range(n_epochs):
-                steps = [self._step(params, reference, optimizer) for _ in range(self.config.grpo.steps_per_epoch)]
+                steps = [
+                    self._step(params, reference_heads, optimizer) for _ in range(self.config.grpo.steps_per_epoch)
+                ]
                 for k, member in enumerate(self.members):
                     rows[k].append(member.end_epoch([s[k] for s in steps]))
         finally:
@@ -122,19 +134,19 @@ class PackedMembers:
 
         return vmap(one)(params, ideas)
 
-    def _step(self, params, reference, optimizer) -> list[StepStats]:
+    def _step(self, params, reference_heads, optimizer) -> list[StepStats]:
         """One GRPO step of every member (:meth:`Member.step`, with the policy work batched)."""
         cfg, members = self.config, self.members
         policy = members[0].policy
         n_prompts, group = len(self.prompts), cfg.grpo.group_size
         with torch.no_grad():
-            heads = vmap(lambda p: functional_call(policy, p, (self.prompts,)))(params)  # (mean, log_std) [K, P, d]
+            heads = self._heads(params)  # (mean, log_std) [K, P, d]
             noise = torch.stack([m.policy.draw_noise(n_prompts, group, m.generator) for m in members]).to(
                 heads[0].device
             )
             ideas = vmap(policy.ideas_from_noise)(*heads, noise)  # [K, P, G, d]
             old_logp = vmap(policy.log_prob_from)(*heads, ideas)  # from the sampling pass, as Member does
-            ref_logp, _ = self._forward(reference, ideas)
+            ref_logp = vmap(policy.log_prob_from)(*reference_heads, ideas)
         samples = [Samples(ideas[k], old_logp[k], ref_logp[k], n_prompts, group) for k in range(len(members))]
         # Every member's archive request goes out before any answer is awaited: on Ray that is
         # one round-trip latency per step for the whole pack, not one per member.

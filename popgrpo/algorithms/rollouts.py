@@ -110,9 +110,10 @@ class Rollouts(Protocol):
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         """``[N, e]`` → ``[N, 2]`` descriptors in [0, 1]: the archive cell of each idea."""
 
-    def identities(self, samples: Samples) -> list | torch.Tensor:
+    def identities(self, samples: Samples, flat: torch.Tensor) -> list | torch.Tensor:
         """What makes an idea itself (the ``distinct`` metric): ``N`` hashable values, equal exactly
-        when two ideas are the same, or an ``[N, e]`` tensor whose equal rows are equal ideas."""
+        when two ideas are the same, or an ``[N, e]`` tensor whose equal rows are equal ideas.
+        ``flat`` is :meth:`describe`'s ``[N, e]``, for rollouts whose ideas are those rows."""
 
     def execution_reward(
         self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
@@ -163,6 +164,10 @@ class IdeaRollouts:
         self.policy = make_policy(config.policy, env.idea_dim, init_generator(config, member_id)).to(device)
         self.reference = copy.deepcopy(self.policy).requires_grad_(False)
         self.prompts = torch.arange(config.policy.n_prompts, device=device)
+        # The reference is frozen and the prompts are fixed, so its mean and log-std heads
+        # ([P, d] each) are computed once: each step's reference log-probs need only the ideas.
+        with torch.no_grad():
+            self.reference_heads = self.reference(self.prompts)
         # maxent.entropy.per_dimension: the policy's entropy is per dimension; ×d gives the joint one.
         self.entropy_scale = 1 if config.maxent.entropy.per_dimension else env.idea_dim
         self._round0: dict[str, torch.Tensor] | None = None
@@ -170,7 +175,7 @@ class IdeaRollouts:
     def sample(self, generator: torch.Generator) -> Samples:
         with torch.no_grad():  # one forward samples and scores
             ideas, old_logp = self.policy.sample_with_log_prob(self.prompts, self.config.grpo.group_size, generator)
-            ref_logp = self.reference.log_prob(self.prompts, ideas)
+            ref_logp = self.reference.log_prob_from(*self.reference_heads, ideas)
         return Samples(ideas, old_logp, ref_logp, len(self.prompts), self.config.grpo.group_size)
 
     @torch.no_grad()
@@ -197,9 +202,9 @@ class IdeaRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
-    def identities(self, samples: Samples) -> torch.Tensor:
-        # The vectors themselves: the epoch compares all its rows at once (distinct_share).
-        return samples.ideas.reshape(samples.n_prompts * samples.group_size, -1).detach().cpu()
+    def identities(self, samples: Samples, flat: torch.Tensor) -> torch.Tensor:
+        # The vectors themselves (describe's rows): the epoch compares all its rows at once (distinct_share).
+        return flat
 
     def execution_reward(
         self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
@@ -285,7 +290,7 @@ class TextRollouts:
     def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(flat)
 
-    def identities(self, samples: Samples) -> list:
+    def identities(self, samples: Samples, flat: torch.Tensor) -> list:
         return list(samples.ideas.completions)  # the program's text, whatever prompt it answered
 
     def execution_reward(

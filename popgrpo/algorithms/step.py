@@ -26,7 +26,7 @@ import torch
 
 from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
 from popgrpo.core.grpo import binned_advantages, clipped_terms, group_advantages, kl_penalty
-from popgrpo.core.metrics import group_pass_best_at_k_batches, pairwise_diversity_batches
+from popgrpo.core.metrics import group_pass_best_at_k_batches, linear_quantiles, pairwise_diversity_batches
 from popgrpo.schema import COMPLEXITY_QUANTILES
 
 __all__ = [
@@ -74,8 +74,9 @@ class StepBatch:
     info: dict = field(default_factory=dict)  # archive_new / archive_improved / novelty, when answered this step
     reasons: Counter | None = None  # why rewards were what they were (text reward callables)
     control: torch.Tensor | None = None  # [P, G] execution reward when ``rewards`` come from a proxy
-    expected: torch.Tensor | None = None  # [P, G] noise-free expected execution reward, where known
-    success: torch.Tensor | None = None  # [P, G] bool: execution succeeded, where the source knows
+    # [N] (the epoch averages them over all ideas, so not reshaped to [P, G]):
+    expected: torch.Tensor | None = None  # noise-free expected execution reward, where known
+    success: torch.Tensor | None = None  # bool, or float with NaN: execution succeeded, where the source knows
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,8 @@ class StepStats:
     novelty: float = math.nan
     reasons: Counter | None = None
     control: torch.Tensor | None = None  # [P, G]; None: the rewards are the execution reward
-    expected: torch.Tensor | None = None  # [P, G]; None: the environment does not know it
-    success: torch.Tensor | None = None  # [P, G] bool; None: the source does not say
+    expected: torch.Tensor | None = None  # [N]; None: the environment does not know it
+    success: torch.Tensor | None = None  # [N] bool (float, NaN where unknown); None: the source does not say
     # N hashables or [N, e] rows, equal for equal ideas (Rollouts.identities)
     identities: list | torch.Tensor | None = None
 
@@ -219,8 +220,7 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
         "success": success,
     }
     means = dict(zip(per_step, _nanmean_rows(torch.stack([v.double() for v in per_step.values()])), strict=True))
-    # numpy's quantile (linear interpolation, as torch.quantile) is 3× faster here on an epoch's values.
-    quantiles = np.quantile(complexity.flatten().double().numpy(), COMPLEXITY_QUANTILES).tolist()
+    quantiles = linear_quantiles(complexity.flatten().double().numpy(), COMPLEXITY_QUANTILES)
     means.update({f"complexity_p{round(q * 100)}": v for q, v in zip(COMPLEXITY_QUANTILES, quantiles, strict=True)})
     means["distinct"] = distinct_share([s.identities for s in steps])
     return means
@@ -233,15 +233,29 @@ def distinct_share(identities: list[list | torch.Tensor | None]) -> float:
     if any(ids is None for ids in identities):
         return math.nan
     if identities and all(isinstance(ids, torch.Tensor) for ids in identities):
-        rows = np.ascontiguousarray(torch.cat([ids.reshape(len(ids), -1) for ids in identities]).numpy())
+        rows = torch.cat(identities)
+        rows = np.ascontiguousarray((rows if rows.dim() == 2 else rows.reshape(len(rows), -1)).numpy())
         if not rows.size:
             return math.nan
+        if _all_folds_differ(rows):  # the usual case for continuous ideas: every row is distinct
+            return 1.0
         # Each row's bytes as one opaque item: equal exactly when every element's bits are
         # equal; np.unique on them is ten times faster than torch.unique(dim=0).
         items = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
         return len(np.unique(items)) / len(items)
     every = [i for ids in identities for i in ids]
     return len(set(every)) / len(every) if every else math.nan
+
+
+def _all_folds_differ(rows: np.ndarray) -> bool:
+    """True when no two rows of ``rows [M, e]`` can be equal: each row's bits XOR-folded into one
+    word, and those words all differ. Equal rows have equal folds, so distinct folds prove the
+    rows distinct; equal folds prove nothing (the caller then compares the rows themselves)."""
+    width = rows.dtype.itemsize * rows.shape[1]
+    word = np.uint64 if width % 8 == 0 else np.uint32 if width % 4 == 0 else np.uint8
+    words = rows.view(word)
+    folds = np.sort(np.bitwise_xor.reduce(words, axis=1))
+    return bool((folds[1:] != folds[:-1]).all())
 
 
 def _step_mean_max(rewards: torch.Tensor, finite: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -98,14 +98,28 @@ class MapElitesArchive:
             self._grid = self._make_grid(ideas.shape[1])
 
         cells = self._grid.index_of(behaviours)
-        occupied, current = self._grid.retrieve(behaviours)
-        elite_reward = np.where(occupied, current["objective"], -np.inf)
+        occupied, elite_reward = self._elite_rewards(cells)
         status = _in_order_status(cells, rewards, occupied, elite_reward)
 
         stored = status > STATUS_NOT_ADDED
         if stored.any():
             self._grid.add(ideas[stored], rewards[stored], behaviours[stored])
         return status
+
+    def _elite_rewards(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``[N]`` cell indices → whether each cell holds an elite, and its reward (−inf where not).
+
+        What ``GridArchive.retrieve`` answers, read from the elites' indices and objectives
+        alone: ``retrieve`` maps the behaviours to cells again and gathers every field.
+        """
+        index, objective = self._grid.data(["index", "objective"], return_type="tuple")
+        if not len(index):
+            return np.zeros(len(cells), dtype=bool), np.full(len(cells), -np.inf)
+        order = np.argsort(index)
+        index, objective = index[order], objective[order]
+        at = np.minimum(np.searchsorted(index, cells), len(index) - 1)
+        occupied = index[at] == cells
+        return occupied, np.where(occupied, objective[at], -np.inf)
 
     # ---- statistics -------------------------------------------------------------------
     @property

@@ -50,8 +50,8 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     mean = rewards.mean(dim=1, keepdim=True)
     std = rewards.std(dim=1, keepdim=True)
     advantages = (rewards - mean) / (std + eps)
-    equal = rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
-    return advantages.masked_fill(equal, 0.0)
+    low, high = torch.aminmax(rewards, dim=1, keepdim=True)
+    return advantages.masked_fill(low == high, 0.0)
 
 
 def binned_advantages(

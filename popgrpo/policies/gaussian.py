@@ -85,9 +85,11 @@ class PromptGaussianPolicy(nn.Module):
         """``(weight, bias)`` of the two trunk layers, the mean head and the log-std head."""
         return tuple((p["weight"], p["bias"]) for p in self._layer_params)
 
+    # The methods below call ``self.forward`` rather than ``self(...)``: the policy registers
+    # no hooks, and ``Module.__call__``'s hook checks cost more than a layer of this size.
     @torch.no_grad()
     def sample(self, prompts: torch.Tensor, group_size: int, generator: torch.Generator) -> torch.Tensor:
-        mean, log_std = self(prompts)
+        mean, log_std = self.forward(prompts)
         noise = self.draw_noise(prompts.shape[0], group_size, generator).to(mean.device)
         return self.ideas_from_noise(mean, log_std, noise)
 
@@ -98,34 +100,43 @@ class PromptGaussianPolicy(nn.Module):
     @staticmethod
     def ideas_from_noise(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """``mean [P, d]``, ``log_std [P, d]``, ``noise [P, G, d]`` → ideas ``[P, G, d]`` (reparameterised)."""
-        return mean[:, None, :] + log_std.exp()[:, None, :] * noise
+        return mean.unsqueeze(1) + log_std.exp().unsqueeze(1) * noise
 
     @torch.no_grad()
     def sample_with_log_prob(
         self, prompts: torch.Tensor, group_size: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`sample` and the ideas' log-probabilities from the same forward pass (no gradient)."""
-        mean, log_std = self(prompts)
+        """:meth:`sample` and the ideas' log-probabilities from the same forward pass (no gradient).
+
+        The same numbers as :meth:`ideas_from_noise` then :meth:`log_prob_from`, with σ = exp(log σ)
+        computed once for both."""
+        mean, log_std = self.forward(prompts)
         noise = self.draw_noise(prompts.shape[0], group_size, generator).to(mean.device)
-        ideas = self.ideas_from_noise(mean, log_std, noise)
-        return ideas, self.log_prob_from(mean, log_std, ideas)
+        std = log_std.exp().unsqueeze(1)
+        ideas = mean.unsqueeze(1) + std * noise
+        return ideas, _log_density(mean, log_std, std, ideas)
 
     def log_prob(self, prompts: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
-        mean, log_std = self(prompts)
+        mean, log_std = self.forward(prompts)
         return self.log_prob_from(mean, log_std, ideas)
 
     def log_prob_and_entropy(self, prompts: torch.Tensor, ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`log_prob` ``[P, G]`` and :meth:`entropy` ``[P, d]`` from one forward pass."""
-        mean, log_std = self(prompts)
+        mean, log_std = self.forward(prompts)
         return self.log_prob_from(mean, log_std, ideas), gaussian_entropy(log_std)
 
     @staticmethod
     def log_prob_from(mean: torch.Tensor, log_std: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
         """Diagonal-Gaussian log-density of ideas ``[P, G, d]`` under ``mean``, ``log_std`` ``[P, d]`` → ``[P, G]``."""
-        z = (ideas - mean[:, None, :]) / log_std.exp()[:, None, :]
-        return (-0.5 * z.pow(2) - log_std[:, None, :] - _LOG_SQRT_2PI).sum(dim=-1)
+        return _log_density(mean, log_std, log_std.exp().unsqueeze(1), ideas)
 
     def entropy(self, prompts: torch.Tensor) -> torch.Tensor:
         """Per-dimension entropy in nats (see :func:`popgrpo.core.entropy.gaussian_entropy`)."""
-        _, log_std = self(prompts)
+        _, log_std = self.forward(prompts)
         return gaussian_entropy(log_std)
+
+
+def _log_density(mean: torch.Tensor, log_std: torch.Tensor, std: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
+    """``log N(ideas; mean, σ²)`` summed over d: ``mean``, ``log_std`` ``[P, d]``, ``std`` = exp(log σ) ``[P, 1, d]``, ideas ``[P, G, d]`` → ``[P, G]``."""
+    z = (ideas - mean.unsqueeze(1)) / std
+    return (-0.5 * z.pow(2) - log_std.unsqueeze(1) - _LOG_SQRT_2PI).sum(dim=-1)

@@ -162,3 +162,17 @@ def test_distinct_share_counts_ideas_equal_across_the_epochs_steps_once():
     a, b, c = [0.5, -1.0], [0.25, 2.0], [0.5, -1.0 + 1e-6]
     assert distinct_share([torch.tensor([a, b]), torch.tensor([a, c])]) == 0.75
     assert distinct_share([torch.tensor([a, a, a, a])]) == 0.25
+
+
+def test_distinct_share_of_different_rows_with_equal_xor_folds_counts_them_apart():
+    """Rows made of the same 8-byte words in another order fold to one word, yet differ."""
+    x, y = [0.5, -1.0], [0.25, 2.0]
+    swapped = torch.tensor([x + y, y + x])  # [2, 4] float32: two 8-byte words each
+    assert distinct_share([swapped]) == 1.0
+    assert distinct_share([swapped, swapped[:1]]) == pytest.approx(2 / 3)
+    odd = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0], [1.0, 2.0, 3.0]])  # 12-byte rows: 4-byte words
+    assert distinct_share([odd]) == pytest.approx(2 / 3)
+    halves = torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]], dtype=torch.float16)  # 6-byte rows: bytes
+    assert distinct_share([halves]) == 1.0
+    many = torch.randn(1000, 16)
+    assert distinct_share([many, many[:10]]) == pytest.approx(1000 / 1010)

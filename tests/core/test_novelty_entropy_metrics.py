@@ -1,10 +1,11 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from popgrpo.core.entropy import AdaptiveAlpha, alpha_dual_step, gaussian_entropy
-from popgrpo.core.metrics import complexity, pairwise_diversity, pass_at_k
+from popgrpo.core.metrics import complexity, linear_quantiles, pairwise_diversity, pass_at_k
 from popgrpo.core.novelty import NoveltyMemory
 
 
@@ -76,3 +77,22 @@ def test_complexity_and_pass_at_k():
     assert pass_at_k(4, 2, 3) == 1.0  # fewer failures than k
     with pytest.raises(ValueError):
         pass_at_k(3, 4, 1)
+
+
+def test_linear_quantiles_equal_numpys_bit_for_bit():
+    rng = np.random.default_rng(0)
+    epoch_quantiles = (0.10, 0.25, 0.50, 0.75, 0.90)
+    for i in range(3000):
+        n = int(rng.integers(1, 1500))
+        x = rng.standard_normal(n) * 10 ** rng.uniform(-5, 5)
+        if i % 3 == 0:
+            x = np.round(x, 1)  # many ties
+        for q in (epoch_quantiles, (0.0, 1.0, 0.5), tuple(rng.uniform(0, 1, 7))):
+            assert linear_quantiles(x, q) == np.quantile(x, q).tolist()
+    # NaN, inf and empty input: numpy's own answer, NaN where numpy gives NaN.
+    for odd in ([1.0, np.inf, 2.0], [1.0, np.nan, 3.0], [-np.inf, np.inf]):
+        np.testing.assert_array_equal(
+            linear_quantiles(np.array(odd), epoch_quantiles), np.quantile(odd, epoch_quantiles)
+        )
+    with pytest.raises(IndexError):  # as np.quantile of nothing
+        linear_quantiles(np.array([]), epoch_quantiles)

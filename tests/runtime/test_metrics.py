@@ -57,7 +57,8 @@ def test_every_listed_metric_is_exported_during_a_run(ray_local, tmp_path):
         # Ray's /metrics can serve a partial set of series on one scrape (ray-project/ray#63131):
         # wait for the counter's total and the last round's gauge both.
         while time.time() < deadline and (
-            sum(reported("popgrpo_ideas_total")) < total_ideas or max(reported("popgrpo_round"), default=-1) < last_round
+            sum(reported("popgrpo_ideas_total")) < total_ideas
+            or max(reported("popgrpo_round"), default=-1) < last_round
         ):
             time.sleep(0.5)
         executor.metrics.record_restart()  # the counter is exported once something failed
