@@ -3,8 +3,9 @@
 The member runs through :meth:`Member.train_epochs` (grpo preset, default sizes: P = 8
 prompts × G = 16 ideas, policy 64 → 128 → 128 → two 16-wide heads) with its in-process
 archive. The bare loop (:class:`BareGRPO`) does only what a GRPO step needs: sample,
-log-probabilities under the policy and the frozen reference, the environment's reward,
-group advantages, clipped surrogate + k3 KL, one Adam step. The two are timed alternately,
+log-probabilities under the policy and the frozen reference (whose heads for the fixed
+prompts it computes once, as the member does), the environment's reward, group advantages,
+clipped surrogate + k3 KL, one Adam step. The two are timed alternately,
 one thread each; the member's step is then profiled with cProfile.
 """
 
@@ -236,7 +237,8 @@ def markdown(r: dict) -> str:
             f"One GRPO step of P × G = {r['ideas_per_step']} ideas, {r['threads']} torch thread, "
             f"{r['steps_timed']} steps each, member and bare loop timed alternately in blocks of one epoch, "
             "in the thread's CPU time; member / bare is the median of the blocks' ratios. "
-            "The bare loop is the same arithmetic as plain torch: sample, old and reference log-probs, "
+            "The bare loop is the same arithmetic as plain torch: sample, old and reference log-probs "
+            "(the frozen reference's heads computed once, as the member does), "
             "`IdeaEnv.reward`, group advantages, clipped surrogate + k3 KL, Adam.",
             table,
             f"cProfile of the member's step ({prof['total_ms_per_step']:.2f} ms/step under the profiler, "

@@ -196,8 +196,8 @@ def heatmap_images(heatmaps: dict[str, np.ndarray], cell_px: int = 16) -> dict[s
     for name, grid in heatmaps.items():
         rgb = viridis(np.nan_to_num((grid - lo) / span, nan=0.0))[..., :3]
         rgb[~np.isfinite(grid)] = 0.85  # empty cell
-        image = np.repeat(np.repeat(rgb[::-1], cell_px, axis=0), cell_px, axis=1)
-        out[name] = (image * 255).round().astype(np.uint8)
+        cells = (rgb[::-1] * 255).round().astype(np.uint8)
+        out[name] = np.repeat(np.repeat(cells, cell_px, axis=0), cell_px, axis=1)
     return out
 
 
@@ -243,13 +243,12 @@ class TensorBoardLogger:
             writer = self._writer(f"member_{member}")
             for row in rows:
                 values = {col: row[col] for col in scalar_columns(row) if _finite(row[col])}
-                _write_scalars(writer, values, int(row["epoch"]))
-                _add_histogram(writer, complexity_histogram([row]), int(row["epoch"]))
+                _write_epoch(writer, values, complexity_histogram([row]), int(row["epoch"]))
         population = self._writer("population")
         by_epoch = population_scalars(report.rows)
         for epoch, values in by_epoch.items():
-            _write_scalars(population, {**values, "round": report.round}, epoch)
-            _add_histogram(population, complexity_histogram([r for r in report.rows if r["epoch"] == epoch]), epoch)
+            hist = complexity_histogram([r for r in report.rows if r["epoch"] == epoch])
+            _write_epoch(population, {**values, "round": report.round}, hist, epoch)
         step = report.epoch_end - 1
         for name, image in heatmap_images(report.heatmaps).items():
             writer = population if name == "shared" else self._writer(name)
@@ -264,33 +263,30 @@ class TensorBoardLogger:
             writer.close()
 
 
-def _write_scalars(writer, values: dict[str, float], step: int) -> None:
-    """Every scalar of one step in one event: a ``Summary`` with a ``simple_value`` per tag, the
-    form ``add_scalar`` writes one tag at a time (an epoch row has about 40 columns, and one
-    ``add_scalar`` call costs as much as building the whole summary)."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
+def _write_epoch(writer, values: dict[str, float], hist: tuple[np.ndarray, np.ndarray] | None, step: int) -> None:
+    """One epoch's scalars and complexity histogram as one event: a ``Summary`` with a
+    ``simple_value`` per scalar tag and a ``histo`` for ``complexity_hist``, the values
+    ``add_scalar`` and ``add_histogram_raw`` write one event each. A round logs an event per
+    (member, epoch); one call per value made the driver wait on the event writer's queue."""
+    from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
 
-    if values:
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
+    summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
+    if hist is not None:
+        edges, counts = hist
+        centres = (edges[:-1] + edges[1:]) / 2
+        histo = HistogramProto(
+            min=float(edges[0]),
+            max=float(edges[-1]),
+            num=float(counts.sum()),
+            sum=float((counts * centres).sum()),
+            sum_squares=float((counts * centres**2).sum()),
+            bucket_limit=edges[1:].tolist(),
+            bucket=counts.tolist(),
+        )
+        # not "complexity": TensorBoard keeps one kind of data per tag and run
+        summary.value.append(Summary.Value(tag="complexity_hist", histo=histo))
+    if summary.value:
         writer._get_file_writer().add_summary(summary, step)
-
-
-def _add_histogram(writer, hist: tuple[np.ndarray, np.ndarray] | None, step: int) -> None:
-    if hist is None:
-        return
-    edges, counts = hist
-    centres = (edges[:-1] + edges[1:]) / 2
-    writer.add_histogram_raw(
-        "complexity_hist",  # not "complexity": TensorBoard keeps one kind of data per tag and run
-        min=float(edges[0]),
-        max=float(edges[-1]),
-        num=float(counts.sum()),
-        sum=float((counts * centres).sum()),
-        sum_squares=float((counts * centres**2).sum()),
-        bucket_limits=edges[1:].tolist(),
-        bucket_counts=counts.tolist(),
-        global_step=step,
-    )
 
 
 # ---- MLflow -----------------------------------------------------------------------------------

@@ -55,6 +55,11 @@ def test_complexity_histogram_spreads_each_quantile_interval_over_its_share_of_i
     two = L.complexity_histogram([_row(0, 0), _row(1, 0, ideas=50)], bins=4)
     assert two[1].sum() == pytest.approx(0.8 * 150)
     assert L.complexity_histogram([_row(0, 0, complexity_p50=float("nan"))]) is None
+    # Quantile intervals of zero width put their ideas in the bin of their value.
+    flat = {col: 2.0 for col, _ in L._QUANTILES[:3]} | {"complexity_p75": 4.0, "complexity_p90": 4.0}
+    edges, counts = L.complexity_histogram([_row(0, 0, **flat)], bins=4)
+    assert (edges[0], edges[-1]) == (2.0, 4.0)
+    assert counts.tolist() == pytest.approx([15 + 25 + 6.25, 6.25, 6.25, 6.25 + 15])  # 25 ideas over 2..4
 
 
 def test_a_missing_client_is_one_line_naming_the_package(monkeypatch, tmp_path, capsys):
