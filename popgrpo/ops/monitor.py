@@ -4,7 +4,7 @@ Ray's dashboard writes, for every session, ``<session dir>/metrics/prometheus/pr
 a scrape job whose targets come from the session's service-discovery file, which Ray keeps
 up to date as nodes come and go. ``ray metrics launch-prometheus`` would download a
 Prometheus; this command runs the ``prometheus`` already installed (Debian: ``apt-get
-install prometheus``) on that very file, in the foreground until Ctrl-C.
+install prometheus``) on that very file, in the foreground until Ctrl-C or SIGTERM.
 
 What it makes work:
 
@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import yaml
@@ -82,6 +83,7 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     print(f"popgrpo: live series: {url}/graph?g0.expr=ray_popgrpo_reward_mean (Ctrl-C stops it)", flush=True)
     if args.port != 9090 or args.host not in ("127.0.0.1", "localhost"):
         print(f"popgrpo: for the Ray dashboard to find it, start Ray with RAY_PROMETHEUS_HOST={url}", flush=True)
+    previous = _interrupt_on_int_and_term()
     proc = subprocess.Popen(prometheus_command(binary, config_file, workdir / "data", args.port, args.host))
     try:
         return proc.wait()
@@ -91,7 +93,23 @@ def _cmd_monitor(args: argparse.Namespace) -> int:
     finally:
         if proc.poll() is None:
             _stop(proc)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         sys.stdout.flush()
+
+
+def _interrupt_on_int_and_term() -> dict:
+    """SIGINT (Ctrl-C) and SIGTERM (``kill``) both raise KeyboardInterrupt, so either stops
+    Prometheus before the monitor exits. Set outright: a process started in the background
+    of a shell script inherits SIGINT ignored, and Python then leaves it ignored. Returns the
+    handlers replaced (none off the main thread, where signals cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    return {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -68,6 +69,45 @@ def test_monitor_scrapes_the_sessions_popgrpo_series(ray_local, tmp_path):
         watchdog.disarm()
     assert monitor.returncode == 0, out
     assert f"Prometheus at http://127.0.0.1:{port}" in out
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_monitor_stops_prometheus_on_int_or_term_even_when_started_with_int_ignored(tmp_path, stop):
+    """A shell script's background job inherits SIGINT ignored; Ctrl-C and kill still stop the monitor."""
+    require_binary("prometheus")
+    session = tmp_path / "session"
+    (session / "metrics" / "prometheus").mkdir(parents=True)
+    discovery = str(session / "prom_metrics_service_discovery.json")
+    (session / "metrics" / "prometheus" / "prometheus.yml").write_text(
+        json.dumps({"scrape_configs": [{"job_name": "ray", "file_sd_configs": [{"files": [discovery]}]}]})
+    )
+    port = free_port()
+    monitor = subprocess.Popen(
+        [sys.executable, "-m", "popgrpo", "monitor", "--ray-session-dir", str(session), "--port", str(port),
+         "--storage", str(tmp_path / "prom")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    watchdog = GroupWatchdog(monitor.pid)
+    try:
+        deadline = time.time() + 60
+        ready = False
+        while not ready and time.time() < deadline:
+            assert monitor.poll() is None, monitor.stdout.read()
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2):
+                ready = True
+            time.sleep(0.3)
+        assert ready, "prometheus never answered /-/ready"
+        monitor.send_signal(stop)
+        out, _ = monitor.communicate(timeout=60)  # the monitor stops Prometheus within 3 × 10 s
+    finally:
+        if monitor.poll() is None:
+            os.killpg(monitor.pid, signal.SIGKILL)
+            monitor.wait()
+        watchdog.disarm()
+    assert monitor.returncode == 0, out
+    with pytest.raises(OSError):  # Prometheus went with it
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2)
 
 
 def test_monitor_without_a_ray_session_exits_2_with_one_line(tmp_path, capsys):
