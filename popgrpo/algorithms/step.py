@@ -234,7 +234,7 @@ def distinct_share(identities: list[list | torch.Tensor | None]) -> float:
         return math.nan
     if identities and all(isinstance(ids, torch.Tensor) for ids in identities):
         rows = torch.cat(identities)
-        rows = np.ascontiguousarray((rows if rows.dim() == 2 else rows.reshape(len(rows), -1)).numpy())
+        rows = np.ascontiguousarray(rows.reshape(len(rows), -1).numpy())
         if not rows.size:
             return math.nan
         if _all_folds_differ(rows):  # the usual case for continuous ideas: every row is distinct

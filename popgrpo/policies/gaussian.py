@@ -100,7 +100,7 @@ class PromptGaussianPolicy(nn.Module):
     @staticmethod
     def ideas_from_noise(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """``mean [P, d]``, ``log_std [P, d]``, ``noise [P, G, d]`` → ideas ``[P, G, d]`` (reparameterised)."""
-        return mean.unsqueeze(1) + log_std.exp().unsqueeze(1) * noise
+        return _reparameterise(mean, log_std.exp().unsqueeze(1), noise)
 
     @torch.no_grad()
     def sample_with_log_prob(
@@ -113,7 +113,7 @@ class PromptGaussianPolicy(nn.Module):
         mean, log_std = self.forward(prompts)
         noise = self.draw_noise(prompts.shape[0], group_size, generator).to(mean.device)
         std = log_std.exp().unsqueeze(1)
-        ideas = mean.unsqueeze(1) + std * noise
+        ideas = _reparameterise(mean, std, noise)
         return ideas, _log_density(mean, log_std, std, ideas)
 
     def log_prob(self, prompts: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
@@ -134,6 +134,11 @@ class PromptGaussianPolicy(nn.Module):
         """Per-dimension entropy in nats (see :func:`popgrpo.core.entropy.gaussian_entropy`)."""
         _, log_std = self.forward(prompts)
         return gaussian_entropy(log_std)
+
+
+def _reparameterise(mean: torch.Tensor, std: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Ideas ``mean + σ·noise``: ``mean [P, d]``, ``std`` = exp(log σ) ``[P, 1, d]``, noise ``[P, G, d]`` → ``[P, G, d]``."""
+    return mean.unsqueeze(1) + std * noise
 
 
 def _log_density(mean: torch.Tensor, log_std: torch.Tensor, std: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
