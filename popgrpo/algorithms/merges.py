@@ -1,28 +1,40 @@
-"""Merge and mutation strategies of Pop-GRPO's round, registered by name.
+"""Merge and mutation strategies of Pop-GRPO's round: the built-ins of two registries.
 
-``scheduler.merge`` and ``scheduler.mutate`` name an entry of :data:`MERGES` / :data:`MUTATIONS`;
-the config's allowed values are these registries' keys, so a new strategy is one registered
-function. Each returns what to do *and* a JSON-able description of it for the lineage log.
-The math is in :mod:`popgrpo.core.merge`; see docs/MERGING.md for the strategies.
+``scheduler.merge`` and ``scheduler.mutate`` name an entry of :data:`~popgrpo.registry.MERGES` /
+:data:`~popgrpo.registry.MUTATIONS` (:mod:`popgrpo.registry` registers the functions below
+by name, lazily), so a new strategy is one registered function, here or in a plugin. Each
+returns what to do *and* a JSON-able description of it for the lineage log. The math is in
+:mod:`popgrpo.core.merge`; see docs/MERGING.md for the strategies.
 
-The config takes its allowed names from here, so this module loads without torch: each
-strategy imports :mod:`popgrpo.core.merge` when it runs.
+A mutation strategy returns a :class:`WeightMutation`: plain data that travels to the members'
+actors, says whether it needs the member's round-0 weights (``needs_base``), and applies itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from popgrpo.registry import MERGES, MUTATIONS
 from popgrpo.schema import json_float
 
 if TYPE_CHECKING:
     import torch
 
-    from popgrpo.core.merge import Mutation
-
-__all__ = ["MERGES", "MUTATIONS", "MergeInputs", "register_merge", "register_mutation"]
+__all__ = [
+    "MERGES",
+    "MUTATIONS",
+    "MergeInputs",
+    "WeightMutation",
+    "gaussian_mutation",
+    "greedy_soup_merge",
+    "soup_merge",
+    "svd_mutation",
+    "task_arithmetic_merge",
+    "weighted_soup_merge",
+    "wise_ft_merge",
+]
 
 Weights = Mapping[str, "torch.Tensor"]
 
@@ -40,47 +52,42 @@ class MergeInputs:
     evaluate: Callable[[Weights], dict] | None = None  # held-out evaluation of weights (greedy soup)
 
 
+@runtime_checkable
+class WeightMutation(Protocol):
+    """What each member adds to the merged weights when it adopts them (``scheduler.mutate``).
+
+    Picklable: the scheduler makes one and every member's actor applies it.
+    :class:`popgrpo.core.merge.Mutation` is the built-in one.
+    """
+
+    @property
+    def needs_base(self) -> bool:
+        """Whether :meth:`apply` needs the member's round-0 weights as ``base``."""
+        ...
+
+    def apply(
+        self, merged: Weights, generator: torch.Generator, base: Weights | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict]:
+        """The member's weights and a JSON-able description (empty when there is nothing to say)."""
+        ...
+
+
 MergeFn = Callable[[MergeInputs], tuple[dict, dict]]
-MutationFn = Callable[[Any], tuple["Mutation", dict]]
-
-MERGES: dict[str, MergeFn] = {}
-MUTATIONS: dict[str, MutationFn] = {}
-
-
-def register_merge(name: str) -> Callable[[MergeFn], MergeFn]:
-    """Register a merge strategy under ``name`` (a value of ``scheduler.merge``)."""
-
-    def add(fn: MergeFn) -> MergeFn:
-        MERGES[name] = fn
-        return fn
-
-    return add
-
-
-def register_mutation(name: str) -> Callable[[MutationFn], MutationFn]:
-    """Register a mutation under ``name`` (a value of ``scheduler.mutate``)."""
-
-    def add(fn: MutationFn) -> MutationFn:
-        MUTATIONS[name] = fn
-        return fn
-
-    return add
+MutationFn = Callable[[Any], tuple[WeightMutation, dict]]
 
 
 def _uniform(m: int) -> list[float]:
     return [1.0 / m] * m
 
 
-@register_merge("soup")
-def _soup(x: MergeInputs):
+def soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
     """Uniform mean of the top M (model soup, main paper §4.3)."""
     from popgrpo.core.merge import soup
 
     return soup(x.weights), {"kind": "soup", "members": x.selected, "weights": _uniform(len(x.selected))}
 
 
-@register_merge("weighted_soup")
-def _weighted_soup(x: MergeInputs):
+def weighted_soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
     """Mean weighted by the selection scores (``weighted_soup_temperature``)."""
     from popgrpo.core.merge import score_weights, soup
 
@@ -91,8 +98,7 @@ def _weighted_soup(x: MergeInputs):
     return soup(x.weights, w), description
 
 
-@register_merge("greedy_soup")
-def _greedy_soup(x: MergeInputs):
+def greedy_soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
     """Add members in score order while the held-out ``greedy_soup_metric`` improves (Wortsman et al. 2022)."""
     from popgrpo.core.merge import greedy_soup
 
@@ -105,8 +111,7 @@ def _greedy_soup(x: MergeInputs):
     return merged, description
 
 
-@register_merge("wise_ft")
-def _wise_ft(x: MergeInputs):
+def wise_ft_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
     """δ·θ_0 + (1 − δ)·soup (WiSE-FT for reasoning §3.2)."""
     from popgrpo.core.merge import soup, wise_ft
 
@@ -117,8 +122,7 @@ def _wise_ft(x: MergeInputs):
     return merged, description
 
 
-@register_merge("task_arithmetic")
-def _task_arithmetic(x: MergeInputs):
+def task_arithmetic_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
     """θ_0 + Σ_i (w_i/Σ_j w_j)·(θ_i − θ_0), w_i ~ N(μ, σ²) (CycleQD §3.2)."""
     from popgrpo.core.merge import crossover_weights, task_arithmetic
 
@@ -130,16 +134,14 @@ def _task_arithmetic(x: MergeInputs):
     return merged, description
 
 
-@register_mutation("gaussian")
-def _gaussian(params):
+def gaussian_mutation(params: Any) -> tuple[WeightMutation, dict]:
     """θ + σ_p·ε (main paper §4.3)."""
     from popgrpo.core.merge import Mutation
 
     return Mutation("gaussian", sigma=params.perturb_sigma), {"kind": "gaussian", "sigma": params.perturb_sigma}
 
 
-@register_mutation("svd")
-def _svd(params):
+def svd_mutation(params: Any) -> tuple[WeightMutation, dict]:
     """Scale the singular components of the task vector by w_i ~ U[0, w_max] (CycleQD §3.3)."""
     from popgrpo.core.merge import Mutation
 

@@ -290,6 +290,17 @@ class Mutation:
     w_max: float = 0.3
     mode: Literal["scale", "add"] = "scale"
 
+    @property
+    def needs_base(self) -> bool:
+        """Whether :meth:`apply` needs the member's round-0 weights (the svd task vector's base)."""
+        return self.kind == "svd"
+
+    def apply(
+        self, merged: StateDict, generator: torch.Generator, base: StateDict | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict]:
+        """:func:`mutate` with this mutation (the ``WeightMutation`` protocol of popgrpo.algorithms.merges)."""
+        return mutate(merged, self, generator, base)
+
 
 def mutate(
     merged: StateDict, mutation: Mutation, generator: torch.Generator, base: StateDict | None = None

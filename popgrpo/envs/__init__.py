@@ -17,7 +17,9 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Environment", "TextEnvironment", "make_env"]
+from popgrpo.registry import ENVIRONMENTS
+
+__all__ = ["Environment", "TextEnvironment", "idea_env", "make_env", "text_env"]
 
 
 @runtime_checkable
@@ -62,20 +64,27 @@ class TextEnvironment(Protocol):
 
 
 def make_env(cfg, device: str | torch.device = "cpu"):
-    """Build the environment named by an :class:`popgrpo.config.EnvConfig`.
+    """Build the environment ``cfg.kind`` names (an :class:`popgrpo.config.EnvConfig`).
 
-    ``idea`` gives an :class:`Environment`; ``text`` a :class:`TextEnvironment`
-    (:class:`popgrpo.envs.text.TextEnv`, whose embedding model runs on ``device``).
+    The name is looked up in :data:`popgrpo.registry.ENVIRONMENTS`: ``idea`` (:func:`idea_env`),
+    ``text`` (:func:`text_env`) or a plugin's; ``device`` is where an embedding model runs.
     """
-    if cfg.kind == "idea":
-        from popgrpo.envs.idea import IdeaEnv
+    return ENVIRONMENTS.get(cfg.kind)(cfg, device)
 
-        return IdeaEnv(cfg)
-    if cfg.kind == "text":
-        from popgrpo.envs.text import TextEnv
 
-        return TextEnv(cfg.text, device)
-    raise ValueError(f"unknown env.kind {cfg.kind!r}")
+def idea_env(cfg, device: str | torch.device = "cpu") -> Environment:
+    """``env.kind=idea``: the paper's simulated idea environment (:class:`popgrpo.envs.idea.IdeaEnv`)."""
+    from popgrpo.envs.idea import IdeaEnv
+
+    del device  # the landscape is a few CPU tensors
+    return IdeaEnv(cfg)
+
+
+def text_env(cfg, device: str | torch.device = "cpu") -> TextEnvironment:
+    """``env.kind=text``: prompts, reward callables, embedding behaviours (:class:`popgrpo.envs.text.TextEnv`)."""
+    from popgrpo.envs.text import TextEnv
+
+    return TextEnv(cfg.text, device)
 
 
 _LAZY = {"IdeaGymEnv": "popgrpo.envs.gym", "register_gym_env": "popgrpo.envs.gym"}

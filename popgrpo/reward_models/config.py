@@ -8,21 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from popgrpo.config import (
-    ConfigError,
-    _apply_override,
-    _format_validation_error,
-    _read_yaml,
-    _Section,
-    parse_override,
-)
+from popgrpo.config import Section, load_model, model_markdown
 
 __all__ = ["RMTrainConfig", "load_rm_config", "rm_config_markdown"]
 
 
-class RMDataConfig(_Section):
+class RMDataConfig(Section):
     reference_ideas: int = Field(
         8192,
         ge=16,
@@ -74,7 +67,7 @@ class RMDataConfig(_Section):
     )
 
 
-class RMFeaturizerConfig(_Section):
+class RMFeaturizerConfig(Section):
     hidden: int = Field(64, ge=1, le=4096, description="Width of the featurizer's layers.")
     depth: int = Field(2, ge=1, le=8, description="ReLU layers of the featurizer.")
     pretrain_ideas: int = Field(
@@ -94,7 +87,7 @@ class RMFeaturizerConfig(_Section):
     )
 
 
-class RMFinetuneConfig(_Section):
+class RMFinetuneConfig(Section):
     n_models: int = Field(6, ge=1, le=256, description="RMs fine-tuned, M (one Ray Tune trial each).")
     epochs: int = Field(10, ge=1, description="Passes over the training pairs.")
     batch_size: int = Field(64, ge=1, description="Pairs per Adam step.")
@@ -126,7 +119,7 @@ class RMFinetuneConfig(_Section):
         return self
 
 
-class RMTrainConfig(_Section):
+class RMTrainConfig(Section):
     """An RM directory's recipe: reference policy, data, featurizer, the M fine-tunings."""
 
     seed: int = Field(
@@ -146,26 +139,10 @@ class RMTrainConfig(_Section):
 
 
 def load_rm_config(path: str | Path | None, overrides=()) -> RMTrainConfig:
-    """Like :func:`popgrpo.config.load_config`, for :class:`RMTrainConfig`; raises :class:`ConfigError`."""
-    data = _read_yaml(Path(path)) if path is not None else {}
-    for item in overrides:
-        keys, value = parse_override(item)
-        _apply_override(data, keys, value)
-    try:
-        return RMTrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, f" ({path})" if path else "")) from None
+    """Like :func:`popgrpo.config.load_config`, for :class:`RMTrainConfig`; raises :class:`~popgrpo.config.ConfigError`."""
+    return load_model(RMTrainConfig, path, overrides)
 
 
 def rm_config_markdown() -> str:
-    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
-    for section, field in RMTrainConfig.model_fields.items():
-        model = field.annotation
-        if isinstance(model, type) and issubclass(model, _Section):
-            for name, sub in model.model_fields.items():
-                lines.append(
-                    f"| `{section}.{name}` | `{sub.get_default(call_default_factory=True)}` | {sub.description} |"
-                )
-        else:
-            lines.append(f"| `{section}` | `{field.get_default()}` | {field.description} |")
-    return "\n".join(lines) + "\n"
+    """The ``rm train`` config's reference table (docs/WARM.md)."""
+    return model_markdown(RMTrainConfig, escape=False)

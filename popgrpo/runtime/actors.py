@@ -18,8 +18,8 @@ import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.config import Config
-from popgrpo.core.merge import Mutation
 from popgrpo.runtime.executor import make_archives, new_archive
 from popgrpo.telemetry.live import LiveMetrics
 
@@ -193,7 +193,7 @@ class MemberGroup:
     def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
         return {k: self.members[k].get_weights() for k in member_ids}
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> dict:
         """Every member adopts the merged model: ``{"infos": {k: mutation description}, **snapshot()}``.
 
         The round's checkpoint is taken right after, so the states come back with the answer:

@@ -14,8 +14,8 @@ import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.config import Config
-from popgrpo.core.merge import Mutation
 from popgrpo.envs import make_env
 
 __all__ = ["Executor", "LocalExecutor", "make_archives", "new_archive"]
@@ -32,7 +32,7 @@ class Executor(Protocol):
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         """State dicts of the given members, in that order."""
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
         """Every member continues from the merged model ``base`` with its own mutation (a float: Gaussian σ_p).
 
         Returns each member's mutation description (:meth:`Member.adopt`), in member order.
@@ -100,7 +100,7 @@ class LocalExecutor:
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         return [self.members[k].get_weights() for k in member_ids]
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
         return [member.adopt(base, mutation, round_index) for member in self.members]
 
     def archives(self) -> list[LocalArchive]:

@@ -45,8 +45,8 @@ import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from popgrpo.algorithms.archive_service import LocalArchive
+from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.config import Config
-from popgrpo.core.merge import Mutation
 from popgrpo.runtime.actors import ArchiveActor, MemberGroup, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
@@ -226,7 +226,7 @@ class RayExecutor:
             weights.update(part)
         return [weights[k] for k in member_ids]
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
         """Every member adopts ``base`` with its mutation; the states the actors send back with
         their answer serve the :meth:`snapshot` that follows (the round's checkpoint), without
         another call."""

@@ -3,7 +3,8 @@
 The run calls one small sink interface, :class:`RunLogger`, after every round with a
 :class:`RoundReport` (the round's metrics rows, its lineage record, the archive heatmaps),
 and :meth:`RunLogger.close` at the end. :func:`make_loggers` builds the ones
-``run.loggers`` names and returns them behind :class:`Loggers`, which fans out to each.
+``run.loggers`` names (entries of :data:`popgrpo.registry.LOGGERS`: the three below, or a
+plugin's) and returns them behind :class:`Loggers`, which fans out to each.
 
 What each one receives:
 
@@ -43,6 +44,7 @@ from typing import Protocol
 import numpy as np
 
 from popgrpo.config import Config, ConfigError
+from popgrpo.registry import LOGGERS
 
 __all__ = [
     "CLIENT_PACKAGES",
@@ -57,8 +59,11 @@ __all__ = [
     "complexity_histogram",
     "heatmap_images",
     "make_loggers",
+    "mlflow_logger",
     "population_scalars",
     "scalar_columns",
+    "tensorboard_logger",
+    "wandb_logger",
 ]
 
 # logger name -> (module imported, package to install)
@@ -438,6 +443,8 @@ class Loggers:
 def check_available(names: Sequence[str]) -> None:
     """Raise :class:`ConfigError` (one line: what to install) when a logger's client is missing."""
     for name in names:
+        if name not in CLIENT_PACKAGES:  # a plugin's logger: its own package says what it needs
+            continue
         module, package = CLIENT_PACKAGES[name]
         if importlib.util.find_spec(module) is None:
             raise ConfigError(
@@ -456,13 +463,25 @@ def make_loggers(config: Config, run_dir: str | Path, resume_epoch: int | None =
     built: list[RunLogger] = []
     try:
         for name in config.run.loggers:
-            if name == "tensorboard":
-                built.append(TensorBoardLogger(run_dir, config, purge_step=resume_epoch))
-            elif name == "mlflow":
-                built.append(MlflowLogger(run_dir, config))
-            elif name == "wandb":
-                built.append(WandbLogger(run_dir, config))
+            built.append(LOGGERS.get(name)(Path(run_dir), config, resume_epoch))
     except BaseException:
         Loggers(built).close(failed=True)
         raise
     return Loggers(built)
+
+
+def tensorboard_logger(run_dir: Path, config: Config, resume_epoch: int | None = None) -> RunLogger:
+    """``run.loggers: [tensorboard]``; a resumed run hides what was written from ``resume_epoch`` on."""
+    return TensorBoardLogger(run_dir, config, purge_step=resume_epoch)
+
+
+def mlflow_logger(run_dir: Path, config: Config, resume_epoch: int | None = None) -> RunLogger:
+    """``run.loggers: [mlflow]`` (a resumed run continues the MLflow run it recorded)."""
+    del resume_epoch
+    return MlflowLogger(run_dir, config)
+
+
+def wandb_logger(run_dir: Path, config: Config, resume_epoch: int | None = None) -> RunLogger:
+    """``run.loggers: [wandb]`` (a resumed run continues the W&B run it recorded)."""
+    del resume_epoch
+    return WandbLogger(run_dir, config)

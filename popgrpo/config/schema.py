@@ -1,72 +1,82 @@
-"""The run configuration: typed, validated once, documented once.
+"""The run configuration's schema: typed, validated once, documented once.
 
 Every field's ``description`` is its only documentation: the config reference page
-(docs/reference/config.md) is generated from it (``popgrpo config --markdown``,
-``make docs-reference``), and a test keeps the two in sync. Each
+(docs/reference/config.md) is generated from it (:mod:`popgrpo.config.reference`). Each
 description says the effect and, where there is one, the paper source; the default is the
 field's default.
 
 Validation uses pydantic (``extra="forbid"`` everywhere, so a misspelt key is an error, not
-silently ignored). :func:`load_config` turns any problem — missing file, bad YAML, unknown
-key, wrong type, out-of-range value, inconsistent fields — into :class:`ConfigError`, whose
-message names the offending field; the CLI prints it and exits 2.
+silently ignored). A field that names an implementation (``env.kind``, ``scheduler.merge``, …)
+is a :func:`choice` of a registry of :mod:`popgrpo.registry`: any registered name, a plugin's
+included, and an unknown one fails validation with the list of choices.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from popgrpo.algorithms.merges import MERGES, MUTATIONS
+from popgrpo.registry import (
+    ENVIRONMENTS,
+    LOGGERS,
+    MERGES,
+    MUTATIONS,
+    POLICIES,
+    PROXY_COMBINES,
+    REWARD_SOURCES,
+    SELECTION_STATISTICS,
+)
 from popgrpo.schema import POP_SCORE
 
 __all__ = [
+    "HELD_OUT_METRICS",
+    "MAX_ARCHIVE_CELLS",
+    "MAX_CELLS_PER_DIM",
+    "MAX_POPULATION",
     "Config",
     "ConfigError",
-    "config_markdown",
-    "load_args_config",
-    "load_config",
-    "parse_override",
-    "preset_path",
-    "resolve_config_path",
+    "Section",
+    "absolute_if_exists",
 ]
 
-# The presets are the job configs in jobs/configs/: installed as popgrpo/presets/ by a wheel
-# (pyproject's package-dir), read in place from a source checkout or an editable install.
-_HERE = Path(__file__).resolve().parent
-PRESET_DIR = next(
-    (d for d in (_HERE / "presets", _HERE.parent / "jobs" / "configs") if d.is_dir()), _HERE.parent / "jobs" / "configs"
-)
+
+class ConfigError(ValueError):
+    """A configuration problem, with a one-line message naming the field."""
 
 
-# Names a selection objective may take (scheduler.objectives): the main paper's S_k, then
-# columns of the members' metrics rows (popgrpo.schema.METRIC_COLUMNS); all maximised.
-SELECTION_METRICS = (
-    POP_SCORE,
-    "reward_max",
-    "reward_mean",
-    "diversity",
-    "complexity",
-    "entropy",
-    "novelty",
-    "archive_coverage",
-    "archive_qd_score",
-    "archive_new",
-    "pass_at_k",
-    "best_at_k",
-)
+class Section(BaseModel):
+    """Base of every config section: unknown keys, inf and NaN are errors; assignment is validated."""
+
+    # allow_inf_nan=False: inf and NaN are refused for every float field (``grpo.lr=inf``
+    # would pass a ``gt=0`` bound and fail mid-run).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+# The fields that name an implementation: any name of their registry (a plugin's included),
+# checked when the config is validated; the reference page lists each one's built-ins.
+EnvironmentName = Annotated[str, AfterValidator(ENVIRONMENTS.check)]
+PolicyName = Annotated[str, AfterValidator(POLICIES.check)]
+RewardSourceName = Annotated[str, AfterValidator(REWARD_SOURCES.check)]
+LoggerName = Annotated[str, AfterValidator(LOGGERS.check)]
+MergeName = Annotated[str, AfterValidator(MERGES.check)]
+MutationName = Annotated[str, AfterValidator(MUTATIONS.check)]
+SelectionStatisticName = Annotated[str, AfterValidator(SELECTION_STATISTICS.check)]
+ProxyCombineName = Annotated[str, AfterValidator(PROXY_COMBINES.check)]
+
+
+def absolute_if_exists(path: str | None) -> str | None:
+    """A relative path that exists here, made absolute: the config travels to Ray workers,
+    whose working directory is not the driver's. Anything else (a model name) is kept."""
+    if path and not Path(path).is_absolute() and Path(path).exists():
+        return str(Path(path).resolve())
+    return path
+
+
 # What the driver's held-out evaluation of weights reports (popgrpo.algorithms.evaluation).
 HELD_OUT_METRICS = (POP_SCORE, "reward_mean", "reward_max", "diversity", "pass_at_1", "pass_at_k", "best_at_k")
-
-
-# The allowed values of scheduler.merge / scheduler.mutate: the registered strategies.
-MergeName = Literal[tuple(MERGES)]
-MutationName = Literal[tuple(MUTATIONS)]
 
 
 # Upper bounds of the sizes that allocate memory at start-up (each member's policy, Adam state
@@ -76,25 +86,7 @@ MAX_CELLS_PER_DIM = 1_000
 MAX_ARCHIVE_CELLS = 10_000_000  # all archives of a run together
 
 
-class ConfigError(ValueError):
-    """A configuration problem, with a one-line message naming the field."""
-
-
-class _Section(BaseModel):
-    # allow_inf_nan=False: inf and NaN are refused for every float field (``grpo.lr=inf``
-    # would pass a ``gt=0`` bound and fail mid-run).
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-
-def _absolute_if_exists(path: str | None) -> str | None:
-    """A relative path that exists here, made absolute: the config travels to Ray workers,
-    whose working directory is not the driver's. Anything else (a model name) is kept."""
-    if path and not Path(path).is_absolute() and Path(path).exists():
-        return str(Path(path).resolve())
-    return path
-
-
-class RunConfig(_Section):
+class RunConfig(Section):
     name: str = Field(
         "popgrpo",
         min_length=1,
@@ -120,7 +112,7 @@ class RunConfig(_Section):
         ge=1,
         description="torch intra-op threads per process. 1 is fastest for the paper's small policy; raise it for large policies.",
     )
-    loggers: list[Literal["tensorboard", "mlflow", "wandb"]] = Field(
+    loggers: list[LoggerName] = Field(
         default_factory=lambda: ["tensorboard"],
         description="Experiment trackers the run reports to after every round (popgrpo.telemetry.loggers). `tensorboard`: event files under <run dir>/tensorboard/ (`tensorboard --logdir runs/`). `mlflow`: a local file store (run.mlflow_tracking_uri), needs `pip install mlflow-skinny`. `wandb`: Weights & Biases, offline by default (run.wandb_mode), needs `pip install wandb`. [] logs to none of them.",
     )
@@ -154,7 +146,7 @@ class RunConfig(_Section):
         return name
 
 
-class RewardSpec(_Section):
+class RewardSpec(Section):
     fn: str = Field(
         description="Import path of the reward callable, `package.module:name`; called as fn(prompts, completions, **kwargs) and returns one float per completion, or (floats, reasons) (popgrpo.envs.text)."
     )
@@ -162,7 +154,7 @@ class RewardSpec(_Section):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments passed to fn.")
 
 
-class TextEnvConfig(_Section):
+class TextEnvConfig(Section):
     prompts: list[str] = Field(default_factory=list, description="Prompts given inline (with env.kind=text).")
     prompts_path: str | None = Field(
         None,
@@ -184,11 +176,11 @@ class TextEnvConfig(_Section):
     )
     embed_batch_size: int = Field(64, ge=1, description="Completions embedded per forward pass.")
 
-    _absolute_prompts_path = field_validator("prompts_path")(lambda v: _absolute_if_exists(v))
+    _absolute_prompts_path = field_validator("prompts_path")(lambda v: absolute_if_exists(v))
 
 
-class EnvConfig(_Section):
-    kind: Literal["idea", "text"] = Field(
+class EnvConfig(Section):
+    kind: EnvironmentName = Field(
         "idea",
         description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv). `text`: prompts, reward callables and embedding behaviours for language-model members (env.text, popgrpo.envs.text.TextEnv; needs policy.kind=causal_lm).",
     )
@@ -226,7 +218,7 @@ class EnvConfig(_Section):
     text: TextEnvConfig = Field(default_factory=TextEnvConfig, description="The text environment (env.kind=text).")
 
 
-class LoRAConfig(_Section):
+class LoRAConfig(Section):
     r: int = Field(8, ge=1, description="LoRA rank r (Hu et al. 2021).")
     alpha: float = Field(16.0, gt=0, description="LoRA scaling α (the update is scaled by α/r).")
     dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input (0 keeps log-probs deterministic).")
@@ -236,7 +228,7 @@ class LoRAConfig(_Section):
     )
 
 
-class CausalLMConfig(_Section):
+class CausalLMConfig(Section):
     model: str | None = Field(
         None,
         description="Hugging Face causal LM: a local directory (save_pretrained) or a model name. Required with policy.kind=causal_lm. `popgrpo lm tiny --out DIR` writes a toy one.",
@@ -263,11 +255,11 @@ class CausalLMConfig(_Section):
     )
     lora: LoRAConfig = Field(default_factory=LoRAConfig, description="LoRA adapters (peft).")
 
-    _absolute_model_dir = field_validator("model")(lambda v: _absolute_if_exists(v))
+    _absolute_model_dir = field_validator("model")(lambda v: absolute_if_exists(v))
 
 
-class PolicyConfig(_Section):
-    kind: Literal["gaussian", "causal_lm"] = Field(
+class PolicyConfig(Section):
+    kind: PolicyName = Field(
         "gaussian",
         description="Policy. `gaussian`: prompt embeddings, two-layer ReLU trunk, Gaussian heads (paper §5). `causal_lm`: a Hugging Face causal LM with LoRA adapters (policy.causal_lm, popgrpo.policies.causal_lm; needs env.kind=text).",
     )
@@ -299,7 +291,7 @@ class PolicyConfig(_Section):
         return self
 
 
-class GRPOConfig(_Section):
+class GRPOConfig(Section):
     group_size: int = Field(16, ge=2, description="Ideas sampled per prompt, G (paper §5: 16).")
     steps_per_epoch: int = Field(
         8,
@@ -332,7 +324,7 @@ class GRPOConfig(_Section):
     )
 
 
-class QDConfig(_Section):
+class QDConfig(Section):
     enabled: bool = Field(
         False, description="QD-GRPO: add archive bonuses to rewards before normalising (paper §4.1, eq. 3)."
     )
@@ -342,7 +334,7 @@ class QDConfig(_Section):
     beta_imp: float = Field(0.3, ge=0, description="Bonus for an idea that beats its cell's elite, β_imp (paper: 0.3).")
 
 
-class EntropyConfig(_Section):
+class EntropyConfig(Section):
     enabled: bool = Field(False, description="Adaptive entropy bonus α·H (MaxEnt-GRPO, paper §4.2, eq. 4).")
     target: float = Field(
         1.0,
@@ -356,7 +348,7 @@ class EntropyConfig(_Section):
     )
 
 
-class NoveltyConfig(_Section):
+class NoveltyConfig(Section):
     enabled: bool = Field(False, description="k-NN novelty reward (MaxEnt-GRPO, paper §4.2, eq. 5).")
     coef: float = Field(0.3, ge=0, description="Novelty coefficient γ (paper: 0.3).")
     k: int = Field(5, ge=1, description="Neighbours averaged (paper: 5).")
@@ -371,7 +363,7 @@ class NoveltyConfig(_Section):
         return self
 
 
-class MaxEntConfig(_Section):
+class MaxEntConfig(Section):
     entropy: EntropyConfig = Field(default_factory=EntropyConfig, description="Adaptive entropy bonus.")
     novelty: NoveltyConfig = Field(default_factory=NoveltyConfig, description="Novelty reward.")
     complexity_bins: int = Field(
@@ -381,7 +373,7 @@ class MaxEntConfig(_Section):
     )
 
 
-class ArchiveConfig(_Section):
+class ArchiveConfig(Section):
     cells_per_dim: int = Field(
         10,
         ge=1,
@@ -398,7 +390,7 @@ class ArchiveConfig(_Section):
     )
 
 
-class ResourcesConfig(_Section):
+class ResourcesConfig(Section):
     num_cpus: float = Field(
         1.0,
         ge=0,
@@ -412,7 +404,7 @@ class ResourcesConfig(_Section):
     )
 
 
-class PopulationConfig(_Section):
+class PopulationConfig(Section):
     size: int = Field(
         1,
         ge=1,
@@ -442,7 +434,7 @@ class PopulationConfig(_Section):
     )
 
 
-class SchedulerConfig(_Section):
+class SchedulerConfig(Section):
     enabled: bool = Field(False, description="Pop-GRPO selection/merge/perturb rounds (paper §4.3).")
     interval_epochs: int = Field(
         10, ge=1, description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off."
@@ -453,11 +445,9 @@ class SchedulerConfig(_Section):
         ge=0,
         description="σ_p of the Gaussian perturbation each member adds to the soup when it adopts it (paper: 0.01); used by scheduler.mutate=gaussian.",
     )
-    objectives: list[str] = Field(
+    objectives: list[SelectionStatisticName] = Field(
         default_factory=lambda: [POP_SCORE],
-        description="Selection objective per round, rotating: round r ranks members by objectives[r mod len] and reports the others as behaviour (CycleQD §3.1's cyclic quality/behaviour). One entry = no rotation. `pop_score` is the main paper's S_k = d_k·(1 + max R_k); the others are metrics columns: "
-        + ", ".join(f"`{m}`" for m in SELECTION_METRICS[1:])
-        + ".",
+        description="Selection objective per round, rotating: round r ranks members by objectives[r mod len] and reports the others as behaviour (CycleQD §3.1's cyclic quality/behaviour). One entry = no rotation. `pop_score` is the main paper's S_k = d_k·(1 + max R_k); the others read a metrics column of the member's last epoch as it is (higher is better).",
     )
     merge: MergeName = Field(
         "soup",
@@ -512,9 +502,6 @@ class SchedulerConfig(_Section):
             )
         if not self.objectives:
             raise ValueError("objectives must name at least one metric (e.g. [pop_score])")
-        unknown = [o for o in self.objectives if o not in SELECTION_METRICS]
-        if unknown:
-            raise ValueError(f"objectives: unknown metric(s) {unknown}; known: {', '.join(SELECTION_METRICS)}")
         if len(set(self.objectives)) != len(self.objectives):
             raise ValueError(f"objectives must not repeat a metric, got {self.objectives}")
         if self.greedy_soup_metric not in HELD_OUT_METRICS:
@@ -524,7 +511,7 @@ class SchedulerConfig(_Section):
         return self
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     success_threshold: float = Field(
         1.0,
         description="An idea succeeds when its reward is >= this (for pass@k). Not in the papers: 1.0 is above the two easiest peaks' qualities (0.5, 0.8) by more than the execution noise σ = 0.3.",
@@ -551,12 +538,12 @@ class EvalConfig(_Section):
         return self
 
 
-class ProxyConfig(_Section):
+class ProxyConfig(Section):
     dir: str | None = Field(
         None,
         description="RM directory written by `popgrpo rm train` (rms.json, rm_<k>.pt, warm.pt); required with reward.source=proxy.",
     )
-    combine: Literal["single", "ens", "warm"] = Field(
+    combine: ProxyCombineName = Field(
         "warm",
         description="How the directory's RMs become one proxy (WARM, Ramé et al. 2024, seed 003). `single`: RM number reward.proxy.index alone. `ens`: the mean of the first n_models RMs' scores (prediction ensembling, ENS; n_models forward passes per idea). `warm`: one RM whose weights are the mean of the first n_models RMs' weights (weight averaging; one forward pass).",
     )
@@ -571,11 +558,11 @@ class ProxyConfig(_Section):
         description="Share of each step's ideas executed for the control reward, in (0, 1]. 1: every idea is executed (the control is exact, and the proxy saves no execution). f < 1: max(1, round(f·N)) of a step's N ideas, drawn from the member's seeded generator, are executed; control_reward_mean / control_reward_max are then estimates on that subset (metrics column control_share gives its size), and the other ideas are never executed. control_expected_reward (the idea environment's noise-free expectation, no execution) stays over every idea.",
     )
 
-    _absolute_dir = field_validator("dir")(lambda v: _absolute_if_exists(v))
+    _absolute_dir = field_validator("dir")(lambda v: absolute_if_exists(v))
 
 
-class RewardConfig(_Section):
-    source: Literal["execution", "proxy"] = Field(
+class RewardConfig(Section):
+    source: RewardSourceName = Field(
         "execution",
         description="What members train on. `execution`: the environment's execution reward. `proxy`: a learned reward model (reward.proxy); the execution reward is still drawn each step and logged as the control reward (metrics control_reward_mean, control_reward_max), beside its noise-free expectation control_expected_reward, so reward hacking shows in metrics.parquet and the live metrics (docs/WARM.md).",
     )
@@ -588,7 +575,7 @@ class RewardConfig(_Section):
         return self
 
 
-class Config(_Section):
+class Config(Section):
     """A whole run. Sections mirror the paper: GRPO, QD, MaxEnt, population/scheduler."""
 
     run: RunConfig = Field(default_factory=RunConfig, description="Run identity, seed, length.")
@@ -664,209 +651,3 @@ class Config(_Section):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
-
-
-# ---- loading ---------------------------------------------------------------------------
-# What a config may cost to read. A YAML "billion laughs" (anchors nesting aliases of
-# aliases) is a few hundred bytes that expand to 9^9 leaves: counting nodes as if every
-# alias were expanded stops it while composing, before any object is built. Deep nesting is
-# cut off before Python's recursion limit.
-MAX_CONFIG_BYTES = 10 * 2**20
-MAX_YAML_NODES = 200_000  # after alias expansion; a full config has a few hundred
-MAX_YAML_ALIASES = 1_000
-MAX_YAML_DEPTH = 64
-
-
-class _TooComplex(yaml.YAMLError):
-    """A YAML document over the limits above."""
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader with bounded alias expansion, node count and nesting depth."""
-
-    def __init__(self, stream) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._nodes = 0  # nodes composed so far, each alias counted as the size of its target
-        self._aliases = 0
-        self._size: dict[int, int] = {}  # id(node) → nodes under it, aliases expanded
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-            if self._aliases > MAX_YAML_ALIASES:
-                raise _TooComplex(f"more than {MAX_YAML_ALIASES} aliases")
-            node = super().compose_node(parent, index)
-            self._count(self._size.get(id(node), 1))
-            return node
-        self._depth += 1
-        if self._depth > MAX_YAML_DEPTH:
-            raise _TooComplex(f"nested deeper than {MAX_YAML_DEPTH} levels")
-        before = self._nodes
-        node = super().compose_node(parent, index)
-        self._depth -= 1
-        self._count(1)
-        self._size[id(node)] = self._nodes - before
-        return node
-
-    def _count(self, n: int) -> None:
-        self._nodes += n
-        if self._nodes > MAX_YAML_NODES:
-            raise _TooComplex(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded")
-
-
-def _safe_load(text: str) -> Any:
-    """``yaml.safe_load`` within the limits of :class:`_BoundedLoader`."""
-    loader = _BoundedLoader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """``"grpo.lr=1e-3"`` → ``(["grpo", "lr"], 0.001)``; the value is parsed as YAML."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set expects key=value, got {item!r}")
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"--set {key}: value longer than {MAX_CONFIG_BYTES:,} characters")
-    try:
-        value = _safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {key}: cannot parse value: {exc}".replace("\n", " ")) from None
-    return key.strip().split("."), value
-
-
-def _apply_override(data: dict, path: list[str], value: Any) -> None:
-    node = data
-    for i, part in enumerate(path[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"--set {'.'.join(path)}: {'.'.join(path[: i + 1])} is not a section")
-        node = child
-    node[path[-1]] = value
-
-
-def _read_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; a config is a few KiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})") from None
-    try:
-        data = _safe_load(text)
-    except _TooComplex as exc:
-        raise ConfigError(f"{path}: YAML too large or deep: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
-    return data
-
-
-def _short_repr(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters: a hostile value must not flood the one-line message."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
-def _format_validation_error(exc: ValidationError, source: str) -> str:
-    parts = []
-    for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(config)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
-            msg = f"{msg} (got {_short_repr(err['input'])})"
-        parts.append(f"{field}: {msg}")
-    return f"invalid config{source}: " + "; ".join(parts)
-
-
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
-    """Load YAML (or defaults when ``path`` is None), apply ``key=value`` overrides, validate.
-
-    Raises:
-        ConfigError: with a one-line message naming the field at fault.
-    """
-    data = _read_yaml(Path(path)) if path is not None else {}
-    data = copy.deepcopy(data)
-    for item in overrides:
-        key_path, value = parse_override(item)
-        _apply_override(data, key_path, value)
-    try:
-        return Config.model_validate(data)
-    except ValidationError as exc:
-        source = f" ({path})" if path is not None else ""
-        raise ConfigError(_format_validation_error(exc, source)) from None
-
-
-def preset_path(name: str) -> Path:
-    """Path of a shipped preset (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
-    return PRESET_DIR / f"{name}.yaml"
-
-
-# ---- documentation ---------------------------------------------------------------------
-def config_markdown() -> str:
-    """The config reference as a Markdown table, generated from the field descriptions."""
-    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, field in model.model_fields.items():
-            ann = field.annotation
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                walk(ann, f"{prefix}{name}.")
-                continue
-            default = field.get_default(call_default_factory=True)
-            lines.append(f"| `{prefix}{name}` | `{default}` | {_markdown_text(field.description)} |")
-
-    walk(Config, "")
-    return "\n".join(lines) + "\n"
-
-
-def _markdown_text(text: str) -> str:
-    """``text`` with ``<`` and ``>`` outside code spans escaped, so Markdown renders
-    ``runs/<name>`` as written instead of taking ``<name>`` for an HTML tag."""
-    parts = text.split("`")
-    for i in range(0, len(parts), 2):  # even parts lie outside backticks
-        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
-    return "`".join(parts)
-
-
-DEFAULT_PRESET = "pop_grpo"
-
-
-def resolve_config_path(value: str | None) -> Path:
-    """A file path, or a preset name (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
-    if value is None:
-        return preset_path(DEFAULT_PRESET)
-    path = Path(value)
-    if path.exists() or path.suffix in (".yaml", ".yml") or "/" in value:
-        return path
-    preset = preset_path(value)
-    if preset.exists():
-        return preset
-    raise ConfigError(f"config file not found: {value} (and no preset named {value!r})")
-
-
-def load_args_config(args) -> Config:
-    """The validated config of a command line's ``--config`` (file or preset), ``--set`` overrides and ``--seed``.
-
-    ``args`` is an :class:`argparse.Namespace` with ``config``, ``set`` and ``seed`` (``popgrpo
-    train`` and ``popgrpo submit`` share these options).
-    """
-    overrides = list(args.set or [])
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    return load_config(resolve_config_path(args.config), overrides)
