@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 Weights = Mapping[str, "torch.Tensor"]
+Description = dict[str, Any]  # JSON-able, for the lineage log
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class MergeInputs:
     params: Any  # the scheduler config section (strategy parameters)
     round0: Callable[[], dict[str, torch.Tensor]]  # θ_0 of the selected members, built on demand
     generator: Callable[[], torch.Generator]  # the round's merge stream, created on demand
-    evaluate: Callable[[Weights], dict] | None = None  # held-out evaluation of weights (greedy soup)
+    evaluate: Callable[[Weights], dict[str, Any]] | None = None  # held-out evaluation of weights (greedy soup)
 
 
 @runtime_checkable
@@ -67,81 +68,86 @@ class WeightMutation(Protocol):
 
     def apply(
         self, merged: Weights, generator: torch.Generator, base: Weights | None = None
-    ) -> tuple[dict[str, torch.Tensor], dict]:
+    ) -> tuple[dict[str, torch.Tensor], Description]:
         """The member's weights and a JSON-able description (empty when there is nothing to say)."""
         ...
 
 
-MergeFn = Callable[[MergeInputs], tuple[dict, dict]]
-MutationFn = Callable[[Any], tuple[WeightMutation, dict]]
+MergeFn = Callable[[MergeInputs], tuple[dict[str, "torch.Tensor"], Description]]
+MutationFn = Callable[[Any], tuple[WeightMutation, Description]]
 
 
 def _uniform(m: int) -> list[float]:
     return [1.0 / m] * m
 
 
-def soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
+def soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], Description]:
     """Uniform mean of the top M (model soup, main paper §4.3)."""
     from popgrpo.core.merge import soup
 
     return soup(x.weights), {"kind": "soup", "members": x.selected, "weights": _uniform(len(x.selected))}
 
 
-def weighted_soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
+def weighted_soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], Description]:
     """Mean weighted by the selection scores (``weighted_soup_temperature``)."""
     from popgrpo.core.merge import score_weights, soup
 
     temperature = x.params.weighted_soup_temperature
     w = score_weights(x.scores, temperature)
-    description = {"kind": "weighted_soup", "members": x.selected, "weights": w}
+    description: Description = {"kind": "weighted_soup", "members": x.selected, "weights": w}
     description.update(scores=[json_float(s) for s in x.scores], temperature=temperature)
     return soup(x.weights, w), description
 
 
-def greedy_soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
+def greedy_soup_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], Description]:
     """Add members in score order while the held-out ``greedy_soup_metric`` improves (Wortsman et al. 2022)."""
     from popgrpo.core.merge import greedy_soup
 
-    if x.evaluate is None:
+    evaluate = x.evaluate
+    if evaluate is None:
         raise ValueError("greedy_soup needs a held-out evaluate function")
-    metric = x.params.greedy_soup_metric
-    merged, kept, held_out = greedy_soup(x.weights, lambda sd: x.evaluate(sd)[metric])
-    description = {"kind": "greedy_soup", "members": [x.selected[i] for i in kept], "weights": _uniform(len(kept))}
+    metric: str = x.params.greedy_soup_metric
+    merged, kept, held_out = greedy_soup(x.weights, lambda sd: float(evaluate(sd)[metric]))
+    description: Description = {
+        "kind": "greedy_soup",
+        "members": [x.selected[i] for i in kept],
+        "weights": _uniform(len(kept)),
+    }
     description.update(candidates=x.selected, metric=metric, held_out=[json_float(h) for h in held_out])
     return merged, description
 
 
-def wise_ft_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
+def wise_ft_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], Description]:
     """δ·θ_0 + (1 − δ)·soup (WiSE-FT for reasoning §3.2)."""
     from popgrpo.core.merge import soup, wise_ft
 
     delta = x.params.wise_ft_delta
     merged = wise_ft(x.round0(), soup(x.weights), delta)
-    description = {"kind": "wise_ft", "members": x.selected, "weights": _uniform(len(x.selected))}
+    description: Description = {"kind": "wise_ft", "members": x.selected, "weights": _uniform(len(x.selected))}
     description.update(delta=delta, early="round0")
     return merged, description
 
 
-def task_arithmetic_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], dict]:
+def task_arithmetic_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], Description]:
     """θ_0 + Σ_i (w_i/Σ_j w_j)·(θ_i − θ_0), w_i ~ N(μ, σ²) (CycleQD §3.2)."""
     from popgrpo.core.merge import crossover_weights, task_arithmetic
 
     mu, sigma = x.params.task_arithmetic_mu, x.params.task_arithmetic_sigma
     w = crossover_weights(len(x.selected), mu, sigma, x.generator())
     merged = task_arithmetic(x.round0(), x.weights, w)
-    description = {"kind": "task_arithmetic", "members": x.selected, "weights": [v / sum(w) for v in w]}
+    description: Description = {"kind": "task_arithmetic", "members": x.selected, "weights": [v / sum(w) for v in w]}
     description.update(w=w, mu=mu, sigma=sigma, base="round0")
     return merged, description
 
 
-def gaussian_mutation(params: Any) -> tuple[WeightMutation, dict]:
+def gaussian_mutation(params: Any) -> tuple[WeightMutation, Description]:
     """θ + σ_p·ε (main paper §4.3)."""
     from popgrpo.core.merge import Mutation
 
     return Mutation("gaussian", sigma=params.perturb_sigma), {"kind": "gaussian", "sigma": params.perturb_sigma}
 
 
-def svd_mutation(params: Any) -> tuple[WeightMutation, dict]:
+def svd_mutation(params: Any) -> tuple[WeightMutation, Description]:
     """Scale the singular components of the task vector by w_i ~ U[0, w_max] (CycleQD §3.3)."""
     from popgrpo.core.merge import Mutation
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -297,14 +297,14 @@ class Mutation:
 
     def apply(
         self, merged: StateDict, generator: torch.Generator, base: StateDict | None = None
-    ) -> tuple[dict[str, torch.Tensor], dict]:
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """:func:`mutate` with this mutation (the ``WeightMutation`` protocol of popgrpo.algorithms.merges)."""
         return mutate(merged, self, generator, base)
 
 
 def mutate(
     merged: StateDict, mutation: Mutation, generator: torch.Generator, base: StateDict | None = None
-) -> tuple[dict[str, torch.Tensor], dict]:
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Apply ``mutation`` to the merged weights; return the weights and a JSON-able description.
 
     * ``gaussian``: ``θ = θ_merged + σ·ε`` (:func:`perturb`); the description is empty.
