@@ -98,3 +98,13 @@ def test_plugin_environment_and_merge_train_on_ray(plugin_path, tmp_path):
     local = popgrpo(plugin_path, "train", *RUN, "--executor", "local", "--out", str(tmp_path / "local"))
     assert local.returncode == 0, local.stderr
     assert (tmp_path / "ray" / "summary.json").read_text() == (tmp_path / "local" / "summary.json").read_text()
+
+
+def test_the_extend_guide_shows_the_plugins_registrations():
+    """docs/guides/extend.md quotes the plugin's register calls as they are."""
+    import re
+
+    page = (ROOT / "docs" / "guides" / "extend.md").read_text()
+    [block] = [b for b in re.findall(r"^```python\n(.*?)^```", page, re.S | re.M) if "ENVIRONMENTS.register" in b]
+    source = (PLUGIN_SOURCE / "popgrpo_toy_plugin" / "__init__.py").read_text()
+    assert block.strip() in source
