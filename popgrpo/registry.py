@@ -30,7 +30,7 @@ import difflib
 import importlib
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar, cast, overload
 
@@ -72,9 +72,17 @@ class _Entry:
     builtin: bool
 
 
-# Set while the built-ins at the end of this module / one plugin's entry point register.
-_registering: dict[str, str | None] = {"plugin": None}
-_builtin_phase = [True]
+@dataclass
+class _Loading:
+    """Who is registering now, and what plugin loading has done (one per process)."""
+
+    builtin: bool = True  # the built-ins at the end of this module are registering
+    plugin: str | None = None  # the plugin entry point being loaded
+    loaded: bool = False  # plugins loaded (or being loaded)
+    failed: list[str] = field(default_factory=list)  # the plugins that raised
+
+
+_state = _Loading()
 
 
 class Registry(Generic[T]):
@@ -115,7 +123,7 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} names are non-empty strings, got {name!r}")
         if isinstance(obj, str) and obj.count(":") != 1:
             raise ValueError(f"{self.kind} {name!r}: a lazy target is 'module:attr', got {obj!r}")
-        entry = _Entry(obj, _origin(obj), _builtin_phase[0])
+        entry = _Entry(obj, _origin(obj), _state.builtin)
         old = self._entries.get(name)
         if old is not None and not replace:
             raise DuplicateChoice(
@@ -169,8 +177,8 @@ class Registry(Generic[T]):
         close = difflib.get_close_matches(str(name), choices, n=3) if isinstance(name, str) else []
         hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
         text = f"{self.field}: unknown {self.kind} {name!r}{hint}; choices: {', '.join(choices)}"
-        if _failed:
-            text += f" (plugins that failed to load: {'; '.join(_failed)})"
+        if _state.failed:
+            text += f" (plugins that failed to load: {'; '.join(_state.failed)})"
         return UnknownChoice(text)
 
     # Mapping-like reads, so a registry can stand where a dict of choices stood.
@@ -191,44 +199,39 @@ class Registry(Generic[T]):
 
 def _origin(obj: object) -> str:
     where = obj if isinstance(obj, str) else f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', obj)}"
-    plugin = _registering["plugin"]
-    return f"{where} (plugin {plugin})" if plugin else where
+    return f"{where} (plugin {_state.plugin})" if _state.plugin else where
 
 
 # ---- plugins ----------------------------------------------------------------------------------
-_loaded = [False]
-_failed: list[str] = []
-
-
 def load_plugins() -> None:
     """Load every ``popgrpo.plugins`` entry point once (later calls return at once).
 
     A plugin that raises is skipped with one :class:`RuntimeWarning` naming it and the error;
     :func:`failed_plugins` lists them, and unknown-choice errors mention them.
     """
-    if _loaded[0]:
+    if _state.loaded:
         return
-    _loaded[0] = True  # before loading: a plugin that asks for names() must not recurse
-    _builtin_phase[0] = False
+    _state.loaded = True  # before loading: a plugin that asks for names() must not recurse
+    _state.builtin = False
     for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: (e.name, e.value)):
         label = f"{ep.dist.name if ep.dist else '?'}:{ep.name} = {ep.value}"
-        _registering["plugin"] = label
+        _state.plugin = label
         try:
             loaded = ep.load()
             if ep.attr is not None and callable(loaded):
                 loaded()
         except Exception as error:  # a broken plugin must not break popgrpo
             message = f"{label} ({type(error).__name__}: {error})".replace("\n", " ")
-            _failed.append(message)
+            _state.failed.append(message)
             warnings.warn(f"popgrpo plugin failed to load: {message}", RuntimeWarning, stacklevel=2)
         finally:
-            _registering["plugin"] = None
+            _state.plugin = None
 
 
 def failed_plugins() -> list[str]:
     """``"dist:entry-point = target (Error: message)"`` of each plugin that failed to load."""
     load_plugins()
-    return list(_failed)
+    return list(_state.failed)
 
 
 # ---- the registries ---------------------------------------------------------------------------
@@ -305,4 +308,4 @@ for _name in ("reward_max", "reward_mean", "diversity", "complexity", "entropy",
     SELECTION_STATISTICS.register(_name, MetricColumn(_name))
 for _name in ("single", "ens", "warm"):
     PROXY_COMBINES.register(_name, f"popgrpo.reward_models.proxy:{_name}_models")
-_builtin_phase[0] = False
+_state.builtin = False

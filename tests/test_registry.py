@@ -88,8 +88,7 @@ def fresh_plugins(monkeypatch):
     """Plugin loading as if popgrpo had just started, with the given entry points."""
 
     def install(*eps: EntryPoint) -> None:
-        monkeypatch.setattr(registry, "_loaded", [False])
-        monkeypatch.setattr(registry, "_failed", [])
+        monkeypatch.setattr(registry, "_state", registry._Loading(builtin=False))
         monkeypatch.setattr(registry, "entry_points", lambda group: [ep for ep in eps if ep.group == group])
 
     return install
