@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import numpy as np
 import torch
 
-__all__ = ["NoveltyMemory"]
+__all__ = ["NoveltyMemory", "NoveltyState"]
 
 
 class NoveltyState(TypedDict):
@@ -82,7 +82,7 @@ class NoveltyMemory:
         return {"capacity": self.capacity, "k": self.k, "ideas": self.ideas.numpy()}
 
     @classmethod
-    def from_state_dict(cls, state: NoveltyState | dict[str, Any]) -> NoveltyMemory:
+    def from_state_dict(cls, state: NoveltyState) -> NoveltyMemory:
         ideas = np.array(state["ideas"], dtype=np.float32)  # a copy: arrays from Ray are read-only
         memory = cls(int(state["capacity"]), int(state["k"]))
         if ideas.size:
