@@ -64,7 +64,7 @@ __all__ = ["RayExecutor"]
 class RayExecutor:
     """Members on Ray actors; the same interface as :class:`LocalExecutor`."""
 
-    def __init__(self, config: Config, run_dir: str | None = None, address: str | None = None) -> None:
+    def __init__(self, config: Config, run_dir: str | Path | None = None, address: str | None = None) -> None:
         self.config = config
         self.n_members = config.population.size
         per_actor = config.population.members_per_actor
