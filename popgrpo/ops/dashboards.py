@@ -252,7 +252,7 @@ def install(
 
 
 def _connect(address: GrafanaAddress, token: str):
-    from grafana_client import GrafanaApi  # here, not at import: see the module docstring
+    from grafana_client.api import GrafanaApi  # here, not at import: see the module docstring
 
     # GrafanaApi.from_url would drop the "/" between a sub-path and "api"; build it ourselves.
     return GrafanaApi(

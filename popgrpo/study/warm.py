@@ -32,12 +32,17 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import torch
+
+if TYPE_CHECKING:
+    from popgrpo.reward_models.config import RMTrainConfig
 
 __all__ = ["FULL", "QUICK", "WarmStudy", "run_warm_study"]
 
@@ -91,7 +96,7 @@ def _proxies(study: WarmStudy) -> list[tuple[str, str, str, int | None, int]]:
     """(name, preset, combine, n_models, index) of every RL run per setting and seed."""
     M = study.n_models
     singles = M if study.rl_singles is None else min(study.rl_singles, M)
-    runs = [("execution", "grpo", "execution", None, 0)]
+    runs: list[tuple[str, str, str, int | None, int]] = [("execution", "grpo", "execution", None, 0)]
     runs += [(f"single_{k}", "grpo", "single", None, k) for k in range(singles)]
     runs.append(("ens2", "grpo", "ens", 2, 0))
     runs += [(f"warm{m}", "grpo", "warm", m, 0) for m in range(2, M + 1)]
@@ -116,7 +121,7 @@ def _rm_config(study: WarmStudy, seed: int, corruption: float):
     )
 
 
-def build_rm_dir(rm_cfg, rm_dir: Path, shifted: dict) -> dict:
+def build_rm_dir(rm_cfg: RMTrainConfig, rm_dir: Path, shifted: Mapping[str, torch.Tensor] | None) -> dict:
     """An RM directory, in this process (the same steps as ``popgrpo rm train``, without Tune)."""
     from popgrpo.reward_models.cli import load_base
     from popgrpo.reward_models.store import load_manifest
