@@ -245,7 +245,7 @@ def finetune(model: RewardModel, pairs: PreferencePairs, spec: FinetuneSpec) -> 
     losses: list[float] = []
     model.train()
     with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType]  # torch: fork_rng is unannotated
-        torch.manual_seed(spec.data_seed)  # pyright: ignore[reportUnknownMemberType]  # torch: manual_seed's seed is unannotated; dropout masks draw from the global stream
+        torch.manual_seed(spec.data_seed)  # dropout masks draw from the global stream  # pyright: ignore[reportUnknownMemberType]
         for _ in range(spec.epochs):
             order = torch.randperm(n, generator=generator)
             total = 0.0

@@ -1044,7 +1044,7 @@ class Sandbox:
         results: list[ExecutionResult | None] = [None if c is not None else _NO_CODE for c in codes]
         pending = [(i, c) for i, c in enumerate(codes) if c is not None]
         if not pending:
-            batch.set_result(results)  # type: ignore[arg-type]
+            batch.set_result([r for r in results if r is not None])  # every entry is _NO_CODE
             return batch
         # Re-entrant: cancelling ``batch`` cancels queued items, whose callbacks run right here.
         lock = threading.RLock()
@@ -1061,7 +1061,7 @@ class Sandbox:
                         results[index] = fut.result()
                         remaining[0] -= 1
                         if remaining[0] == 0:
-                            batch.set_result(results)  # type: ignore[arg-type]
+                            batch.set_result([r for r in results if r is not None])  # every entry is _NO_CODE
                 except (InvalidStateError, CancelledError):
                     pass  # the batch already failed or was cancelled by the caller
 
