@@ -84,7 +84,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_executor(config, executor: str) -> None:
+def _check_executor(config: Config, executor: str) -> None:
     if executor == "local" and config.archive.redis_url:
         raise ConfigError(
             "archive.redis_url: Redis write-through is done by the Ray executor's archive actor; "
@@ -92,7 +92,7 @@ def _check_executor(config, executor: str) -> None:
         )
 
 
-def _check_proxy(config) -> None:
+def _check_proxy(config: Config) -> None:
     """reward.source=proxy: a missing or bad RM directory is bad input (exit 2), found before anything starts."""
     if config.reward.source == "proxy":
         from popgrpo.reward_models.proxy import check_proxy

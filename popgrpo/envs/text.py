@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 import torch
 
-if TYPE_CHECKING:  # the lm extra; loaded only when a text environment embeds
-    from sentence_transformers import SentenceTransformer
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer  # the lm extra; loaded only when a text environment embeds
+
+    from popgrpo.config import TextEnvConfig
 
 __all__ = ["TextEnv", "TextScores", "load_prompts", "resolve_callable"]
 
@@ -151,7 +153,7 @@ class TextEnv:
 
     behaviour_dim = 2
 
-    def __init__(self, cfg, device: str | torch.device = "cpu") -> None:
+    def __init__(self, cfg: TextEnvConfig, device: str | torch.device = "cpu") -> None:
         self.cfg = cfg
         self.device = torch.device(device)
         self.prompts = load_prompts(cfg.prompts, cfg.prompts_path, cfg.prompt_field)

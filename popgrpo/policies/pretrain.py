@@ -27,6 +27,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -334,6 +335,6 @@ def pretrain(cfg: PretrainConfig, out: str | Path, progress: bool = True) -> dic
     return summary
 
 
-def quick_config(**overrides) -> PretrainConfig:
+def quick_config(**overrides: Any) -> PretrainConfig:
     """The seconds-long configuration (tests, smoke runs), with ``overrides``."""
     return replace(QUICK, **overrides)

@@ -6,6 +6,7 @@ Field descriptions are the documentation: ``popgrpo rm train --markdown`` prints
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -151,7 +152,7 @@ class RMTrainConfig(_Section):
     )
 
 
-def load_rm_config(path: str | Path | None, overrides=()) -> RMTrainConfig:
+def load_rm_config(path: str | Path | None, overrides: Iterable[str] = ()) -> RMTrainConfig:
     """Like :func:`popgrpo.config.load_config`, for :class:`RMTrainConfig`; raises :class:`ConfigError`."""
     data = _read_yaml(Path(path)) if path is not None else {}
     for item in overrides:

@@ -39,7 +39,9 @@ class RedisArchiveStore:
     def _key(self, archive_id: int) -> str:
         return f"{self.prefix}:{archive_id}"
 
-    def write(self, archive_id: int, cells, rewards, behaviours, ideas) -> None:
+    def write(
+        self, archive_id: int, cells: np.ndarray, rewards: np.ndarray, behaviours: np.ndarray, ideas: np.ndarray
+    ) -> None:
         """Write accepted elites in batch order; a later elite of a cell overwrites an earlier one."""
         if len(cells) == 0:
             return

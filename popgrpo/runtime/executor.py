@@ -8,6 +8,7 @@ the lineage log and the run directory are identical whichever runs the members.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -82,7 +83,7 @@ def make_archives(config: Config) -> list[LocalArchive]:
 class LocalExecutor:
     """All members in this process, trained one after another."""
 
-    def __init__(self, config: Config, run_dir=None) -> None:
+    def __init__(self, config: Config, run_dir: str | Path | None = None) -> None:
         torch.set_num_threads(config.run.torch_threads)
         self.config = config
         self.n_members = config.population.size

@@ -32,10 +32,10 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -282,11 +282,11 @@ def run_warm_study(out: str | Path, study: WarmStudy = FULL, progress: bool = Tr
     return result
 
 
-def quick(study: WarmStudy = QUICK, **changes) -> WarmStudy:
+def quick(study: WarmStudy = QUICK, **changes: Any) -> WarmStudy:
     """``study`` with fields changed (tests shrink it further)."""
     return replace(study, **changes)
 
 
-def _finite_mean(values) -> float:
-    values = [v for v in values if not math.isnan(v)]
-    return float(np.mean(values)) if values else math.nan
+def _finite_mean(values: Iterable[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else math.nan

@@ -44,7 +44,7 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, outside its run directory, or not what its hashes say."""
 
 
-def _tensorise(obj):
+def _tensorise(obj: Any) -> Any:
     """numpy arrays → ``{"__ndarray__": tensor}`` (``weights_only`` loads refuse numpy pickles).
 
     Each array is copied: arrays that arrive from Ray share one read-only buffer, and
@@ -59,7 +59,7 @@ def _tensorise(obj):
     return obj
 
 
-def _untensorise(obj):
+def _untensorise(obj: Any) -> Any:
     if isinstance(obj, dict):
         if len(obj) == 1 and _NDARRAY in obj:
             return obj[_NDARRAY].numpy()
@@ -69,7 +69,7 @@ def _untensorise(obj):
     return obj
 
 
-def _to_bytes(obj) -> bytes:
+def _to_bytes(obj: object) -> bytes:
     buffer = io.BytesIO()
     torch.save(_tensorise(obj), buffer)
     return buffer.getvalue()
