@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,7 +164,7 @@ def lmc_rows(rm_dir: Path, points: int) -> list[dict]:
     return rows
 
 
-def corruption_rows(rm_dir: Path, oracle) -> list[dict]:
+def corruption_rows(rm_dir: Path, oracle: Callable[[torch.Tensor], torch.Tensor]) -> list[dict]:
     """WA vs ENS of the first M RMs, M = 1…all, on every subset (WARM Figs. 4–5), beside the
     accuracy of the oracle ``oracle`` (the noise-free expected reward: the best any RM can rank)."""
     from popgrpo.core.reward_model import ensemble_scores, weight_average
@@ -190,7 +190,7 @@ def bon_rows(rm_dir: Path, study: WarmStudy, seed: int) -> list[dict]:
     M, ns = study.n_models, list(study.bon_ns)
     rows = []
 
-    def add(name, combine, n_models, index=0):
+    def add(name: str, combine: str, n_models: int | None, index: int = 0) -> None:
         for point in best_of_n_curve(rm_dir, combine, n_models, ns, study.bon_groups, seed, index):
             rows.append({"proxy": name, **point})
 
@@ -204,7 +204,14 @@ def bon_rows(rm_dir: Path, study: WarmStudy, seed: int) -> list[dict]:
 
 
 def rl_run(
-    study: WarmStudy, seed: int, rm_dir: Path, run_dir: Path, preset: str, combine: str, n_models, index: int = 0
+    study: WarmStudy,
+    seed: int,
+    rm_dir: Path,
+    run_dir: Path,
+    preset: str,
+    combine: str,
+    n_models: int | None,
+    index: int = 0,
 ) -> pd.DataFrame:
     """One RL run against a proxy (or on execution), in this process; its metrics."""
     from popgrpo.config import load_config, preset_path
