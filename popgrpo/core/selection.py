@@ -22,10 +22,10 @@ def select_top_m(scores: Sequence[float], m: int) -> list[int]:
 
     NaN scores rank last, so a member whose metrics broke is never picked over a healthy one.
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    if not 1 <= m <= len(scores):
-        raise ValueError(f"top_m must be in [1, {len(scores)}], got {m}")
-    keyed = np.where(np.isnan(scores), -np.inf, scores)
+    values = np.asarray(scores, dtype=np.float64)
+    if not 1 <= m <= len(values):
+        raise ValueError(f"top_m must be in [1, {len(values)}], got {m}")
+    keyed = np.where(np.isnan(values), -np.inf, values)
     order = sorted(range(len(keyed)), key=lambda i: (-keyed[i], i))
     return order[:m]
 

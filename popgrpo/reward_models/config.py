@@ -6,6 +6,7 @@ Field descriptions are the documentation: ``popgrpo rm train --markdown`` prints
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
@@ -144,7 +145,7 @@ class RMTrainConfig(Section):
     )
 
 
-def load_rm_config(path: str | Path | None, overrides=()) -> RMTrainConfig:
+def load_rm_config(path: str | Path | None, overrides: Iterable[str] = ()) -> RMTrainConfig:
     """Like :func:`popgrpo.config.load_config`, for :class:`RMTrainConfig`; raises :class:`~popgrpo.config.ConfigError`."""
     return load_model(RMTrainConfig, path, overrides)
 
