@@ -36,7 +36,7 @@ Weights = Mapping[str, torch.Tensor]
 class RoundPlan:
     selected: list[int]  # member ids, best first
     record: dict
-    scores: list[float] | None = None  # the selected members' objective scores, best first
+    scores: list[float]  # the selected members' objective scores, best first
 
 
 def round_lengths(epochs: int, interval: int) -> list[int]:
@@ -142,7 +142,9 @@ def run_rounds(
                 None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
             )
             merged, merge_record = merge_selected(plan.selected, weights, plan.scores, round_index, config, held_out)
-            merged_eval = evaluator(merged, round_index, PURPOSE_MERGED) if config.eval.merged else None
+            merged_eval = (
+                evaluator(merged, round_index, PURPOSE_MERGED) if evaluator is not None and config.eval.merged else None
+            )
             mutation, perturb_record = mutation_for(config)
             infos = executor.adopt(merged, mutation, round_index + 1)
             perturb_record["members"] = list(range(len(last_rows)))
