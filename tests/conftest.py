@@ -3,6 +3,8 @@ import os
 import pytest
 import torch
 
+from tests.services import require_module
+
 torch.set_num_threads(1)
 
 # Ray starts its worker processes at nice 15 (RAY_worker_niceness) so that its own daemons stay
@@ -13,7 +15,16 @@ torch.set_num_threads(1)
 # workers at the suite's own priority instead.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """``@pytest.mark.requires("prometheus", ...)``: skip (fail in CI) before any fixture is set
+    up when a program the test needs is missing (:func:`tests.services.require`)."""
+    from tests.services import require
+
+    for marker in item.iter_markers("requires"):
+        for program in marker.args:
+            require(program)
 
 
 @pytest.fixture
@@ -49,7 +60,7 @@ def pytest_unconfigure(config):
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory):
     """A toy causal LM written with save_pretrained, loaded by every test through from_pretrained."""
-    pytest.importorskip("transformers")
+    require_module("transformers")
     from popgrpo.policies.causal_lm import build_tiny_causal_lm
 
     return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny-lm"))

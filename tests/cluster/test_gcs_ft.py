@@ -19,7 +19,7 @@ from tests.cluster import scenarios
 from tests.driving import drive
 from tests.services import RedisServer
 
-pytestmark = [pytest.mark.ray, pytest.mark.service]
+pytestmark = [pytest.mark.ray, pytest.mark.requires("redis-server")]
 
 
 def test_gcs_killed_for_15_s_mid_run_the_run_completes(tmp_path):
