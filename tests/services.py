@@ -62,21 +62,29 @@ def missing(reason: str) -> NoReturn:
     pytest.skip(reason, allow_module_level=True)
 
 
-def require(program: str) -> str:
-    """The path of ``program`` (a key of :data:`PROGRAMS`); skips the test (fails it in CI) if absent.
-
-    ``"sandbox"`` also needs bubblewrap to work here, and returns its path.
-    """
+def program_problem(program: str) -> str | None:
+    """Why ``program`` (a key of :data:`PROGRAMS`) cannot be used here, with the package to
+    install; None when it can. ``"sandbox"`` also needs bubblewrap to work here."""
     if program not in PROGRAMS:
         raise KeyError(f"unknown program {program!r}: add it to PROGRAMS in tests/services.py and to .ci/run")
     binary = "bwrap" if program == "sandbox" else program
-    path = shutil.which(binary)
-    if path is None:
-        missing(f"{binary} is not installed (apt-get install {PROGRAMS[program]})")
+    if shutil.which(binary) is None:
+        return f"{binary} is not installed (apt-get install {PROGRAMS[program]})"
     if program == "sandbox":
         problem = _sandbox_problem()
         if problem is not None:
-            missing(f"the execution sandbox cannot run: {problem}")
+            return f"the execution sandbox cannot run: {problem}"
+    return None
+
+
+def require(program: str) -> str:
+    """The path of ``program`` (a key of :data:`PROGRAMS`; ``"sandbox"`` gives bubblewrap's);
+    skips the test (fails it in CI) when it cannot be used here."""
+    problem = program_problem(program)
+    if problem is not None:
+        missing(problem)
+    path = shutil.which("bwrap" if program == "sandbox" else program)
+    assert path is not None
     return path
 
 
@@ -137,6 +145,7 @@ class GroupWatchdog:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=10)
+        assert self.proc.stdin is not None  # opened with stdin=PIPE
         self.proc.stdin.close()
 
 
@@ -274,6 +283,7 @@ class RayHead:
         import sys
 
         ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+        error = None
         for _attempt in range(2):  # a port picked free can be taken before Ray binds it: retry once
             self.temp_dir = tempfile.mkdtemp(prefix="pghead-", dir="/tmp")
             error = self._start(ray_bin, num_cpus, extra_env, extra_args)

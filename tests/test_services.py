@@ -37,6 +37,7 @@ def test_redis_server_dies_with_a_sigkilled_test_process(tmp_path):
          f"server = RedisServer({str(tmp_path)!r})\nprint(server.proc.pid, flush=True)\ntime.sleep(600)\n"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+    assert fake_pytest.stdout is not None
     redis_pid = int(fake_pytest.stdout.readline())
     assert not _gone(redis_pid, timeout=0.2)
     fake_pytest.send_signal(signal.SIGKILL)  # no finally, no atexit: only the watchdog can act
