@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build.
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install run test lint format clean docs docs-serve docs-reference
+.PHONY: install run test test-slow lint format clean docs docs-serve docs-reference
 
 $(BIN)/popgrpo: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -19,8 +19,13 @@ install: $(BIN)/popgrpo
 run: install
 	$(BIN)/popgrpo train
 
+# The suite less its tests marked slow, which `test-slow` runs; CI (.ci/run) runs both.
+# docs/reference/tests.md says what each runs and why.
 test: install
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=15 -m "not slow"
+
+test-slow: install
+	$(BIN)/python -m pytest -q --durations=15 -m slow
 
 # ruff, then the type checker (basedpyright, configured in pyproject.toml: strict on popgrpo/core and popgrpo/algorithms).
 lint: install

@@ -20,12 +20,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.services import require_binary, stop_process
+from tests.services import require, stop_process
 
 
 class Chromium:
     def __init__(self, width: int = 1280, height: int = 800) -> None:
-        binary = require_binary("chromium")
+        binary = require("chromium")
         self.profile = tempfile.mkdtemp(prefix="pgchrome-", dir="/tmp")
         self.width, self.height = width, height
         self.proc = subprocess.Popen(

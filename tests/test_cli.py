@@ -53,10 +53,17 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path):
     assert "epoch" in res.stderr  # progress bar
 
 
-def test_same_seed_same_numbers(tmp_path: Path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    for out in (a, b):
-        assert popgrpo("train", "--config", "grpo", *SHORT, "--out", str(out), "--quiet").returncode == 0
+@pytest.fixture(scope="module")
+def grpo_run(tmp_path_factory) -> Path:
+    """A short grpo run's directory, shared by the tests that only read it or refuse to reuse it."""
+    out = tmp_path_factory.mktemp("grpo") / "a"
+    assert popgrpo("train", "--config", "grpo", *SHORT, "--out", str(out), "--quiet").returncode == 0
+    return out
+
+
+def test_same_seed_same_numbers(tmp_path: Path, grpo_run: Path):
+    a, b = grpo_run, tmp_path / "b"
+    assert popgrpo("train", "--config", "grpo", *SHORT, "--out", str(b), "--quiet").returncode == 0
     assert (a / "summary.json").read_text() == (b / "summary.json").read_text()
     pd.testing.assert_frame_equal(pd.read_parquet(a / "metrics.parquet"), pd.read_parquet(b / "metrics.parquet"))
 
@@ -80,11 +87,11 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, args, needle):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_existing_run_directory_is_refused(tmp_path: Path):
-    out = tmp_path / "r"
-    assert popgrpo("train", "--config", "grpo", *SHORT, "--out", str(out), "--quiet").returncode == 0
-    res = popgrpo("train", "--config", "grpo", *SHORT, "--out", str(out), "--quiet")
+def test_existing_run_directory_is_refused(grpo_run: Path):
+    before = (grpo_run / "metrics.parquet").read_bytes()
+    res = popgrpo("train", "--config", "grpo", *SHORT, "--out", str(grpo_run), "--quiet")
     assert res.returncode == 2 and "already holds a run" in res.stderr
+    assert (grpo_run / "metrics.parquet").read_bytes() == before  # refused before anything was written
 
 
 def test_runtime_failure_exits_1_and_keeps_a_log(tmp_path: Path):
@@ -107,7 +114,9 @@ def test_config_command_prints_resolved_yaml():
 
 @pytest.mark.ray
 def test_default_executor_is_embedded_ray_with_the_same_numbers(tmp_path: Path):
-    args = ["train", "--config", "pop_grpo", *SHORT[2:], "--quiet"]
+    # The five members in one actor: one actor start instead of five, half the test's time on 2
+    # cores. Ray equals local with one member per actor in tests/runtime/test_ray_executor.py.
+    args = ["train", "--config", "pop_grpo", *SHORT[2:], "--set", "population.members_per_actor=5", "--quiet"]
     on_ray = popgrpo(*args, "--out", str(tmp_path / "ray"))
     assert on_ray.returncode == 0, on_ray.stderr
     local = popgrpo(*args, "--executor", "local", "--out", str(tmp_path / "local"))

@@ -10,7 +10,6 @@ Without mkdocs (the ``docs`` extra) the site tests skip, except in CI, where the
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import re
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import IN_CI
+from tests.services import require_module
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -38,12 +37,8 @@ def _commands(block: str) -> list[str]:
 
 
 def _require_mkdocs() -> None:
-    missing = [m for m in ("mkdocs", "material", "mkdocstrings_handlers.python") if importlib.util.find_spec(m) is None]
-    if missing:
-        message = f"the docs extra is not installed ({', '.join(missing)}): pip install -e '.[docs]'"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+    for module in ("mkdocs", "material", "mkdocstrings_handlers.python"):
+        require_module(module)
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +177,7 @@ def test_bring_your_own_environment_example_trains(capsys):
     assert all(0 < float(r[2]) <= 1 for r in rows)  # the archive over the Ring's behaviours fills
 
 
-@pytest.mark.service
+@pytest.mark.requires("chromium")
 def test_built_site_in_a_real_browser(site, tmp_path):
     """Headless Chromium opens the front page and a guide from the built site served on loopback.
 

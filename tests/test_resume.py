@@ -17,7 +17,7 @@ ARGS = [
     "--config",
     "pop_grpo",
     "--set",
-    "run.epochs=20",
+    "run.epochs=12",  # 6 rounds: killed after round 2, three are left to resume
     "--set",
     "scheduler.interval_epochs=2",
     "--set",
@@ -90,8 +90,8 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path: Path, uninterrupted: P
 
 def test_checkpoints_are_pruned_and_resume_refuses_finished_runs(uninterrupted: Path):
     rounds = sorted(p.name for p in (uninterrupted / "checkpoints").glob("round_*"))
-    assert rounds == ["round_0008", "round_0009"]  # checkpoint_keep = 2
-    assert len(list((uninterrupted / "checkpoints" / "round_0009").glob("member_*.pt"))) == 4
+    assert rounds == ["round_0004", "round_0005"]  # checkpoint_keep = 2
+    assert len(list((uninterrupted / "checkpoints" / "round_0005").glob("member_*.pt"))) == 4
     res = subprocess.run(_cmd("--resume", str(uninterrupted)), capture_output=True, text=True)
     assert res.returncode == 2 and "already finished" in res.stderr
     res = subprocess.run(_cmd("--resume", str(uninterrupted), "--set", "run.epochs=3"), capture_output=True, text=True)

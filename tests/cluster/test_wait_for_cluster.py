@@ -17,10 +17,21 @@ pytestmark = pytest.mark.ray
 NEEDS_3_CPUS = ["population.size=3", "population.resources.num_cpus=1", "run.epochs=2", "grpo.steps_per_epoch=2"]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def one_cpu_cluster():
+    """One cluster for both tests, in file order: the first finds it at 1 CPU and gives up; the
+    second waits while a node joins it (a cluster start is a quarter of the two tests' time)."""
     with loopback_cluster({"num_cpus": 1}, prefix="pgwait-") as (cluster, _, temp_dir):
         yield cluster, temp_dir
+
+
+def test_gives_up_after_the_wait_with_a_message_naming_the_field(one_cpu_cluster):
+    assert ray.cluster_resources()["CPU"] == 1  # no node has joined yet
+    cfg = load_config(preset_path("grpo"), [*NEEDS_3_CPUS, "population.resources.wait_for_cluster_s=1.5"])
+    started = time.monotonic()
+    with pytest.raises(ClusterTooSmallError, match=r"needs 3 CPUs .* has 1 after waiting 1.5s.*wait_for_cluster_s"):
+        RayExecutor(cfg)
+    assert time.monotonic() - started >= 1.5
 
 
 def test_waits_for_a_node_that_joins_then_runs(one_cpu_cluster):
@@ -44,11 +55,3 @@ def test_waits_for_a_node_that_joins_then_runs(one_cpu_cluster):
         assert [len(per_member) for per_member in rows] == [2, 2, 2]
     finally:
         executor.close()
-
-
-def test_gives_up_after_the_wait_with_a_message_naming_the_field(one_cpu_cluster):
-    cfg = load_config(preset_path("grpo"), [*NEEDS_3_CPUS, "population.resources.wait_for_cluster_s=1.5"])
-    started = time.monotonic()
-    with pytest.raises(ClusterTooSmallError, match=r"needs 3 CPUs .* has 1 after waiting 1.5s.*wait_for_cluster_s"):
-        RayExecutor(cfg)
-    assert time.monotonic() - started >= 1.5

@@ -24,9 +24,11 @@ import torch
 
 from popgrpo.algorithms.step import grpo_loss
 from popgrpo.core.grpo import masked_aggregate
+from tests.services import require_module
 
-trl = pytest.importorskip("trl")
-pytest.importorskip("peft")
+trl = require_module("trl")
+require_module("peft")
+
 
 PAIRS = [("token", "bnpo"), ("token", "dapo"), ("sequence", "grpo"), ("constant", "dr_grpo")]
 N, T, CLIP, BETA = 6, 7, 0.2, 0.05

@@ -15,7 +15,6 @@ from popgrpo.envs.programs import (
     program_quality,
     program_reward,
 )
-from tests.services import require_sandbox
 
 
 def test_corpus_is_seeded_varied_and_headed_by_its_style():
@@ -36,8 +35,8 @@ def test_every_corpus_program_runs_and_leaves_an_int_result():
         assert type(namespace["result"]) is int, doc
 
 
+@pytest.mark.requires("sandbox")
 def test_corpus_programs_execute_in_the_sandbox_with_the_task_reward():
-    require_sandbox()
     rng = random.Random(3)
     docs = [generate_program(rng, style) for style in STYLES for _ in range(2)]
     prompts = [doc.splitlines(keepends=True)[0] for doc in docs]
@@ -48,8 +47,8 @@ def test_corpus_programs_execute_in_the_sandbox_with_the_task_reward():
     assert all(0 < r < 1 for r in rewards)
 
 
+@pytest.mark.requires("sandbox")
 def test_reward_is_zero_for_programs_that_fail_and_rises_with_operations():
-    require_sandbox()
     programs = [
         "result = 3\nprint(result)\n",  # runs, one operation (the print call)
         "total = 0\nfor i in range(9):\n    if i % 2 == 0:\n        total += i * 3 - 1\nresult = total\nprint(result)\n",
@@ -67,12 +66,12 @@ def test_reward_is_zero_for_programs_that_fail_and_rises_with_operations():
     assert 0 < rewards[0] < 0.2 < 0.6 < rewards[1] < 1  # the simple program's ceiling is low
 
 
+@pytest.mark.requires("sandbox")
 def test_a_program_cannot_pass_off_a_non_number_as_its_result():
     """B is decided by the sandbox's bootstrap after the program, not by code in its namespace:
     shadowing ``type``/``int``/``float`` or rebinding builtins, a bool, NaN and an int too large
     for a float all leave no score. (A float subclass is a number: the bootstrap reads its
     stored value through ``float`` itself, never the subclass's methods.)"""
-    require_sandbox()
     attacks = [
         "type = lambda v: int\nresult = 'text'\n",
         "int = str\nfloat = str\nresult = 'text'\n",

@@ -15,15 +15,12 @@ from popgrpo.envs.sandbox import (
     execution_reward,
     extract_code,
 )
-from tests.services import require_sandbox
 
 LIMITS = SandboxLimits(timeout_s=3.0, cpu_s=3, memory_mb=256)
 MARKER = b"popgrpo-sandbox-"  # the temp-dir prefix: on bubblewrap's command line via the bound work dir
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _bubblewrap():
-    require_sandbox()
+pytestmark = pytest.mark.requires("sandbox")
 
 
 @pytest.fixture(scope="module")

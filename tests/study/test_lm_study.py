@@ -36,6 +36,8 @@ FULL_LR = float(next(o for o in FULL.regime if o.startswith("grpo.lr=")).partiti
 
 @pytest.mark.integration
 @pytest.mark.ray
+@pytest.mark.requires("sandbox")  # the program task executes every completion
+@pytest.mark.slow  # 12 LM trials on Tune: make test-slow (docs/reference/tests.md)
 def test_quick_lm_study_writes_tables_figures_and_claims_that_agree_with_its_metrics(tiny_lm, tmp_path):
     out = tmp_path / "lm-study"
     env = ray_subprocess_env("pglm-")

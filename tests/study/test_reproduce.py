@@ -14,7 +14,8 @@ from popgrpo.study.plan import METHODS, build_plan
 from popgrpo.study.report import FIGURES
 from tests.services import ray_subprocess_env
 
-pytestmark = [pytest.mark.integration, pytest.mark.ray]
+# 64 trials on Tune, twice: make test-slow (docs/reference/tests.md).
+pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.slow]
 
 
 def test_quick_reproduce_resumes_after_an_interrupt_and_writes_everything(tmp_path):

@@ -25,7 +25,7 @@ import pytest
 from popgrpo.cli import main
 from popgrpo.config import ConfigError, load_config
 from popgrpo.telemetry import loggers as L
-from tests.services import IN_CI, free_port, stop_process
+from tests.services import IN_CI, free_port, require_module, stop_process
 
 SHORT = ["run.epochs=8", "grpo.steps_per_epoch=2", "scheduler.interval_epochs=2", "population.size=3"]
 
@@ -170,7 +170,6 @@ class TensorBoard:
         self.log.close()
 
 
-@pytest.mark.service
 def test_tensorboard_serves_the_runs_curves_heatmaps_histograms_and_lineage(short_run):
     run_dir, metrics, _ = short_run
     # As a user would: the runs/ folder above the run, not the event directory itself.
@@ -211,8 +210,7 @@ def test_tensorboard_serves_the_runs_curves_heatmaps_histograms_and_lineage(shor
 
 
 def test_mlflow_file_store_holds_the_run(short_run):
-    if not _available("mlflow"):
-        pytest.skip('mlflow is not installed (pip install "popgrpo[trackers]")')
+    require_module("mlflow")
     from mlflow.tracking import MlflowClient
 
     run_dir, metrics, _ = short_run
@@ -233,8 +231,7 @@ def test_mlflow_file_store_holds_the_run(short_run):
 def test_wandb_offline_run_holds_history_heatmaps_and_lineage(short_run):
     """What ``wandb sync`` would upload. W&B has no public reader for an offline run, so the
     files are checked: the run record names every logged key, the media are there."""
-    if not _available("wandb"):
-        pytest.skip('wandb is not installed (pip install "popgrpo[trackers]")')
+    require_module("wandb")
     run_dir, _, _ = short_run
     run_id = json.loads((run_dir / "trackers.json").read_text())["wandb"]
     [offline] = list((run_dir / "wandb").glob(f"offline-run-*-{run_id}"))
@@ -248,7 +245,7 @@ def test_wandb_offline_run_holds_history_heatmaps_and_lineage(short_run):
     assert [r[0] for r in rows] == [0, 1, 2] and json.loads(rows[0][1])["selected"]
 
 
-@pytest.mark.service
+@pytest.mark.requires("chromium")
 def test_tensorboard_scalars_page_in_a_real_browser(short_run, tmp_path):
     """Headless Chromium opens TensorBoard's scalars page and sees the run's charts.
 
