@@ -45,9 +45,9 @@ def evaluate_weights(
     """
     rollouts.policy.load_state_dict(dict(weights))
     samples = rollouts.sample_every_prompt(cfg.samples, generator)
-    flat, _ = rollouts.describe(samples)
-    rewards = rollouts.execution_reward(samples, flat, generator).values
-    return _metrics(rewards.reshape(samples.n_prompts, samples.group_size).double(), flat, cfg)
+    features, _ = rollouts.describe(samples)
+    rewards = rollouts.environment_reward(samples, features, generator).values
+    return _metrics(rewards.reshape(samples.n_prompts, samples.group_size).double(), features, cfg)
 
 
 def _metrics(rewards: torch.Tensor, flat: torch.Tensor, cfg: EvalConfig) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -46,7 +47,7 @@ def pairwise_diversity_batches(ideas: torch.Tensor, eps: float = 1e-12) -> torch
     return 1.0 - mean_cos
 
 
-def linear_quantiles(values: np.ndarray, quantiles) -> list[float]:
+def linear_quantiles(values: np.ndarray, quantiles: Sequence[float]) -> list[float]:
     """``np.quantile(values, quantiles).tolist()`` (linear interpolation, as ``torch.quantile``), bit for bit, from one sort.
 
     For each ``q`` the virtual index is ``h = (n − 1)·q``; the result interpolates the sorted

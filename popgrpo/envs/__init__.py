@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from popgrpo.envs.text import TextScores
 
 __all__ = ["Environment", "TextEnvironment", "make_env"]
 
@@ -51,8 +54,12 @@ class TextEnvironment(Protocol):
     prompts: list[str]
     behaviour_dim: int
 
-    def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, Counter]:
+    def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, Counter[str]]:
         """``N`` (prompt, completion) pairs → ``[N]`` rewards and reason counts ``"fn:reason" → n``."""
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> TextScores:
+        """:meth:`reward`, plus each completion's execution success (``[N]`` bool, or None when no
+        reward callable gives reasons): what a member's step logs of the ``N`` completions."""
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """``N`` texts → ``[N, E]`` unit embeddings: what the archive stores, novelty and diversity compare."""

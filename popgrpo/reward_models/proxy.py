@@ -57,7 +57,7 @@ class ProxyReward:
         models: the RMs; their scores are averaged (one model: its scores).
         execution: the environment's reward source, drawn for the control; with
             ``control_fraction`` < 1 it is called with ``select=`` the indices of the ideas to
-            execute (:meth:`popgrpo.algorithms.rollouts.Rollouts.execution_reward`).
+            execute (:meth:`popgrpo.algorithms.rollouts.Rollouts.environment_reward`).
         control_fraction: share of each step's ideas executed for the control (module docstring).
     """
 
