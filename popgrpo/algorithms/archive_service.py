@@ -119,7 +119,7 @@ class EpochInserts:
             novelty,
         )
 
-    def result(self, handle) -> tuple[np.ndarray, np.ndarray | None] | None:
+    def result(self, handle: object) -> tuple[np.ndarray, np.ndarray | None] | None:
         """``(statuses, novelty)`` for :meth:`submit`'s handle; None when the insert was deferred."""
         return None if handle is None else self.archive.result(handle)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -21,6 +22,7 @@ from popgrpo.config import Config, EvalConfig
 from popgrpo.core.metrics import group_pass_best_at_k, pairwise_diversity
 from popgrpo.core.seeding import STREAM_EVAL, torch_generator
 from popgrpo.core.selection import pop_score
+from popgrpo.envs import Environment, TextEnvironment
 
 __all__ = ["PURPOSE_GREEDY", "PURPOSE_MERGED", "WeightsEvaluator", "evaluate_weights"]
 
@@ -30,8 +32,8 @@ PURPOSE_MERGED = 1  # the merged model's reported pass@k / best@k (draws greedy 
 
 @torch.no_grad()
 def evaluate_weights(
-    weights: Mapping[str, torch.Tensor], rollouts: Rollouts, cfg: EvalConfig, generator: torch.Generator
-) -> dict:
+    weights: Mapping[str, torch.Tensor], rollouts: Rollouts[Any], cfg: EvalConfig, generator: torch.Generator
+) -> dict[str, float]:
     """Load ``weights`` into ``rollouts``' (scratch) policy, sample and reward ``[P, n]`` ideas; return metrics.
 
     ``n = cfg.samples`` ideas for each of the task's ``P`` prompts (the policy's prompts for
@@ -50,14 +52,14 @@ def evaluate_weights(
     return _metrics(rewards.reshape(samples.n_prompts, samples.group_size).double(), features, cfg)
 
 
-def _metrics(rewards: torch.Tensor, flat: torch.Tensor, cfg: EvalConfig) -> dict:
-    """pass@1/k, best@k, reward, diversity and pop score of ``rewards [P, n]`` for ideas ``flat [P·n, d]``."""
+def _metrics(rewards: torch.Tensor, features: torch.Tensor, cfg: EvalConfig) -> dict[str, float]:
+    """pass@1/k, best@k, reward, diversity and pop score of ``rewards [P, n]`` for ideas' ``features [P·n, e]``."""
     pass_1, _ = group_pass_best_at_k(rewards, cfg.success_threshold, 1)
     pass_k, best_k = group_pass_best_at_k(rewards, cfg.success_threshold, cfg.k)
     good = rewards[torch.isfinite(rewards)]
     reward_mean = float(good.mean()) if good.numel() else math.nan
     reward_max = float(good.max()) if good.numel() else math.nan
-    diversity = pairwise_diversity(flat)
+    diversity = pairwise_diversity(features)
     return {
         "n": cfg.samples,
         "k": cfg.k,
@@ -79,13 +81,13 @@ class WeightsEvaluator:
     ``(run.seed, STREAM_EVAL, round_index, purpose)``, created afresh for every call.
     """
 
-    def __init__(self, config: Config, env=None) -> None:
+    def __init__(self, config: Config, env: Environment | TextEnvironment | None = None) -> None:
         self.config = config
         # Scratch rollouts on the CPU (a language model is loaded here): every evaluation
         # overwrites their weights, and the global torch RNG stays untouched.
         self.rollouts = make_rollouts(config, 0, env)
         self.env = self.rollouts.env
 
-    def __call__(self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int) -> dict:
+    def __call__(self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int) -> dict[str, float]:
         generator = torch_generator(self.config.run.seed, STREAM_EVAL, round_index, purpose)
         return evaluate_weights(weights, self.rollouts, self.config.eval, generator)

@@ -10,14 +10,14 @@ against: WiSE-FT's early checkpoint and the base of task vectors
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
 from popgrpo.config import Config
 from popgrpo.core.merge import soup
 from popgrpo.core.seeding import STREAM_INIT, torch_generator
-from popgrpo.envs import make_env
+from popgrpo.envs import Environment, make_env
 from popgrpo.policies import make_policy
 
 __all__ = ["init_generator", "initial_weights", "round0_weights"]
@@ -34,9 +34,10 @@ def initial_weights(config: Config, member_id: int = 0) -> dict[str, torch.Tenso
 
     For ``policy.kind=causal_lm`` this loads the model in this process.
     """
-    idea_dim = make_env(config.env).idea_dim if config.policy.kind == "gaussian" else 0
+    env = make_env(config.env) if config.policy.kind == "gaussian" else None
+    idea_dim = env.idea_dim if isinstance(env, Environment) else 0
     policy = make_policy(config.policy, idea_dim, init_generator(config, member_id))
-    state: dict[str, torch.Tensor] = policy.state_dict()
+    state: Mapping[str, torch.Tensor] = policy.state_dict()
     return {k: v.detach().clone() for k, v in state.items()}
 
 

@@ -25,9 +25,9 @@ import copy
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 
@@ -64,21 +64,21 @@ class BadRewardError(RuntimeError):
     """Too many NaN/inf rewards in one batch: the environment is broken, stop the run."""
 
 
-def make_optimizer(params, config: Config) -> torch.optim.Adam:
+def make_optimizer(params: Iterable[torch.Tensor], config: Config) -> torch.optim.Adam:
     """Adam over ``params`` with ``grpo.lr``, in the implementation ``grpo.adam`` names.
 
     torch has no fused kernel for some devices and dtypes; there the fused choice falls back
     to ``foreach`` (the same update).
     """
-    params = list(params)
+    tensors = list(params)
     impl, lr = config.grpo.adam, config.grpo.lr
     if impl == "fused":
         try:
-            return torch.optim.Adam(params, lr=lr, fused=True)
+            return torch.optim.Adam(tensors, lr=lr, fused=True)
         except (RuntimeError, TypeError) as error:
             log.info("fused Adam unavailable here (%s); using foreach", error)
             impl = "foreach"
-    return torch.optim.Adam(params, lr=lr, foreach=impl == "foreach")
+    return torch.optim.Adam(tensors, lr=lr, foreach=impl == "foreach")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,9 +139,9 @@ class Member:
         return not (self.config.qd.enabled or self.config.maxent.novelty.enabled)
 
     # ---- training ---------------------------------------------------------------------
-    def train_epochs(self, n_epochs: int) -> list[dict]:
+    def train_epochs(self, n_epochs: int) -> list[dict[str, Any]]:
         """Run ``n_epochs`` epochs; return one metrics row per epoch (:data:`popgrpo.schema.METRIC_COLUMNS`)."""
-        rows = []
+        rows: list[dict[str, Any]] = []
         for _ in range(n_epochs):
             steps = [self.step() for _ in range(self.config.grpo.steps_per_epoch)]
             rows.append(self.end_epoch(steps))
@@ -260,7 +260,7 @@ class Member:
         }
         reasons = [s.scores.reasons for s in steps if s.scores.reasons is not None]
         if reasons:
-            total: Counter[str] = sum(reasons, Counter())
+            total = sum(reasons, Counter[str]())
             row[REASONS_COLUMN] = json.dumps(dict(sorted(total.items())))
         self.epochs_done += 1
         return row
@@ -282,7 +282,7 @@ class Member:
         """CPU copies, whatever the member's device: they go to checkpoints and the object store."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict[str, Any]:
         """Continue from the merged model ``base`` plus this member's own mutation (Pop-GRPO).
 
         ``mutation`` is a :class:`~popgrpo.core.merge.Mutation`, or a float σ_p for the main
@@ -302,7 +302,7 @@ class Member:
         return info
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bit for bit: weights, Adam, α, RNG, counters.
 
         The reference policy is not included: it is rebuilt from the run seed.
@@ -317,7 +317,7 @@ class Member:
             "bad_rewards_total": self.bad_rewards_total,
         }
 
-    def load_state_dict(self, state: Mapping) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state["member_id"] != self.member_id:
             raise ValueError(f"checkpoint of member {state['member_id']} loaded into member {self.member_id}")
         self.policy.load_state_dict(state["policy"])
@@ -330,7 +330,7 @@ class Member:
         self.inserts.discard()  # an interrupted epoch's deferred inserts belong to the state being replaced
 
 
-def _to_cpu(obj):
+def _to_cpu(obj: object) -> object:
     """``obj`` with every tensor inside it copied to the CPU (checkpoints load on any machine).
 
     Always a copy: ``Tensor.cpu()`` returns the tensor itself when it is on the CPU already,
@@ -339,10 +339,12 @@ def _to_cpu(obj):
     """
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
+    # isinstance cannot bind a container's item types: the casts say what any item is.
     if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
+        return {k: _to_cpu(v) for k, v in cast("dict[object, object]", obj).items()}
     if isinstance(obj, list | tuple):
-        return type(obj)(_to_cpu(v) for v in obj)
+        items = cast("list[object] | tuple[object, ...]", obj)
+        return type(items)(_to_cpu(v) for v in items)
     return obj
 
 

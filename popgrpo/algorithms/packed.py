@@ -18,6 +18,7 @@ the end.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -108,7 +109,11 @@ class PackedMembers:
     def _heads(self, params: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Stacked ``params`` → every member's ``(mean, log_std)`` ``[K, P, d]`` for the prompts."""
         policy = self._module
-        return vmap(lambda p: functional_call(policy, p, (self.prompts,)))(params)
+
+        def heads(p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            return functional_call(policy, p, (self.prompts,))
+
+        return vmap(heads)(params)
 
     def _unstack(self, params: dict[str, torch.Tensor], optimizer: torch.optim.Adam) -> None:
         """Write the stacks back into every member's policy and Adam."""
@@ -130,10 +135,10 @@ class PackedMembers:
                 member.optimizer.load_state_dict({"state": state, "param_groups": template["param_groups"]})
 
     # ---- training ------------------------------------------------------------------------
-    def train_epochs(self, n_epochs: int) -> list[list[dict]]:
+    def train_epochs(self, n_epochs: int) -> list[list[dict[str, Any]]]:
         """``n_epochs`` epochs for every member; per member, one metrics row per epoch."""
         params, reference_heads, optimizer = self._stack()
-        rows: list[list[dict]] = [[] for _ in self.members]
+        rows: list[list[dict[str, Any]]] = [[] for _ in self.members]
         try:
             for _ in range(n_epochs):
                 steps = [
@@ -148,12 +153,17 @@ class PackedMembers:
     def _forward(self, params: dict[str, torch.Tensor], ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stacked ``params``, ideas ``[K, P, G, d]`` → log-probs ``[K, P, G]``, entropies ``[K]``."""
 
-        def one(p: dict, x: torch.Tensor):
+        def one(p: dict[str, torch.Tensor], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return functional_call(self._template, {f"policy.{n}": v for n, v in p.items()}, (self.prompts, x))
 
         return vmap(one)(params, ideas)
 
-    def _step(self, params, reference_heads, optimizer) -> list[StepStats]:
+    def _step(
+        self,
+        params: dict[str, torch.Tensor],
+        reference_heads: tuple[torch.Tensor, torch.Tensor],
+        optimizer: torch.optim.Adam,
+    ) -> list[StepStats]:
         """One GRPO step of every member (:meth:`Member.step`, with the policy work batched)."""
         cfg, members = self.config, self.members
         policy = self._policy
@@ -175,16 +185,22 @@ class PackedMembers:
         pending = [m.score_begin(s) for m, s in zip(members, samples, strict=True)]
         batches = [m.score_end(p) for m, p in zip(members, pending, strict=True)]
         scale = self.rollouts[0].entropy_scale  # maxent.entropy.per_dimension (VectorRollouts)
+        entropy: torch.Tensor | None = None
+        kls: list[torch.Tensor] = []
         for _ in range(cfg.grpo.updates_per_batch):
             logp, entropy = self._forward(params, ideas)
             if scale != 1:
                 entropy = entropy * scale
-            losses, kls = [], []
+            losses: list[torch.Tensor] = []
+            kls = []
             for k, (member, batch) in enumerate(zip(members, batches, strict=True)):
                 loss, kl = member.loss(batch, logp[k], entropy[k])
                 losses.append(loss)
                 kls.append(kl)
             optimizer.zero_grad(set_to_none=True)
-            torch.stack(losses).sum().backward()  # members are independent: each gets its own gradient
-            optimizer.step()
+            # Members are independent: each gets its own gradient. (torch leaves the parameters
+            # of backward and of step's closure unannotated.)
+            torch.stack(losses).sum().backward()  # pyright: ignore[reportUnknownMemberType]
+            optimizer.step()  # pyright: ignore[reportUnknownMemberType]
+        assert entropy is not None, "grpo.updates_per_batch is at least 1"
         return [m.finish_step(b, entropy[k], kls[k]) for k, (m, b) in enumerate(zip(members, batches, strict=True))]

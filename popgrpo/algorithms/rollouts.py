@@ -484,7 +484,8 @@ class TextRollouts:
 
 def _int_list(index: torch.Tensor) -> list[int]:
     """``[k]`` integer tensor → ``k`` Python ints (``Tensor.tolist``, typed)."""
-    return cast("list[int]", index.tolist())  # torch's stub leaves tolist()'s items unknown
+    # torch's stub leaves tolist()'s items unknown: a 1-D integer tensor gives ints.
+    return cast("list[int]", index.tolist())  # pyright: ignore[reportUnknownMemberType]
 
 
 def make_rollouts(

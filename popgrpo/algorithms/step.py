@@ -319,5 +319,5 @@ def _nanmean_rows(values: torch.Tensor) -> list[float]:
     """
     kept = ~values.isnan()
     # 0/0 = NaN. torch's stub leaves tolist()'s items unknown; a 1-D float tensor gives floats.
-    means = cast("list[float]", (torch.where(kept, values, 0.0).sum(1) / kept.sum(1)).tolist())
+    means = cast("list[float]", (torch.where(kept, values, 0.0).sum(1) / kept.sum(1)).tolist())  # pyright: ignore[reportUnknownMemberType]
     return [math.nan if math.isnan(m) else m for m in means]

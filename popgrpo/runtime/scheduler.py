@@ -19,8 +19,8 @@ from functools import partial
 import torch
 
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
-from popgrpo.algorithms.merges import MERGES, MUTATIONS, MergeInputs
 from popgrpo.algorithms.initial_weights import round0_weights
+from popgrpo.algorithms.merges import MERGES, MUTATIONS, MergeInputs
 from popgrpo.config import Config
 from popgrpo.core.merge import Mutation
 from popgrpo.core.seeding import STREAM_MERGE, torch_generator
