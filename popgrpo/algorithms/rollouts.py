@@ -281,22 +281,10 @@ class VectorRollouts(Rollouts[torch.Tensor], Protocol):
         ...
 
 
-class _Executes(Protocol):
-    """An environment that knows its reward's noise-free expectation (:class:`~popgrpo.envs.Environment`)."""
-
-    def execute(
-        self, ideas: torch.Tensor, generator: torch.Generator, /
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
-
-
-@runtime_checkable
-class _ExecutesEnvironment(_Executes, Protocol):
-    def reward(self, ideas: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
-
-
-@runtime_checkable
-class _KnowsExpectation(Protocol):
-    def expected_reward(self, ideas: torch.Tensor, /) -> torch.Tensor: ...
+_Execute = Callable[[torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+"""An environment's optional ``execute(ideas [N, d], generator) → (rewards, expectations, success)``, each ``[N]``."""
+_ExpectedReward = Callable[[torch.Tensor], torch.Tensor]
+"""An environment's optional ``expected_reward(ideas [N, d]) → [N]``."""
 
 
 class IdeaRollouts:
@@ -318,10 +306,6 @@ class IdeaRollouts:
             self.reference_heads = self.reference(self.prompts)
         # maxent.entropy.per_dimension: the policy's entropy is per dimension; ×d gives the joint one.
         self.entropy_scale = 1 if config.maxent.entropy.per_dimension else env.idea_dim
-        # The environment's optional methods (Environment's docstring), looked up once.
-        self._execute: Callable[[torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None
-        self._execute = env.execute if isinstance(env, _ExecutesEnvironment) else None
-        self._expected_reward = env.expected_reward if isinstance(env, _KnowsExpectation) else None
         self._round0: dict[str, torch.Tensor] | None = None
 
     def sample(self, generator: torch.Generator) -> Samples[torch.Tensor]:
@@ -372,16 +356,18 @@ class IdeaRollouts:
         /,
         select: torch.Tensor | None = None,
     ) -> Rewards:
-        # The environment's reward with its noise-free expectation, where it offers one (Environment).
-        execute = self._execute
+        # The environment's reward with its noise-free expectation, where it offers one (Environment's
+        # optional methods, looked up on each call: a wrapper may add or replace them).
+        execute: _Execute | None = getattr(self.env, "execute", None)
         if execute is None:
             return Rewards(self.env.reward(features if select is None else features[select], generator).float())
         if select is None:
             values, expected, success = execute(features, generator)
             return Rewards(values.float(), expected=expected.float(), success=success)
         values, expected, success = execute(features[select], generator)
-        if self._expected_reward is not None:  # the expectation needs no execution: every idea's
-            expected = self._expected_reward(features)
+        expected_reward: _ExpectedReward | None = getattr(self.env, "expected_reward", None)
+        if expected_reward is not None:  # the expectation needs no execution: every idea's
+            expected = expected_reward(features)
         else:
             expected = torch.full((features.shape[0],), math.nan).index_put_((select,), expected)
         return Rewards(values.float(), expected=expected.float(), success=success)
