@@ -22,9 +22,11 @@ run: install
 test: install
 	$(BIN)/python -m pytest -q --durations=15
 
+# ruff, then the type checker (basedpyright, configured in pyproject.toml: strict on popgrpo/core and popgrpo/algorithms).
 lint: install
 	$(BIN)/ruff check popgrpo tests benchmarks
 	$(BIN)/ruff format --check popgrpo tests benchmarks
+	$(BIN)/basedpyright
 
 format: install
 	$(BIN)/ruff format popgrpo tests benchmarks

@@ -53,7 +53,10 @@ def runs(epochs: int) -> dict[str, tuple[str, list[str]]]:
     presets = sorted(p.stem for p in PRESET_DIR.glob("*.yaml") if not p.stem.startswith("lm_"))
     plan = {name: (name, []) for name in presets}
     plan.update(VARIANTS)
-    return {name: (preset, [*extra, "run.seed=42", f"run.epochs={epochs}", "run.loggers=[]"]) for name, (preset, extra) in plan.items()}
+    return {
+        name: (preset, [*extra, "run.seed=42", f"run.epochs={epochs}", "run.loggers=[]"])
+        for name, (preset, extra) in plan.items()
+    }
 
 
 def fingerprint(name: str, preset: str, overrides: list[str], root: Path) -> dict:

@@ -1,6 +1,6 @@
 """Write the generated reference tables into their docs pages (``make docs-reference``).
 
-``reference/config.md`` gets the field table of ``popgrpo/config.py`` (what
+``reference/config.md`` gets the field table of ``popgrpo/config/`` (what
 ``popgrpo config --markdown`` prints) and ``reference/metrics.md`` the live-metrics table of
 ``popgrpo/telemetry/live.py``, each between its page's BEGIN/END markers, so the pages are
 generated, never hand-copied. ``tests/test_config.py`` fails when a page is stale.

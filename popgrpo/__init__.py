@@ -1,7 +1,9 @@
 """popgrpo: population GRPO against convergence and diversity collapse.
 
-Layers (imports point downward): ``cli``/``train`` → ``runtime`` → ``algorithms`` →
-``envs``/``policies`` → ``core`` (pure torch/numpy). See ``shared/ARCHITECTURE.md``.
+Layers (imports point downward): entry points (``cli``) → ``study``/``ops`` → ``train``/
+``reward_models`` → ``runtime`` → ``algorithms`` → ``envs``/``policies`` → ``telemetry`` →
+``core`` (pure torch/numpy) → ``config``/``registry``/``schema``. docs/reference/design.md
+draws them; tests/test_import_graph.py enforces them.
 """
 
 __version__ = "0.1.0"

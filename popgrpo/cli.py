@@ -13,15 +13,20 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from popgrpo.config import ConfigError, config_markdown, load_args_config, load_config, resolve_config_path
+
+if TYPE_CHECKING:
+    from popgrpo.config import Config
+    from popgrpo.runtime.executor import Executor
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         if args.config or args.set or args.seed is not None or args.out:
             raise ConfigError("--resume continues a run with its own config.yaml; drop --config/--set/--seed/--out")
-        config, run_dir = None, Path(args.resume)
+        config: Config | None = None
     else:
         config = load_args_config(args)
         from popgrpo.telemetry.loggers import check_available
@@ -31,7 +36,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # Imported after validation so a bad config fails fast, before torch loads.
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 
-    if config is not None:
+    if config is None:
+        run_dir = Path(args.resume)
+    else:
         _check_executor(config, args.executor)
         run_dir = _created_run_dir(Path(args.out) if args.out else default_run_dir(config))
     from popgrpo.telemetry.watching import watch_lines
@@ -39,22 +46,26 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.executor == "local":
         from popgrpo.runtime.executor import LocalExecutor
 
-        def factory(cfg, run_dir):
+        def local_factory(cfg: Config, run_dir: Path) -> Executor:
             _check_executor(cfg, "local")  # a resumed run's own config
             executor = LocalExecutor(cfg, run_dir)
             _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=False))
             return executor
+
+        factory = local_factory
     else:
         from popgrpo.runtime.cluster import SetupError
         from popgrpo.runtime.ray_executor import RayExecutor
 
-        def factory(cfg, run_dir):
+        def ray_factory(cfg: Config, run_dir: Path) -> Executor:
             try:
                 executor = RayExecutor(cfg, run_dir=run_dir, address=args.address)
             except SetupError as exc:
                 raise ConfigError(str(exc)) from None
             _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=True))
             return executor
+
+        factory = ray_factory
 
     try:
         if config is None:
@@ -73,7 +84,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_executor(config, executor: str) -> None:
+def _check_executor(config: Config, executor: str) -> None:
     if executor == "local" and config.archive.redis_url:
         raise ConfigError(
             "archive.redis_url: Redis write-through is done by the Ray executor's archive actor; "
@@ -81,7 +92,7 @@ def _check_executor(config, executor: str) -> None:
         )
 
 
-def _check_proxy(config) -> None:
+def _check_proxy(config: Config) -> None:
     """reward.source=proxy: a missing or bad RM directory is bad input (exit 2), found before anything starts."""
     if config.reward.source == "proxy":
         from popgrpo.reward_models.proxy import check_proxy

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, load_config
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
@@ -85,7 +86,7 @@ def _run(
     progress: bool,
     start_round: int,
     rows: list[dict],
-    restore: tuple[list[dict], list[dict]] | None,
+    restore: tuple[list[dict], list[LocalArchiveState]] | None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     done = len({r["epoch"] for r in rows})

@@ -57,7 +57,7 @@ def test_every_strategy_is_selectable_by_set(overrides, expected):
         (["scheduler.merge=task_arithmetic", "scheduler.top_m=1"], "top_m >= 2"),
         (["scheduler.merge=mean"], "scheduler.merge"),
         (["scheduler.mutate=cauchy"], "scheduler.mutate"),
-        (["scheduler.objectives=[reward_max, bogus]"], "unknown metric(s) ['bogus']; known: pop_score"),
+        (["scheduler.objectives=[reward_max, bogus]"], "unknown selection statistic 'bogus'; choices: "),
         (["scheduler.objectives=[]"], "at least one"),
         (["scheduler.objectives=[diversity, diversity]"], "repeat"),
         (["scheduler.objectives=[novelty]"], "maxent.novelty.enabled"),

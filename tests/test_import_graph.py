@@ -1,13 +1,32 @@
-"""popgrpo's modules import each other without cycles, and core/ points at nothing above it.
+"""popgrpo's modules import each other without cycles, and every import points down the layers.
 
 Every import statement counts, at module level or inside a function (a function-level import
-that closes a cycle is still a cycle in the design), except those under ``if TYPE_CHECKING``.
+that closes a cycle or climbs a layer is still one in the design), except those under
+``if TYPE_CHECKING``. A lazy ``"module:attr"`` registry target (popgrpo.registry) is a string,
+not an import: that is how the bottom layer names the built-ins above it.
+
+:data:`LAYERS` is the layer table that docs/reference/design.md draws: a module may import its
+own layer and the layers below it, never one above.
 """
 
 import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "popgrpo"
+
+# Bottom to top: (layer, the module prefixes in it). A module belongs to the layer of its
+# longest matching prefix; every popgrpo module must belong to one.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("popgrpo", "popgrpo.registry", "popgrpo.schema", "popgrpo.config")),
+    ("core", ("popgrpo.core",)),
+    ("telemetry", ("popgrpo.telemetry",)),
+    ("envs, policies", ("popgrpo.envs", "popgrpo.policies")),
+    ("algorithms", ("popgrpo.algorithms",)),
+    ("runtime", ("popgrpo.runtime",)),
+    ("one run, reward models", ("popgrpo.train", "popgrpo.reward_models")),
+    ("studies, operations", ("popgrpo.study", "popgrpo.ops", "popgrpo.lm_commands")),
+    ("entry points", ("popgrpo.cli", "popgrpo.__main__", "popgrpo.jobs")),
+]
 
 
 def _module_name(path: Path) -> str:
@@ -73,6 +92,49 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+def _layer(module: str, layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> int:
+    """Index in ``layers`` of ``module``'s layer (its longest matching prefix); -1 when none."""
+    best, length = -1, -1
+    for i, (_, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = i, len(prefix)
+    return best
+
+
+def _upward_imports(graph: dict[str, set[str]], layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> list[str]:
+    """``"a (layer) -> b (layer)"`` for every import of a higher layer's module."""
+    out = []
+    for module, imported in sorted(graph.items()):
+        for target in sorted(imported):
+            low, high = _layer(module, layers), _layer(target, layers)
+            if high > low:
+                out.append(f"{module} ({layers[low][0]}) -> {target} ({layers[high][0]})")
+    return out
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in _graph() if _layer(m) < 0] == []
+
+
+def test_imports_point_down_the_layers():
+    assert _upward_imports(_graph()) == []
+
+
+def test_the_layer_checker_finds_an_upward_import():
+    graph = {
+        "popgrpo.core.grpo": {"popgrpo.schema"},
+        "popgrpo.algorithms.member": {"popgrpo.core.grpo", "popgrpo.algorithms.step", "popgrpo.reward_models.proxy"},
+        "popgrpo.config.schema": {"popgrpo.registry"},
+        "popgrpo.registry": set(),
+    }
+    assert _upward_imports(graph) == [
+        "popgrpo.algorithms.member (algorithms) -> popgrpo.reward_models.proxy (one run, reward models)"
+    ]
+    assert _layer("popgrpo.configuration") == 0  # the root package, not popgrpo.config
+    assert _layer("popgrpo.config.loader") == 0 and _layer("popgrpo.core") == 1
 
 
 def test_no_import_cycle_in_popgrpo():

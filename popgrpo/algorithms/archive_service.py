@@ -8,21 +8,28 @@ so the semantics cannot drift between executors.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol, TypeAlias, TypedDict
 
 import numpy as np
 import torch
 
-from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW, MapElitesArchive
-from popgrpo.core.novelty import NoveltyMemory
+from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW, ArchiveState, MapElitesArchive
+from popgrpo.core.novelty import NoveltyMemory, NoveltyState
 
-__all__ = ["ArchiveService", "EpochInserts", "LocalArchive"]
+__all__ = ["ArchiveHandle", "ArchiveService", "EpochInserts", "LocalArchive", "LocalArchiveState", "StepResult"]
+
+StepResult: TypeAlias = "tuple[np.ndarray, np.ndarray | None]"
+"""What :meth:`ArchiveService.step` returns: ``[N]`` statuses and, with novelty, ``[N]`` novelty scores."""
+
+ArchiveHandle: TypeAlias = Any
+"""What :meth:`ArchiveService.submit` returns, opaque to the caller: the :data:`StepResult` itself
+in-process, a Ray ``ObjectRef`` of it for a remote archive."""
 
 
 class ArchiveService(Protocol):
     def step(
         self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray, keep: np.ndarray, novelty: bool
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+    ) -> StepResult:
         """One GRPO step's archive work, in one call (one round trip when remote).
 
         Inserts the ideas where ``keep`` is true (finite rewards) in order and returns ``[N]``
@@ -30,16 +37,29 @@ class ArchiveService(Protocol):
         all ``[N, d]`` ideas against the memory and then adds them, returning ``[N]`` scores;
         otherwise ``None``.
         """
+        ...
 
-    def submit(self, behaviours, rewards, ideas, keep, novelty: bool):
+    def submit(
+        self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray, keep: np.ndarray, novelty: bool
+    ) -> ArchiveHandle:
         """Start :meth:`step` and return a handle for :meth:`result`: a remote archive sends the
         request now and lets the caller start the next one before waiting (packed members)."""
+        ...
 
-    def result(self, handle) -> tuple[np.ndarray, np.ndarray | None]:
+    def result(self, handle: ArchiveHandle) -> StepResult:
         """The ``step`` result of a :meth:`submit` handle."""
+        ...
 
     def stats(self) -> dict[str, float]:
         """``coverage``, ``qd_score``, ``best_reward``, ``elites``."""
+        ...
+
+
+class LocalArchiveState(TypedDict):
+    """:meth:`LocalArchive.state_dict`: the grid's and the novelty memory's states."""
+
+    archive: ArchiveState
+    memory: NoveltyState
 
 
 class LocalArchive:
@@ -49,13 +69,17 @@ class LocalArchive:
         self.grid = MapElitesArchive(cells_per_dim)
         self.memory = NoveltyMemory(novelty_capacity, novelty_k)
 
-    def submit(self, behaviours, rewards, ideas, keep, novelty: bool):
+    def submit(
+        self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray, keep: np.ndarray, novelty: bool
+    ) -> StepResult:
         return self.step(behaviours, rewards, ideas, keep, novelty)  # in-process: done at once
 
-    def result(self, handle):
+    def result(self, handle: StepResult) -> StepResult:
         return handle
 
-    def step(self, behaviours, rewards, ideas, keep, novelty: bool):
+    def step(
+        self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray, keep: np.ndarray, novelty: bool
+    ) -> StepResult:
         statuses = np.zeros(len(keep), dtype=np.int64)
         if keep.any():
             statuses[keep] = self.grid.add(behaviours[keep], rewards[keep], ideas[keep])
@@ -74,10 +98,10 @@ class LocalArchive:
             "elites": float(len(self.grid)),
         }
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> LocalArchiveState:
         return {"archive": self.grid.state_dict(), "memory": self.memory.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: LocalArchiveState) -> None:
         self.grid = MapElitesArchive.from_state_dict(state["archive"])
         self.memory = NoveltyMemory.from_state_dict(state["memory"])
 
@@ -94,7 +118,9 @@ class EpochInserts:
     ``behaviour`` maps ``[N, e]`` stored ideas to ``[N, 2]`` descriptors (the environment's).
     """
 
-    def __init__(self, archive: ArchiveService, behaviour: Callable, deferred: bool) -> None:
+    def __init__(
+        self, archive: ArchiveService, behaviour: Callable[[torch.Tensor], torch.Tensor], deferred: bool
+    ) -> None:
         self.archive = archive
         self.behaviour = behaviour
         self.deferred = deferred
@@ -105,7 +131,7 @@ class EpochInserts:
         """Batches waiting for the epoch's end."""
         return len(self._pending)
 
-    def submit(self, flat: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor, novelty: bool):
+    def submit(self, flat: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor, novelty: bool) -> ArchiveHandle:
         """Send (or, deferred, keep) one step's ideas ``flat [N, e]``, rewards and finite mask;
         returns the request's handle, or None when deferred."""
         if self.deferred:
@@ -119,7 +145,7 @@ class EpochInserts:
             novelty,
         )
 
-    def result(self, handle: object) -> tuple[np.ndarray, np.ndarray | None] | None:
+    def result(self, handle: ArchiveHandle) -> StepResult | None:
         """``(statuses, novelty)`` for :meth:`submit`'s handle; None when the insert was deferred."""
         return None if handle is None else self.archive.result(handle)
 

@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar, cast
 import torch
 
 from popgrpo.algorithms.archive_service import ArchiveService, EpochInserts
+from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.algorithms.rollouts import RewardSource, Rollouts, make_rollouts
 from popgrpo.algorithms.step import (
     NO_ARCHIVE_ANSWER,
@@ -47,10 +48,10 @@ from popgrpo.algorithms.step import (
 )
 from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
-from popgrpo.core.merge import Mutation, mutate
+from popgrpo.core.merge import Mutation
 from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
 from popgrpo.envs import Environment, TextEnvironment
-from popgrpo.reward_models.proxy import make_reward_source
+from popgrpo.registry import REWARD_SOURCES
 from popgrpo.schema import CONTROL_COLUMNS, REASONS_COLUMN
 
 __all__ = ["BadRewardError", "Member", "PendingStep", "make_optimizer", "resolve_device"]
@@ -102,7 +103,7 @@ class Member:
             work on the CPU).
         reward_source: what ideas are worth; when omitted, what ``reward.source`` says: the
             environment's reward, or a learned proxy
-            (:func:`popgrpo.reward_models.proxy.make_reward_source`).
+            (the factory :data:`popgrpo.registry.REWARD_SOURCES` registers under that name).
     """
 
     def __init__(
@@ -121,8 +122,12 @@ class Member:
         self.env = self.rollouts.env
         self.policy = self.rollouts.policy
         if reward_source is None:
-            reward_source = make_reward_source(config, self.rollouts.environment_reward)
-        self.reward_source: RewardSource = reward_source
+            # The registry holds factories of any signature; reward.source's is (config, environment reward).
+            self.reward_source: RewardSource = REWARD_SOURCES.get(config.reward.source)(
+                config, self.rollouts.environment_reward
+            )
+        else:
+            self.reward_source = reward_source
         self.archive = archive
         self.inserts = EpochInserts(archive, self.rollouts.behaviour, deferred=self.defers_archive_inserts)
         self.optimizer = make_optimizer(self.policy.parameters(), config)
@@ -282,21 +287,24 @@ class Member:
         """CPU copies, whatever the member's device: they go to checkpoints and the object store."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict[str, Any]:
+    def adopt(
+        self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int
+    ) -> dict[str, Any]:
         """Continue from the merged model ``base`` plus this member's own mutation (Pop-GRPO).
 
-        ``mutation`` is a :class:`~popgrpo.core.merge.Mutation`, or a float σ_p for the main
-        paper's Gaussian perturbation. The svd mutation's task vector is relative to this
-        member's round-0 weights. The mutation stream is keyed by (member, round), so it does
+        ``mutation`` is a :class:`~popgrpo.algorithms.merges.WeightMutation` (e.g.
+        :class:`~popgrpo.core.merge.Mutation`), or a float σ_p for the main paper's Gaussian
+        perturbation. A mutation that ``needs_base`` (svd: its task vector) gets this member's
+        round-0 weights. The mutation stream is keyed by (member, round), so it does
         not depend on which process or executor performs it. Adam's moments belong to the old
         weights and are reset; α, the reference policy and the novelty memory stay. Returns
         the mutation's description (:func:`~popgrpo.core.merge.mutate`; empty for Gaussian).
         """
-        if not isinstance(mutation, Mutation):
+        if isinstance(mutation, float | int):
             mutation = Mutation("gaussian", sigma=float(mutation))
         generator = torch_generator(self.config.run.seed, STREAM_PERTURB, self.member_id, round_index)
-        round0 = self.rollouts.round0() if mutation.kind == "svd" else None
-        weights, info = mutate(base, mutation, generator, round0)
+        round0 = self.rollouts.round0() if mutation.needs_base else None
+        weights, info = mutation.apply(base, generator, round0)
         self.policy.load_state_dict(weights)
         self.optimizer = make_optimizer(self.policy.parameters(), self.config)
         return info

@@ -14,16 +14,28 @@ insertion would.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, TypedDict, cast
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 from ribs.archives import GridArchive
 
-__all__ = ["STATUS_IMPROVED", "STATUS_NEW", "STATUS_NOT_ADDED", "MapElitesArchive"]
+__all__ = ["STATUS_IMPROVED", "STATUS_NEW", "STATUS_NOT_ADDED", "ArchiveState", "MapElitesArchive"]
 
 STATUS_NOT_ADDED = 0
 STATUS_IMPROVED = 1
 STATUS_NEW = 2
+
+
+class ArchiveState(TypedDict):
+    """:meth:`MapElitesArchive.state_dict`: the grid's shape and its elites (see :meth:`~MapElitesArchive.elites`)."""
+
+    cells_per_dim: int
+    ranges: tuple[tuple[float, float], ...]
+    cell: np.ndarray
+    behaviour: np.ndarray
+    reward: np.ndarray
+    idea: np.ndarray
 
 
 class MapElitesArchive:
@@ -83,7 +95,7 @@ class MapElitesArchive:
             ``0..i-1`` of this batch.
         """
         behaviours = _as_numpy(behaviours)
-        rewards = _as_numpy(rewards).reshape(-1)
+        rewards = np.reshape(_as_numpy(rewards), -1)
         ideas = _as_numpy(ideas)
         n = rewards.shape[0]
         if behaviours.shape[0] != n or ideas.shape[0] != n:
@@ -98,28 +110,13 @@ class MapElitesArchive:
             self._grid = self._make_grid(ideas.shape[1])
 
         cells = self._grid.index_of(behaviours)
-        occupied, elite_reward = self._elite_rewards(cells)
+        occupied, elite_reward = _elite_rewards(self._grid, cells)
         status = _in_order_status(cells, rewards, occupied, elite_reward)
 
         stored = status > STATUS_NOT_ADDED
         if stored.any():
             self._grid.add(ideas[stored], rewards[stored], behaviours[stored])
         return status
-
-    def _elite_rewards(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``[N]`` cell indices → whether each cell holds an elite, and its reward (−inf where not).
-
-        What ``GridArchive.retrieve`` answers, read from the elites' indices and objectives
-        alone: ``retrieve`` maps the behaviours to cells again and gathers every field.
-        """
-        index, objective = self._grid.data(["index", "objective"], return_type="tuple")
-        if not len(index):
-            return np.zeros(len(cells), dtype=bool), np.full(len(cells), -np.inf)
-        order = np.argsort(index)
-        index, objective = index[order], objective[order]
-        at = np.minimum(np.searchsorted(index, cells), len(index) - 1)
-        occupied = index[at] == cells
-        return occupied, np.where(occupied, objective[at], -np.inf)
 
     # ---- statistics -------------------------------------------------------------------
     @property
@@ -141,7 +138,8 @@ class MapElitesArchive:
         """Highest elite reward; ``-inf`` when empty."""
         if self._grid is None or self._grid.empty:
             return float("-inf")
-        return float(self._grid.stats.obj_max)
+        obj_max = self._grid.stats.obj_max  # None only for an empty grid
+        return float("-inf") if obj_max is None else float(obj_max)
 
     def __len__(self) -> int:
         return 0 if self._grid is None else len(self._grid)
@@ -173,18 +171,43 @@ class MapElitesArchive:
         return state_heatmap(self.state_dict())
 
     # ---- persistence ------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"cells_per_dim": self.cells_per_dim, "ranges": self.ranges, **self.elites()}
+    def state_dict(self) -> ArchiveState:
+        e = self.elites()
+        return {
+            "cells_per_dim": self.cells_per_dim,
+            "ranges": self.ranges,
+            "cell": e["cell"],
+            "behaviour": e["behaviour"],
+            "reward": e["reward"],
+            "idea": e["idea"],
+        }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> MapElitesArchive:
+    def from_state_dict(cls, state: ArchiveState) -> MapElitesArchive:
         archive = cls(state["cells_per_dim"], state["ranges"])
         if len(state["reward"]):
             archive.add(state["behaviour"], state["reward"], state["idea"])
         return archive
 
 
-def state_heatmap(state: dict) -> np.ndarray:
+def _elite_rewards(grid: GridArchive, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[N]`` cell indices → whether each cell holds an elite, and its reward (−inf where not).
+
+    What ``GridArchive.retrieve`` answers, read from the elites' indices and objectives
+    alone: ``retrieve`` maps the behaviours to cells again and gathers every field.
+    """
+    # pyribs annotates data()'s return as a one-array tuple; return_type="tuple" gives one array per field.
+    index, objective = cast(tuple[np.ndarray, np.ndarray], grid.data(["index", "objective"], return_type="tuple"))
+    if not len(index):
+        return np.zeros(len(cells), dtype=bool), np.full(len(cells), -np.inf)
+    order = np.argsort(index)
+    index, objective = index[order], objective[order]
+    at = np.minimum(np.searchsorted(index, cells), len(index) - 1)
+    occupied = index[at] == cells
+    return occupied, np.where(occupied, objective[at], -np.inf)
+
+
+def state_heatmap(state: ArchiveState) -> np.ndarray:
     """:meth:`MapElitesArchive.heatmap` of a ``state_dict()``, read from its cells and rewards
     without rebuilding the archive. Raises ValueError unless the behaviour space is 2-D."""
     if len(state["ranges"]) != 2:
@@ -192,7 +215,7 @@ def state_heatmap(state: dict) -> np.ndarray:
     cells = int(state["cells_per_dim"])
     grid = np.full(cells * cells, np.nan)
     grid[np.asarray(state["cell"], dtype=np.int64)] = state["reward"]
-    return grid.reshape(cells, cells)
+    return np.reshape(grid, (cells, cells))
 
 
 def _in_order_status(
@@ -206,7 +229,7 @@ def _in_order_status(
     dense ranks offset by the cell's segment number, so it is exact (no float tricks) and
     restarts at each cell.
     """
-    n = rewards.shape[0]
+    n = int(rewards.shape[0])
     order = np.lexsort((np.arange(n), cells))
     sorted_cells = cells[order]
     first = np.ones(n, dtype=bool)
@@ -233,7 +256,8 @@ def _in_order_status(
     return status
 
 
-def _as_numpy(x) -> np.ndarray:
+def _as_numpy(x: Any) -> NDArray[np.float64]:
+    """A numpy array, a torch tensor or nested lists as a float64 array."""
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=np.float64)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 
@@ -66,11 +66,10 @@ def soup(state_dicts: Sequence[StateDict], weights: Sequence[float] | None = Non
         raise ValueError(f"soup weights must be >= 0 with a positive sum, got {list(weights)}")
     w = w / w.sum()
     keys = _same_keys(state_dicts)
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for key in keys:
         stacked = torch.stack([sd[key].to(torch.float64) for sd in state_dicts])
-        mixed = torch.tensordot(w, stacked, dims=1)
-        out[key] = mixed.to(state_dicts[0][key].dtype)
+        out[key] = _weighted_sum(w, stacked).to(state_dicts[0][key].dtype)
     return out
 
 
@@ -98,7 +97,7 @@ def score_weights(scores: Sequence[float], temperature: float | None = None) -> 
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         w = torch.softmax(torch.where(ok, s / temperature, torch.full_like(s, -math.inf)), dim=0)
-    return (w / w.sum()).tolist()
+    return _floats(w / w.sum())
 
 
 def weighted_soup(
@@ -172,7 +171,7 @@ def crossover_weights(n: int, mu: float, sigma: float, generator: torch.Generato
     if n < 1 or sigma < 0:
         raise ValueError(f"need n >= 1 and sigma >= 0, got n={n}, sigma={sigma}")
     draws = torch.randn(n, generator=generator, dtype=torch.float64)
-    return (mu + sigma * draws).tolist()
+    return _floats(mu + sigma * draws)
 
 
 def task_arithmetic(base: StateDict, state_dicts: Sequence[StateDict], w: Sequence[float]) -> dict[str, torch.Tensor]:
@@ -193,7 +192,7 @@ def task_arithmetic(base: StateDict, state_dicts: Sequence[StateDict], w: Sequen
         raise ValueError(f"task-arithmetic weights must be finite with a non-zero sum, got {list(w)}")
     mix = weights / total
     keys = _same_keys([base, *state_dicts])
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for key in keys:
         b = base[key]
         if not b.is_floating_point():
@@ -201,7 +200,7 @@ def task_arithmetic(base: StateDict, state_dicts: Sequence[StateDict], w: Sequen
             continue
         b64 = b.to(torch.float64)
         taus = torch.stack([sd[key].to(torch.float64) - b64 for sd in state_dicts])
-        out[key] = (b64 + torch.tensordot(mix, taus, dims=1)).to(b.dtype)
+        out[key] = (b64 + _weighted_sum(mix, taus)).to(b.dtype)
     return out
 
 
@@ -213,7 +212,7 @@ def perturb(state_dict: StateDict, sigma: float, generator: torch.Generator) -> 
     """
     if sigma < 0:
         raise ValueError(f"sigma must be >= 0, got {sigma}")
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in state_dict.items():
         if value.is_floating_point() and sigma > 0:
             noise = torch.randn(value.shape, generator=generator, dtype=value.dtype)
@@ -242,7 +241,7 @@ def svd_scales(tau: StateDict, w_max: float, generator: torch.Generator) -> dict
     """
     if w_max < 0:
         raise ValueError(f"w_max must be >= 0, got {w_max}")
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in tau.items():
         if svd_mutable(value):
             rank = min(value.shape[0], value[0].numel())
@@ -259,7 +258,7 @@ def svd_mutate(tau: StateDict, scales: Mapping[str, torch.Tensor]) -> dict[str, 
     pass through unchanged — :func:`svd_scales` names every :func:`svd_mutable` one, so
     biases and other rank-one parameters pass through.
     """
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in tau.items():
         if key not in scales:
             out[key] = value.clone()
@@ -267,7 +266,7 @@ def svd_mutate(tau: StateDict, scales: Mapping[str, torch.Tensor]) -> dict[str, 
         if not svd_mutable(value):
             raise ValueError(f"{key}: shape {tuple(value.shape)} has rank one; it cannot be SVD-mutated")
         matrix = value.to(torch.float64).reshape(value.shape[0], -1)
-        u, s, vh = torch.linalg.svd(matrix, full_matrices=False)
+        u, s, vh = _thin_svd(matrix)
         w = torch.as_tensor(scales[key], dtype=torch.float64)
         if w.shape != s.shape:
             raise ValueError(f"{key}: {tuple(w.shape)} scales for {s.numel()} singular values")
@@ -290,10 +289,21 @@ class Mutation:
     w_max: float = 0.3
     mode: Literal["scale", "add"] = "scale"
 
+    @property
+    def needs_base(self) -> bool:
+        """Whether :meth:`apply` needs the member's round-0 weights (the svd task vector's base)."""
+        return self.kind == "svd"
+
+    def apply(
+        self, merged: StateDict, generator: torch.Generator, base: StateDict | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """:func:`mutate` with this mutation (the ``WeightMutation`` protocol of popgrpo.algorithms.merges)."""
+        return mutate(merged, self, generator, base)
+
 
 def mutate(
     merged: StateDict, mutation: Mutation, generator: torch.Generator, base: StateDict | None = None
-) -> tuple[dict[str, torch.Tensor], dict]:
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Apply ``mutation`` to the merged weights; return the weights and a JSON-able description.
 
     * ``gaussian``: ``θ = θ_merged + σ·ε`` (:func:`perturb`); the description is empty.
@@ -316,17 +326,34 @@ def mutate(
     else:
         raise ValueError(f"unknown svd mutation mode {mutation.mode!r}")
     mutated = svd_mutate(tau, factors)
-    out = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in merged.items():
         if key in factors:
             out[key] = (base[key].to(torch.float64) + mutated[key].to(torch.float64)).to(value.dtype)
         else:
             out[key] = value.clone()
     all_w = torch.cat(list(draws.values())) if draws else torch.zeros(0, dtype=torch.float64)
-    summary = {"n": int(all_w.numel())}
+    summary: dict[str, float] = {"n": int(all_w.numel())}
     if all_w.numel():
         summary.update(mean=float(all_w.mean()), min=float(all_w.min()), max=float(all_w.max()))
     return out, summary
+
+
+# Typed wrappers of the torch calls whose stubs leave types unknown.
+def _weighted_sum(w: torch.Tensor, stacked: torch.Tensor) -> torch.Tensor:
+    """``Σ_k w_k stacked_k``: ``torch.tensordot(w, stacked, dims=1)`` for ``w [K]``, ``stacked [K, ...]``."""
+    return cast(torch.Tensor, torch.tensordot(w, stacked, dims=1))  # pyright: ignore[reportUnknownMemberType]  # torch: tensordot's a, b unannotated
+
+
+def _thin_svd(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``U [m, r], σ [r], Vᵀ [r, n]`` of ``matrix [m, n]``, ``r = min(m, n)``."""
+    u, s, vh = torch.linalg.svd(matrix, full_matrices=False)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]  # torch: linalg.svd has no stub
+    return cast(torch.Tensor, u), cast(torch.Tensor, s), cast(torch.Tensor, vh)
+
+
+def _floats(t: torch.Tensor) -> list[float]:
+    """``t.tolist()`` of a 1-D floating tensor."""
+    return cast(list[float], t.tolist())  # pyright: ignore[reportUnknownMemberType]  # torch: tolist() -> bare list
 
 
 def _same_keys(state_dicts: Sequence[StateDict]) -> list[str]:

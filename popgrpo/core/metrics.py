@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -39,7 +40,7 @@ def pairwise_diversity_batches(ideas: torch.Tensor, eps: float = 1e-12) -> torch
     s, n = ideas.shape[:2]
     if n < 2:
         return torch.zeros(s, dtype=ideas.dtype)
-    unit = ideas / ideas.norm(dim=-1, keepdim=True).clamp_min(eps)
+    unit = ideas / _norms(ideas, -1, keepdim=True).clamp_min(eps)
     # Sum of cosines over all ordered pairs = ‖Σ u_i‖² − Σ‖u_i‖²; no N×N matrix needed.
     total = unit.sum(dim=1)  # [S, d]
     self_sim = (unit * unit).sum(dim=(1, 2))
@@ -47,7 +48,7 @@ def pairwise_diversity_batches(ideas: torch.Tensor, eps: float = 1e-12) -> torch
     return 1.0 - mean_cos
 
 
-def linear_quantiles(values: np.ndarray, quantiles: Sequence[float]) -> list[float]:
+def linear_quantiles(values: np.ndarray, quantiles: Sequence[float] | np.ndarray) -> list[float]:
     """``np.quantile(values, quantiles).tolist()`` (linear interpolation, as ``torch.quantile``), bit for bit, from one sort.
 
     For each ``q`` the virtual index is ``h = (n − 1)·q``; the result interpolates the sorted
@@ -78,7 +79,7 @@ def complexity(ideas: torch.Tensor) -> float:
     """Mean L2 norm of ``[N, d]`` ideas: the paper's proxy for thinking-trace length."""
     if ideas.shape[0] == 0:
         return 0.0
-    return float(ideas.norm(dim=1).mean())
+    return float(_norms(ideas, 1).mean())
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -163,3 +164,8 @@ def _best_weights(n: int, k: int) -> torch.Tensor:
     """``[n]``: ``C(i − 1, k − 1) / C(n, k)`` for i = 1..n (read-only; cached per (n, k))."""
     total = math.comb(n, k)
     return torch.tensor([math.comb(i - 1, k - 1) / total for i in range(1, n + 1)], dtype=torch.float64)
+
+
+def _norms(x: torch.Tensor, dim: int, keepdim: bool = False) -> torch.Tensor:
+    """``x.norm(dim=dim, keepdim=keepdim)``: the L2 norms along ``dim``."""
+    return cast(torch.Tensor, x.norm(dim=dim, keepdim=keepdim))  # pyright: ignore[reportUnknownMemberType]  # torch: Tensor.norm's p is unannotated

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 import torch
 
-__all__ = ["NoveltyMemory"]
+__all__ = ["NoveltyMemory", "NoveltyState"]
+
+
+class NoveltyState(TypedDict):
+    """:meth:`NoveltyMemory.state_dict`: its size parameters and its ideas ``[n, d]`` oldest first."""
+
+    capacity: int
+    k: int
+    ideas: np.ndarray
 
 
 class NoveltyMemory:
@@ -46,7 +56,7 @@ class NoveltyMemory:
     def score(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` ideas → ``[N]`` mean distance to their k nearest stored ideas."""
         ideas = ideas.detach().float()
-        if self._size == 0:
+        if self._size == 0 or self._buffer is None:
             return torch.zeros(ideas.shape[0])
         stored = self._buffer[: self._size] if self._size < self.capacity else self._buffer
         dist = torch.cdist(ideas, stored)
@@ -67,14 +77,14 @@ class NoveltyMemory:
         self._next = (self._next + n) % self.capacity
         self._size = min(self.capacity, self._size + n)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> NoveltyState:
         """Plain arrays, for checkpoints and for moving the memory between processes."""
         return {"capacity": self.capacity, "k": self.k, "ideas": self.ideas.numpy()}
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> NoveltyMemory:
+    def from_state_dict(cls, state: NoveltyState) -> NoveltyMemory:
         ideas = np.array(state["ideas"], dtype=np.float32)  # a copy: arrays from Ray are read-only
         memory = cls(int(state["capacity"]), int(state["k"]))
         if ideas.size:
-            memory.add(torch.from_numpy(ideas))
+            memory.add(torch.from_numpy(ideas))  # pyright: ignore[reportUnknownMemberType]  # torch: from_numpy is unannotated
         return memory

@@ -92,7 +92,8 @@ def make_pairs(ideas: torch.Tensor, rewards: torch.Tensor, n_pairs: int, generat
     which executed reward (``rewards [N]``) is higher. Ties (both executions failed: both 0)
     carry no preference and are redrawn; at most ``n_pairs`` come back if too few are untied."""
     n = ideas.shape[0]
-    kept_a, kept_b = [], []
+    kept_a: list[torch.Tensor] = []
+    kept_b: list[torch.Tensor] = []
     have = 0
     for _ in range(20):  # untied pairs are most of a draw; a few rounds always fill it
         i = torch.randint(n, (2 * n_pairs,), generator=generator)
@@ -173,20 +174,20 @@ def pretrain_featurizer(
     a temporary linear head (mean squared error, Adam), and record ``n_checkpoints`` featurizer
     state dicts evenly along the way, the last one at the end (Baklava's initialisations)."""
     probe = nn.Linear(model.head.in_features, targets.shape[1])
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType]  # torch: fork_rng is unannotated
+        torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))  # pyright: ignore[reportUnknownMemberType]  # torch: manual_seed's seed is unannotated
         probe.reset_parameters()
     params = [*model.featurizer.parameters(), *probe.parameters()]
     optimizer = torch.optim.Adam(params, lr=lr)
     marks = {round(steps * (c + 1) / n_checkpoints) for c in range(n_checkpoints)}
-    checkpoints = []
+    checkpoints: list[dict[str, torch.Tensor]] = []
     model.train()
     for step in range(1, steps + 1):
         index = torch.randint(inputs.shape[0], (batch_size,), generator=generator)
         loss = nn.functional.mse_loss(probe(model.features(inputs[index])), targets[index])
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        loss.backward()  # pyright: ignore[reportUnknownMemberType]  # torch: backward's gradient is unannotated
+        optimizer.step()  # pyright: ignore[reportUnknownMemberType]  # torch: Optimizer.step's closure is unannotated
         if step in marks:
             checkpoints.append({k: v.detach().clone() for k, v in model.featurizer.state_dict().items()})
     return checkpoints
@@ -201,7 +202,7 @@ def linear_probe(
     features_a = model.features(pairs.a).detach()
     features_b = model.features(pairs.b).detach()
     optimizer = torch.optim.Adam(model.head.parameters(), lr=lr)
-    losses = []
+    losses: list[float] = []
     for _ in range(epochs):
         order = torch.randperm(len(pairs), generator=generator)
         total = 0.0
@@ -211,8 +212,8 @@ def linear_probe(
             score_b = model.head(features_b[index]).squeeze(-1)
             loss = bradley_terry_loss(score_a, score_b, pairs.y[index])
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            loss.backward()  # pyright: ignore[reportUnknownMemberType]  # torch: backward's gradient is unannotated
+            optimizer.step()  # pyright: ignore[reportUnknownMemberType]  # torch: Optimizer.step's closure is unannotated
             total += float(loss.detach()) * len(index)
         losses.append(total / len(pairs))
     return losses
@@ -241,10 +242,10 @@ def finetune(model: RewardModel, pairs: PreferencePairs, spec: FinetuneSpec) -> 
     generator = torch.Generator().manual_seed(spec.data_seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
     n = len(pairs)
-    losses = []
+    losses: list[float] = []
     model.train()
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.data_seed)  # dropout masks draw from the global stream
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType]  # torch: fork_rng is unannotated
+        torch.manual_seed(spec.data_seed)  # dropout masks draw from the global stream  # pyright: ignore[reportUnknownMemberType]
         for _ in range(spec.epochs):
             order = torch.randperm(n, generator=generator)
             total = 0.0
@@ -252,8 +253,8 @@ def finetune(model: RewardModel, pairs: PreferencePairs, spec: FinetuneSpec) -> 
                 index = order[start : start + spec.batch_size]
                 loss = bradley_terry_loss(model(pairs.a[index]), model(pairs.b[index]), pairs.y[index])
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                loss.backward()  # pyright: ignore[reportUnknownMemberType]  # torch: backward's gradient is unannotated
+                optimizer.step()  # pyright: ignore[reportUnknownMemberType]  # torch: Optimizer.step's closure is unannotated
                 total += float(loss.detach()) * len(index)
             losses.append(total / n)
     model.eval()

@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from popgrpo.registry import SELECTION_STATISTICS
 from popgrpo.schema import POP_SCORE  # the main paper's S_k; any other objective is a column of the member's rows
 
-__all__ = ["POP_SCORE", "cyclic_objective", "objective_scores", "pop_score", "select_top_m"]
+__all__ = ["POP_SCORE", "cyclic_objective", "objective_scores", "pop_score", "pop_scores", "select_top_m"]
 
 
 def pop_score(diversity: float, max_reward: float) -> float:
@@ -21,10 +22,10 @@ def select_top_m(scores: Sequence[float], m: int) -> list[int]:
 
     NaN scores rank last, so a member whose metrics broke is never picked over a healthy one.
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    if not 1 <= m <= len(scores):
-        raise ValueError(f"top_m must be in [1, {len(scores)}], got {m}")
-    keyed = np.where(np.isnan(scores), -np.inf, scores)
+    values = np.asarray(scores, dtype=np.float64)
+    if not 1 <= m <= len(values):
+        raise ValueError(f"top_m must be in [1, {len(values)}], got {m}")
+    keyed = np.where(np.isnan(values), -np.inf, values)
     order = sorted(range(len(keyed)), key=lambda i: (-keyed[i], i))
     return order[:m]
 
@@ -41,12 +42,16 @@ def cyclic_objective(round_index: int, objectives: Sequence[str]) -> str:
     return objectives[round_index % len(objectives)]
 
 
+def pop_scores(rows: Sequence[Mapping[str, float]]) -> list[float]:
+    """:func:`pop_score` of each member's metrics row (``diversity``, ``reward_max``): the ``pop_score`` statistic."""
+    return [pop_score(r["diversity"], r["reward_max"]) for r in rows]
+
+
 def objective_scores(rows: Sequence[Mapping[str, float]], objective: str) -> list[float]:
     """Each member's score under ``objective``, from its metrics row; higher is better.
 
-    ``pop_score`` is :func:`pop_score` of the row's ``diversity`` and ``reward_max``; any other
-    name is read from the row as it is (e.g. ``reward_max``, ``diversity``, ``archive_coverage``).
+    ``objective`` names a selection statistic of :data:`popgrpo.registry.SELECTION_STATISTICS`:
+    ``pop_score`` (:func:`pop_scores`), a metrics column read as it is (e.g. ``reward_max``,
+    ``diversity``, ``archive_coverage``), or a plugin's.
     """
-    if objective == POP_SCORE:
-        return [pop_score(r["diversity"], r["reward_max"]) for r in rows]
-    return [float(r[objective]) for r in rows]
+    return SELECTION_STATISTICS.get(objective)(rows)

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
+from popgrpo.registry import ENVIRONMENTS
+
 if TYPE_CHECKING:
     from popgrpo.envs.text import TextScores
 
-__all__ = ["Environment", "TextEnvironment", "make_env"]
+__all__ = ["Environment", "TextEnvironment", "idea_env", "make_env", "text_env"]
 
 
 @runtime_checkable
@@ -39,12 +41,15 @@ class Environment(Protocol):
 
     def reward(self, ideas: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """``[N, d]`` ideas → ``[N]`` (possibly stochastic) execution rewards."""
+        ...
 
     def behaviour(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N, behaviour_dim]`` descriptors in [0, 1]."""
+        ...
 
     def complexity(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N]`` complexity (the thinking-length proxy)."""
+        ...
 
 
 @runtime_checkable
@@ -56,33 +61,44 @@ class TextEnvironment(Protocol):
 
     def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, Counter[str]]:
         """``N`` (prompt, completion) pairs → ``[N]`` rewards and reason counts ``"fn:reason" → n``."""
+        ...
 
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> TextScores:
         """:meth:`reward`, plus each completion's execution success (``[N]`` bool, or None when no
         reward callable gives reasons): what a member's step logs of the ``N`` completions."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """``N`` texts → ``[N, E]`` unit embeddings: what the archive stores, novelty and diversity compare."""
+        ...
 
     def behaviour(self, embeddings: torch.Tensor) -> torch.Tensor:
         """``[N, E]`` → ``[N, behaviour_dim]`` descriptors in [0, 1]."""
+        ...
 
 
 def make_env(cfg, device: str | torch.device = "cpu"):
-    """Build the environment named by an :class:`popgrpo.config.EnvConfig`.
+    """Build the environment ``cfg.kind`` names (an :class:`popgrpo.config.EnvConfig`).
 
-    ``idea`` gives an :class:`Environment`; ``text`` a :class:`TextEnvironment`
-    (:class:`popgrpo.envs.text.TextEnv`, whose embedding model runs on ``device``).
+    The name is looked up in :data:`popgrpo.registry.ENVIRONMENTS`: ``idea`` (:func:`idea_env`),
+    ``text`` (:func:`text_env`) or a plugin's; ``device`` is where an embedding model runs.
     """
-    if cfg.kind == "idea":
-        from popgrpo.envs.idea import IdeaEnv
+    return ENVIRONMENTS.get(cfg.kind)(cfg, device)
 
-        return IdeaEnv(cfg)
-    if cfg.kind == "text":
-        from popgrpo.envs.text import TextEnv
 
-        return TextEnv(cfg.text, device)
-    raise ValueError(f"unknown env.kind {cfg.kind!r}")
+def idea_env(cfg, device: str | torch.device = "cpu") -> Environment:
+    """``env.kind=idea``: the paper's simulated idea environment (:class:`popgrpo.envs.idea.IdeaEnv`)."""
+    from popgrpo.envs.idea import IdeaEnv
+
+    del device  # the landscape is a few CPU tensors
+    return IdeaEnv(cfg)
+
+
+def text_env(cfg, device: str | torch.device = "cpu") -> TextEnvironment:
+    """``env.kind=text``: prompts, reward callables, embedding behaviours (:class:`popgrpo.envs.text.TextEnv`)."""
+    from popgrpo.envs.text import TextEnv
+
+    return TextEnv(cfg.text, device)
 
 
 _LAZY = {"IdeaGymEnv": "popgrpo.envs.gym", "register_gym_env": "popgrpo.envs.gym"}

@@ -40,7 +40,7 @@ from gymnasium import spaces
 
 from popgrpo.config import Config, EnvConfig
 from popgrpo.core.seeding import derive_seed, torch_generator
-from popgrpo.envs import make_env
+from popgrpo.envs import Environment, make_env
 
 __all__ = ["DEFAULT_ACTION_BOUND", "ENV_ID", "STREAM_PROMPTS", "STREAM_REWARD", "IdeaGymEnv", "register_gym_env"]
 
@@ -71,7 +71,8 @@ class IdeaGymEnv(gymnasium.Env):
             own seed.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    # gymnasium.make reads metadata from the class, though gymnasium.Env annotates it per instance.
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}  # pyright: ignore[reportIncompatibleVariableOverride]
     render_mode = None
 
     def __init__(
@@ -93,7 +94,10 @@ class IdeaGymEnv(gymnasium.Env):
         if not action_bound > 0:
             raise ValueError(f"action_bound must be > 0, got {action_bound}")
         self.env_config = env_config
-        self.idea_env = make_env(env_config)
+        idea_env = make_env(env_config)
+        if not isinstance(idea_env, Environment):
+            raise ValueError(f"IdeaGymEnv needs an environment of vector ideas, not env.kind={env_config.kind!r}")
+        self.idea_env: Environment = idea_env
         self.n_prompts = n_prompts
         self.action_bound = action_bound
         self.initial_seed = None if seed is None else int(seed)
@@ -104,7 +108,7 @@ class IdeaGymEnv(gymnasium.Env):
         self._prompt: int | None = None  # the open episode's prompt; None between episodes
 
     @classmethod
-    def from_config(cls, config: Config, **kwargs) -> IdeaGymEnv:
+    def from_config(cls, config: Config, **kwargs: Any) -> IdeaGymEnv:
         """The environment a popgrpo run trains on: its env, its prompts, its root seed."""
         kwargs.setdefault("n_prompts", config.policy.n_prompts)
         kwargs.setdefault("seed", config.run.seed)
@@ -123,8 +127,8 @@ class IdeaGymEnv(gymnasium.Env):
         self._prompt = int(self.np_random.integers(self.n_prompts))
         return self._observation(), {"prompt": self._prompt}
 
-    def step(self, action) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._prompt is None:
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._prompt is None or self._reward_generator is None:  # reset() sets both
             raise RuntimeError("IdeaGymEnv.step() called without an open episode: call reset() first")
         idea = np.asarray(action, dtype=np.float32)
         if idea.shape != self.action_space.shape:
@@ -159,7 +163,8 @@ def register_gym_env(env_id: str = ENV_ID) -> str:
     must call it too, which is why RLlib is better given the class itself.
     """
     if env_id not in gymnasium.registry:
-        gymnasium.register(id=env_id, entry_point=IdeaGymEnv)
+        # gymnasium types entry_point as a callable of any **kwargs; it passes only those make() is given.
+        gymnasium.register(id=env_id, entry_point=IdeaGymEnv)  # pyright: ignore[reportArgumentType]
     return env_id
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +45,7 @@ class IdeaEnv:
     # The paper's execution-probability clip (eq. 2); not a config field.
     P_EXEC_MIN, P_EXEC_MAX = 0.05, 0.95
 
-    def __init__(self, config: EnvConfig | None = None, /, **fields) -> None:
+    def __init__(self, config: EnvConfig | None = None, /, **fields: Any) -> None:
         """The landscape of ``config`` (an :class:`~popgrpo.config.EnvConfig`; its defaults when
         None), with any field overridden by keyword, e.g. ``IdeaEnv(exec_lambda=0.5)``. Every
         constant of the landscape is set once, in the config's field defaults."""

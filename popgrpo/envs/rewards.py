@@ -62,7 +62,8 @@ def execution_score(
         code = extract_code(completion) if fenced else completion
         programs.append(None if code is None else template.format(code=code, prompt=repr(prompt)))
     limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
-    span = tuple(score_range)
+    lo, hi = score_range
+    span = (lo, hi)
     with Sandbox(
         limits, max_workers=max_workers, score_range=span, site_packages=site_packages, isolation=isolation
     ) as sandbox:

@@ -1042,9 +1042,9 @@ class Sandbox:
                 raise TypeError(f"codes must be str or None, got {type(code).__name__}")
         batch: Future[list[ExecutionResult]] = Future()
         results: list[ExecutionResult | None] = [None if c is not None else _NO_CODE for c in codes]
-        pending = [i for i, c in enumerate(codes) if c is not None]
+        pending = [(i, c) for i, c in enumerate(codes) if c is not None]
         if not pending:
-            batch.set_result(results)  # type: ignore[arg-type]
+            batch.set_result([r for r in results if r is not None])  # every entry is _NO_CODE
             return batch
         # Re-entrant: cancelling ``batch`` cancels queued items, whose callbacks run right here.
         lock = threading.RLock()
@@ -1061,7 +1061,7 @@ class Sandbox:
                         results[index] = fut.result()
                         remaining[0] -= 1
                         if remaining[0] == 0:
-                            batch.set_result(results)  # type: ignore[arg-type]
+                            batch.set_result([r for r in results if r is not None])  # every entry is _NO_CODE
                 except (InvalidStateError, CancelledError):
                     pass  # the batch already failed or was cancelled by the caller
 
@@ -1074,9 +1074,9 @@ class Sandbox:
             isolation=self.isolation,
             audit_hook=self._audit_hook,
         )
-        items = [self._pool.submit(run, codes[i]) for i in pending]
+        items = [self._pool.submit(run, code) for _, code in pending]
         batch.add_done_callback(lambda b: [f.cancel() for f in items] if b.cancelled() else None)
-        for index, fut in zip(pending, items, strict=True):
+        for (index, _), fut in zip(pending, items, strict=True):
             fut.add_done_callback(functools.partial(item_done, index))
         return batch
 

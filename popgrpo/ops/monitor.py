@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -34,7 +35,7 @@ from popgrpo.config import ConfigError
 __all__ = ["add_parsers", "default_session_dir", "prometheus_command", "scrape_config"]
 
 
-def default_session_dir(environ=os.environ) -> Path:
+def default_session_dir(environ: Mapping[str, str] = os.environ) -> Path:
     """Ray's newest local session: ``$RAY_TMPDIR/ray/session_latest`` (Ray's default ``/tmp``)."""
     return Path(environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "session_latest"
 

@@ -6,7 +6,9 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Policy", "make_policy"]
+from popgrpo.registry import POLICIES
+
+__all__ = ["Policy", "causal_lm_policy", "gaussian_policy", "make_policy"]
 
 
 @runtime_checkable
@@ -43,14 +45,25 @@ class Policy(Protocol):
 
 
 def make_policy(cfg, idea_dim: int, generator: torch.Generator | None = None) -> Policy:
-    """Build the policy named by a :class:`popgrpo.config.PolicyConfig`, seeded by ``generator``."""
-    if cfg.kind == "gaussian":
-        from popgrpo.policies.gaussian import PromptGaussianPolicy
+    """Build the policy ``cfg.kind`` names (a :class:`popgrpo.config.PolicyConfig`), seeded by ``generator``.
 
-        fields = cfg.model_dump(exclude={"kind", "device", "causal_lm"})
-        return PromptGaussianPolicy(idea_dim=idea_dim, generator=generator, **fields)
-    if cfg.kind == "causal_lm":
-        from popgrpo.policies.causal_lm import CausalLMPolicy
+    The name is looked up in :data:`popgrpo.registry.POLICIES`: ``gaussian``
+    (:func:`gaussian_policy`), ``causal_lm`` (:func:`causal_lm_policy`) or a plugin's.
+    """
+    return POLICIES.get(cfg.kind)(cfg, idea_dim, generator)
 
-        return CausalLMPolicy(cfg.causal_lm, "cpu", generator)
-    raise ValueError(f"unknown policy.kind {cfg.kind!r}")
+
+def gaussian_policy(cfg, idea_dim: int, generator: torch.Generator | None = None) -> Policy:
+    """``policy.kind=gaussian``: the paper's prompt-conditioned Gaussian policy (§5)."""
+    from popgrpo.policies.gaussian import PromptGaussianPolicy
+
+    fields = cfg.model_dump(exclude={"kind", "device", "causal_lm"})
+    return PromptGaussianPolicy(idea_dim=idea_dim, generator=generator, **fields)
+
+
+def causal_lm_policy(cfg, idea_dim: int, generator: torch.Generator | None = None) -> Policy:
+    """``policy.kind=causal_lm``: a Hugging Face causal LM with LoRA adapters (``idea_dim`` unused)."""
+    from popgrpo.policies.causal_lm import CausalLMPolicy
+
+    del idea_dim
+    return CausalLMPolicy(cfg.causal_lm, "cpu", generator)

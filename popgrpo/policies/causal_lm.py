@@ -23,8 +23,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from popgrpo.config import CausalLMConfig
 
 __all__ = ["CausalLMPolicy", "Rollout", "build_tiny_causal_lm"]
 
@@ -77,20 +81,25 @@ class CausalLMPolicy:
         generator: draws the adapters' initial values (None: peft's own initialisation).
     """
 
-    def __init__(self, cfg, device: str | torch.device = "cpu", generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self, cfg: CausalLMConfig, device: str | torch.device = "cpu", generator: torch.Generator | None = None
+    ) -> None:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if cfg.model is None:  # the config requires it with policy.kind=causal_lm
+            raise ValueError("policy.causal_lm.model is required")
+        model = cfg.model
         self.cfg = cfg
         self.device = torch.device(device)
         load = {"local_files_only": cfg.local_files_only, "trust_remote_code": cfg.trust_remote_code}
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(cfg.model, **load)
-            base = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=_dtype(cfg.dtype, self.device), **load)
+            self.tokenizer = AutoTokenizer.from_pretrained(model, **load)
+            base = AutoModelForCausalLM.from_pretrained(model, dtype=_dtype(cfg.dtype, self.device), **load)
         except OSError as exc:  # transformers' way of saying "not found" (path or cache)
             hint = (
                 ""
-                if Path(cfg.model).exists()
+                if Path(model).exists()
                 else " (not a local directory; with local_files_only=true a model name must already be cached)"
             )
             raise FileNotFoundError(f"policy.causal_lm.model={cfg.model!r} could not be loaded{hint}: {exc}") from exc
@@ -103,7 +112,7 @@ class CausalLMPolicy:
             base,
             LoraConfig(
                 r=lora.r,
-                lora_alpha=lora.alpha,
+                lora_alpha=lora.alpha,  # pyright: ignore[reportArgumentType]  # peft annotates it int; it is the float α of α/r
                 lora_dropout=lora.dropout,
                 target_modules=lora.target_modules,
                 task_type="CAUSAL_LM",

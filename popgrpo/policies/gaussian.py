@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -41,21 +42,23 @@ class PromptGaussianPolicy(nn.Module):
         self.idea_dim = idea_dim
         self.log_std_min, self.log_std_max = log_std_min, log_std_max
         self.prompt_embedding = nn.Parameter(torch.empty(n_prompts, embed_dim))
-        self.trunk = nn.Sequential(nn.Linear(embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        first, second = nn.Linear(embed_dim, hidden), nn.Linear(hidden, hidden)
+        self.trunk = nn.Sequential(first, nn.ReLU(), second, nn.ReLU())
         self.mean_head = nn.Linear(hidden, idea_dim)
         self.log_std_head = nn.Linear(hidden, idea_dim)
-        self._init_parameters(log_std_init, generator)
+        linears = (first, second, self.mean_head, self.log_std_head)  # in forward order
+        self._init_parameters(linears, log_std_init, generator)
         # The layers' parameter dicts (not the tensors, which load_state_dict and functional_call
         # may replace), in forward order; a plain tuple, so not registered twice.
-        self._layer_params = tuple(
-            m._parameters for m in (self.trunk[0], self.trunk[2], self.mean_head, self.log_std_head)
-        )
+        self._layer_params = tuple(m._parameters for m in linears)
 
     @torch.no_grad()
-    def _init_parameters(self, log_std_init: float, generator: torch.Generator | None) -> None:
-        """Seeded init (``generator``), so members built from one seed start identical."""
+    def _init_parameters(
+        self, linears: tuple[nn.Linear, ...], log_std_init: float, generator: torch.Generator | None
+    ) -> None:
+        """Seeded init (``generator``) of the embedding and ``linears``, so members built from one seed start identical."""
         self.prompt_embedding.normal_(0.0, 1.0, generator=generator)
-        for layer in (*self.trunk[::2], self.mean_head, self.log_std_head):
+        for layer in linears:
             bound = 1.0 / math.sqrt(layer.in_features)  # torch's default Linear init range
             layer.weight.uniform_(-bound, bound, generator=generator)
             layer.bias.uniform_(-bound, bound, generator=generator)
@@ -75,7 +78,8 @@ class PromptGaussianPolicy(nn.Module):
         the weights they set.
         """
         first, second, mean_head, log_std_head = self._layers
-        h = F.relu(F.linear(self._parameters["prompt_embedding"][prompts], *first))
+        embedding = cast(torch.Tensor, self._parameters["prompt_embedding"])  # cast: torch types entries Optional
+        h = F.relu(F.linear(embedding[prompts], *first))
         h = F.relu(F.linear(h, *second))
         log_std = F.linear(h, *log_std_head).clamp(self.log_std_min, self.log_std_max)
         return F.linear(h, *mean_head), log_std
@@ -83,7 +87,10 @@ class PromptGaussianPolicy(nn.Module):
     @property
     def _layers(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
         """``(weight, bias)`` of the two trunk layers, the mean head and the log-std head."""
-        return tuple((p["weight"], p["bias"]) for p in self._layer_params)
+        # cast: torch types _parameters' entries Optional; every layer here has a weight and a bias.
+        return cast(
+            "tuple[tuple[torch.Tensor, torch.Tensor], ...]", tuple((p["weight"], p["bias"]) for p in self._layer_params)
+        )
 
     # The methods below call ``self.forward`` rather than ``self(...)``: the policy registers
     # no hooks, and ``Module.__call__``'s hook checks cost more than a layer of this size.

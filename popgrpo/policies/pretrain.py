@@ -27,6 +27,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -253,6 +254,9 @@ def pretrain(cfg: PretrainConfig, out: str | Path, progress: bool = True) -> dic
     documents = generate_corpus(cfg.corpus_size + cfg.val_size, seed=cfg.seed)
     train_docs, val_docs = documents[: cfg.corpus_size], documents[cfg.corpus_size :]
     tokenizer = build_tokenizer(train_docs, cfg.vocab_size)
+    pad_id = tokenizer.pad_token_id
+    if not isinstance(pad_id, int):  # build_tokenizer sets PAD; transformers types the id loosely
+        raise TypeError(f"the tokenizer's pad token id is {pad_id!r}, not an int")
     train_rows = _encode(tokenizer, train_docs, cfg.max_length)
     val_rows = _encode(tokenizer, val_docs, cfg.max_length)
 
@@ -278,7 +282,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, progress: bool = True) -> dic
         row = {
             "step": step,
             "train_loss": train_loss,
-            "val_loss": _validation_loss(model, val_rows, tokenizer.pad_token_id, cfg.batch_size),
+            "val_loss": _validation_loss(model, val_rows, pad_id, cfg.batch_size),
             "seconds": round(time.perf_counter() - started, 1),
         }
         row.update(_execution_check(model, tokenizer, cfg, step))
@@ -293,7 +297,7 @@ def pretrain(cfg: PretrainConfig, out: str | Path, progress: bool = True) -> dic
     recent: list[float] = []
     for step in bar:
         index = torch.randint(len(train_rows), (cfg.batch_size,), generator=generator).tolist()
-        ids, mask, labels = _batch([train_rows[i] for i in index], tokenizer.pad_token_id)
+        ids, mask, labels = _batch([train_rows[i] for i in index], pad_id)
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
@@ -331,6 +335,6 @@ def pretrain(cfg: PretrainConfig, out: str | Path, progress: bool = True) -> dic
     return summary
 
 
-def quick_config(**overrides) -> PretrainConfig:
+def quick_config(**overrides: Any) -> PretrainConfig:
     """The seconds-long configuration (tests, smoke runs), with ``overrides``."""
     return replace(QUICK, **overrides)

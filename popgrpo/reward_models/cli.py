@@ -6,13 +6,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from popgrpo.config import ConfigError
+
+if TYPE_CHECKING:
+    from popgrpo.config import Config
+    from popgrpo.reward_models.config import RMTrainConfig
 
 __all__ = ["add_parsers", "best_of_n_curve", "load_base"]
 
 
-def load_base(rm_cfg):
+def load_base(rm_cfg: RMTrainConfig) -> Config:
     """The run config whose environment and initial policy are the reference policy: a Gaussian
     policy in the idea environment, or a causal LM in the text environment."""
     from popgrpo.config import load_config, resolve_config_path

@@ -6,49 +6,45 @@ Field descriptions are the documentation: ``popgrpo rm train --markdown`` prints
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from popgrpo.config import (
-    ConfigError,
-    _apply_override,
-    _format_validation_error,
-    _read_yaml,
-    _Section,
-    parse_override,
-)
+from popgrpo.config import Section, load_model, model_markdown
 
 __all__ = ["RMTrainConfig", "load_rm_config", "rm_config_markdown"]
 
 
-class RMDataConfig(_Section):
+class RMDataConfig(Section):
     reference_ideas: int = Field(
-        8192,
+        default=8192,
         ge=16,
         le=1_000_000,
         description="Ideas sampled from the reference policy (the base config's initial policy) and executed (data.executions times each); the preference pairs are drawn among them, training pairs from one half, test pairs from the other.",
     )
-    train_pairs: int = Field(4000, ge=10, le=1_000_000, description="Preference pairs the RMs are fine-tuned on.")
+    train_pairs: int = Field(
+        default=4000, ge=10, le=1_000_000, description="Preference pairs the RMs are fine-tuned on."
+    )
     test_pairs: int = Field(
-        1000,
+        default=1000,
         ge=10,
         le=1_000_000,
         description="Held-out pairs from the same reference ideas' distribution (in-distribution test).",
     )
     shifted_pairs: int = Field(
-        1000,
+        default=1000,
         ge=10,
         le=1_000_000,
         description="Pairs of ideas of a GRPO-trained policy (distribution shift), with shift_epochs > 0.",
     )
     shift_epochs: int = Field(
-        0,
+        default=0,
         ge=0,
         description="Epochs of GRPO (the base config, on execution) that make the shifted policy; 0: no shifted set.",
     )
     executions: int = Field(
-        4,
+        default=4,
         ge=1,
         le=1000,
         description="Executions of each reference idea; its executed reward is their mean (one execution pays 0 on failure, so a single one mostly says which idea happened to run).",
@@ -67,52 +63,54 @@ class RMDataConfig(_Section):
         return v
 
     corruption: float = Field(
-        0.0,
+        default=0.0,
         ge=0,
         le=1,
         description="Fraction of training pairs whose label is swapped, exactly round(fraction·n) (WARM §5: 0.25 in the corruption study). Test and shifted pairs are never corrupted.",
     )
 
 
-class RMFeaturizerConfig(_Section):
-    hidden: int = Field(64, ge=1, le=4096, description="Width of the featurizer's layers.")
-    depth: int = Field(2, ge=1, le=8, description="ReLU layers of the featurizer.")
+class RMFeaturizerConfig(Section):
+    hidden: int = Field(default=64, ge=1, le=4096, description="Width of the featurizer's layers.")
+    depth: int = Field(default=2, ge=1, le=8, description="ReLU layers of the featurizer.")
     pretrain_ideas: int = Field(
-        8192,
+        default=8192,
         ge=16,
         le=1_000_000,
         description="Unlabelled ideas (a text base: completions) the featurizer is pre-trained on.",
     )
     pretrain_steps: int = Field(
-        600,
+        default=600,
         ge=1,
         description="Pre-training steps: regress each idea's norm and direction (reward-free geometry of the idea space) from ideas of norms 0–12; for a text base, reconstruct the sentence embeddings of never-executed completions of the reference LM (an auto-encoder).",
     )
-    pretrain_lr: float = Field(3e-3, gt=0, description="Adam learning rate of the pre-training.")
+    pretrain_lr: float = Field(default=3e-3, gt=0, description="Adam learning rate of the pre-training.")
     checkpoints: int = Field(
-        5, ge=1, description="Featurizer checkpoints recorded evenly along pre-training (Baklava's initialisations)."
+        default=5,
+        ge=1,
+        description="Featurizer checkpoints recorded evenly along pre-training (Baklava's initialisations).",
     )
 
 
-class RMFinetuneConfig(_Section):
-    n_models: int = Field(6, ge=1, le=256, description="RMs fine-tuned, M (one Ray Tune trial each).")
-    epochs: int = Field(10, ge=1, description="Passes over the training pairs.")
-    batch_size: int = Field(64, ge=1, description="Pairs per Adam step.")
+class RMFinetuneConfig(Section):
+    n_models: int = Field(default=6, ge=1, le=256, description="RMs fine-tuned, M (one Ray Tune trial each).")
+    epochs: int = Field(default=10, ge=1, description="Passes over the training pairs.")
+    batch_size: int = Field(default=64, ge=1, description="Pairs per Adam step.")
     lr_min: float = Field(
-        1e-3, gt=0, description="Each RM's learning rate is drawn log-uniformly from [lr_min, lr_max]."
+        default=1e-3, gt=0, description="Each RM's learning rate is drawn log-uniformly from [lr_min, lr_max]."
     )
-    lr_max: float = Field(1e-2, gt=0, description="See lr_min.")
+    lr_max: float = Field(default=1e-2, gt=0, description="See lr_min.")
     dropout_min: float = Field(
-        0.0, ge=0, lt=1, description="Each RM's dropout is drawn uniformly from [dropout_min, dropout_max]."
+        default=0.0, ge=0, lt=1, description="Each RM's dropout is drawn uniformly from [dropout_min, dropout_max]."
     )
-    dropout_max: float = Field(0.2, ge=0, lt=1, description="See dropout_min.")
+    dropout_max: float = Field(default=0.2, ge=0, lt=1, description="See dropout_min.")
     baklava: bool = Field(
-        True,
+        default=True,
         description="Baklava (WARM §3.3): each RM starts from a featurizer checkpoint drawn from the second half of pre-training; false: every RM from the last checkpoint.",
     )
-    weight_decay: float = Field(0.0, ge=0, description="Adam's L2 weight decay.")
+    weight_decay: float = Field(default=0.0, ge=0, description="Adam's L2 weight decay.")
     probe_epochs: int = Field(
-        5,
+        default=5,
         ge=0,
         description="Epochs of the linear probe: the head alone trained on the last featurizer checkpoint, then shared by every RM as its starting head (WARM appendix B.3); 0 keeps a random shared head.",
     )
@@ -126,14 +124,16 @@ class RMFinetuneConfig(_Section):
         return self
 
 
-class RMTrainConfig(_Section):
+class RMTrainConfig(Section):
     """An RM directory's recipe: reference policy, data, featurizer, the M fine-tunings."""
 
     seed: int = Field(
-        0, ge=0, description="Root seed: reference ideas, executions, pairs, pre-training, the hyper-parameter draws."
+        default=0,
+        ge=0,
+        description="Root seed: reference ideas, executions, pairs, pre-training, the hyper-parameter draws.",
     )
     base: str = Field(
-        "grpo",
+        default="grpo",
         description="Run config (preset name or YAML path) whose environment and initial policy (at seed) are the reference policy; its GRPO trains the shifted policy. An idea-environment config (Gaussian policy) gives RMs over ideas; a text-environment config (causal LM) gives RMs over the sentence embeddings of its completions (env.text.embedding_model), for language-model members.",
     )
     data: RMDataConfig = Field(default_factory=RMDataConfig, description="Preference data.")
@@ -145,27 +145,11 @@ class RMTrainConfig(_Section):
     )
 
 
-def load_rm_config(path: str | Path | None, overrides=()) -> RMTrainConfig:
-    """Like :func:`popgrpo.config.load_config`, for :class:`RMTrainConfig`; raises :class:`ConfigError`."""
-    data = _read_yaml(Path(path)) if path is not None else {}
-    for item in overrides:
-        keys, value = parse_override(item)
-        _apply_override(data, keys, value)
-    try:
-        return RMTrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, f" ({path})" if path else "")) from None
+def load_rm_config(path: str | Path | None, overrides: Iterable[str] = ()) -> RMTrainConfig:
+    """Like :func:`popgrpo.config.load_config`, for :class:`RMTrainConfig`; raises :class:`~popgrpo.config.ConfigError`."""
+    return load_model(RMTrainConfig, path, overrides)
 
 
 def rm_config_markdown() -> str:
-    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
-    for section, field in RMTrainConfig.model_fields.items():
-        model = field.annotation
-        if isinstance(model, type) and issubclass(model, _Section):
-            for name, sub in model.model_fields.items():
-                lines.append(
-                    f"| `{section}.{name}` | `{sub.get_default(call_default_factory=True)}` | {sub.description} |"
-                )
-        else:
-            lines.append(f"| `{section}` | `{field.get_default()}` | {field.description} |")
-    return "\n".join(lines) + "\n"
+    """The ``rm train`` config's reference table (docs/WARM.md)."""
+    return model_markdown(RMTrainConfig, escape=False)

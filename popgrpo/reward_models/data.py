@@ -32,9 +32,10 @@ from popgrpo.algorithms.initial_weights import init_generator
 from popgrpo.config import Config
 from popgrpo.core.reward_model import PreferencePairs, corrupt_labels, make_pairs
 from popgrpo.core.seeding import torch_generator
-from popgrpo.envs import make_env
+from popgrpo.envs import TextEnvironment, make_env
 from popgrpo.envs.idea import IdeaEnv
 from popgrpo.policies import make_policy
+from popgrpo.policies.gaussian import PromptGaussianPolicy
 
 __all__ = [
     "STREAM_RM",
@@ -67,12 +68,15 @@ class ReferenceData(Protocol):
     ) -> tuple[Any, torch.Tensor]:
         """``n`` outputs of the policy with ``weights`` (None: its initial weights), spread evenly
         over its prompts and ``temperatures``, shuffled: ``(outputs, features [n, e])``."""
+        ...
 
     def execute(self, outputs: Any, executions: int, generator: torch.Generator) -> torch.Tensor:
         """``[n]``: each output executed ``executions`` times, its mean reward (NaN: a bad reward)."""
+        ...
 
     def pretraining_set(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Reward-free pre-training data of the featurizer: ``(inputs [n, e], targets [n, t])``."""
+        ...
 
 
 def policy_ideas(
@@ -87,6 +91,8 @@ def policy_ideas(
     policy's standard deviation, as sampling an LM at several temperatures)."""
     env = IdeaEnv(config.env)
     policy = make_policy(config.policy, env.idea_dim, init_generator(config, 0))
+    if not isinstance(policy, PromptGaussianPolicy):
+        raise TypeError(f"vector ideas need policy.kind=gaussian, not {config.policy.kind!r}")
     if weights is not None:
         policy.load_state_dict(dict(weights))
     prompts = torch.arange(config.policy.n_prompts)
@@ -126,14 +132,20 @@ class IdeaReference:
         self.config = config
         self.env = IdeaEnv(config.env)
 
-    def sample(self, weights, n, generator, temperatures=(1.0,)):
+    def sample(
+        self,
+        weights: Mapping[str, torch.Tensor] | None,
+        n: int,
+        generator: torch.Generator,
+        temperatures: Sequence[float] = (1.0,),
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         ideas = policy_ideas(self.config, weights, n, generator, temperatures)
         return ideas, ideas
 
-    def execute(self, outputs, executions, generator):
+    def execute(self, outputs: torch.Tensor, executions: int, generator: torch.Generator) -> torch.Tensor:
         return execute(self.env, outputs, executions, generator)
 
-    def pretraining_set(self, n, generator):
+    def pretraining_set(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return pretraining_set(self.config.env.dim, n, generator)
 
 
@@ -156,17 +168,27 @@ class TextReference:
         from popgrpo.policies.causal_lm import CausalLMPolicy
 
         self.config = config
-        self.env = make_env(config.env)
+        env = make_env(config.env)
+        if not isinstance(env, TextEnvironment):
+            raise TypeError(f"completions need a text environment, not env.kind={config.env.kind!r}")
+        self.env: TextEnvironment = env
         self.features = f"embedding:{config.env.text.embedding_model}"
         self.policy = CausalLMPolicy(config.policy.causal_lm, "cpu", init_generator(config, 0))
         self._initial = self.policy.state_dict()
 
-    def completions(self, weights, n, generator, temperatures=(1.0,)) -> Completions:
+    def completions(
+        self,
+        weights: Mapping[str, torch.Tensor] | None,
+        n: int,
+        generator: torch.Generator,
+        temperatures: Sequence[float] = (1.0,),
+    ) -> Completions:
         """``n`` completions, an equal share at each factor on the LM's sampling temperature, shuffled."""
         self.policy.load_state_dict(dict(weights) if weights is not None else self._initial)
         lm_cfg = self.config.policy.causal_lm
         per_prompt = math.ceil(n / (len(self.env.prompts) * len(temperatures)))
-        prompts, completions = [], []
+        prompts: list[str] = []
+        completions: list[str] = []
         try:
             for t in temperatures:
                 self.policy.cfg = lm_cfg.model_copy(update={"temperature": lm_cfg.temperature * t})
@@ -178,15 +200,21 @@ class TextReference:
         order = torch.randperm(len(completions), generator=generator)[:n]
         return Completions(prompts, completions).take(order)
 
-    def sample(self, weights, n, generator, temperatures=(1.0,)):
+    def sample(
+        self,
+        weights: Mapping[str, torch.Tensor] | None,
+        n: int,
+        generator: torch.Generator,
+        temperatures: Sequence[float] = (1.0,),
+    ) -> tuple[Completions, torch.Tensor]:
         outputs = self.completions(weights, n, generator, temperatures)
         return outputs, self.env.embed(outputs.completions)
 
-    def execute(self, outputs: Completions, executions, generator):
+    def execute(self, outputs: Completions, executions: int, generator: torch.Generator) -> torch.Tensor:
         runs = [self.env.reward(outputs.prompts, outputs.completions)[0] for _ in range(executions)]
         return torch.stack(runs).mean(0)
 
-    def pretraining_set(self, n, generator):
+    def pretraining_set(self, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         embeddings = self.sample(None, n, generator, (0.5, 1.0, 1.5))[1]
         return embeddings, embeddings
 

@@ -21,37 +21,67 @@ from pathlib import Path
 
 import torch
 
-from popgrpo.algorithms.rollouts import Rewards, RewardSource
+from popgrpo.algorithms.rollouts import EnvironmentReward, Rewards, RewardSource
 from popgrpo.core.reward_model import RewardModel, ensemble_scores, weight_average
+from popgrpo.registry import PROXY_COMBINES
 from popgrpo.reward_models.store import RMDirError, build_model, load_manifest, load_states
 
-__all__ = ["ProxyReward", "check_proxy", "load_proxy_models", "make_reward_source"]
+__all__ = [
+    "ProxyReward",
+    "check_proxy",
+    "ens_models",
+    "load_proxy_models",
+    "proxy_reward_source",
+    "single_models",
+    "warm_models",
+]
 
 
 def load_proxy_models(
     rm_dir: str | Path, combine: str, n_models: int | None = None, index: int = 0
 ) -> list[RewardModel]:
-    """The RMs whose scores make the proxy: one for ``single`` and ``warm`` (the weight average of
-    the first ``n_models``), the first ``n_models`` for ``ens``. Raises :class:`RMDirError`."""
+    """The RMs whose scores make the proxy, as ``combine`` (a name in
+    :data:`popgrpo.registry.PROXY_COMBINES`) says: :func:`single_models`, :func:`ens_models`,
+    :func:`warm_models` or a plugin's. Raises :class:`RMDirError`."""
+    return PROXY_COMBINES.get(combine)(rm_dir, n_models, index)
+
+
+def single_models(rm_dir: str | Path, n_models: int | None = None, index: int = 0) -> list[RewardModel]:
+    """``combine=single``: RM number ``index`` alone."""
+    del n_models
     manifest = load_manifest(rm_dir)
     files = [m["file"] for m in manifest["models"]]
-    if combine == "single":
-        if index >= len(files):
-            raise RMDirError(f"reward.proxy.index={index}: the RM directory {rm_dir} holds {len(files)} RMs")
-        return [build_model(manifest, load_states(rm_dir, [files[index]])[0])]
+    if index >= len(files):
+        raise RMDirError(f"reward.proxy.index={index}: the RM directory {rm_dir} holds {len(files)} RMs")
+    return [build_model(manifest, load_states(rm_dir, [files[index]])[0])]
+
+
+def _first_states(rm_dir: str | Path, n_models: int | None) -> tuple[dict, list[dict]]:
+    """The manifest and the state dicts of the first ``n_models`` RMs (None: all)."""
+    manifest = load_manifest(rm_dir)
+    files = [m["file"] for m in manifest["models"]]
     n = len(files) if n_models is None else n_models
     if n > len(files):
         raise RMDirError(f"reward.proxy.n_models={n}: the RM directory {rm_dir} holds {len(files)} RMs")
-    states = load_states(rm_dir, files[:n])
-    if combine == "warm":
-        return [build_model(manifest, weight_average(states))]
-    if combine == "ens":
-        return [build_model(manifest, s) for s in states]
-    raise ValueError(f"unknown combine {combine!r}")
+    return manifest, load_states(rm_dir, files[:n])
+
+
+def ens_models(rm_dir: str | Path, n_models: int | None = None, index: int = 0) -> list[RewardModel]:
+    """``combine=ens``: the first ``n_models`` RMs, whose scores are averaged (prediction ensembling)."""
+    del index
+    manifest, states = _first_states(rm_dir, n_models)
+    return [build_model(manifest, s) for s in states]
+
+
+def warm_models(rm_dir: str | Path, n_models: int | None = None, index: int = 0) -> list[RewardModel]:
+    """``combine=warm``: one RM, the weight average of the first ``n_models`` (WARM)."""
+    del index
+    manifest, states = _first_states(rm_dir, n_models)
+    return [build_model(manifest, weight_average(states))]
 
 
 class ProxyReward:
-    """``(samples, flat, generator) → Rewards``: the proxy's scores, the execution reward as control.
+    """``(samples, features, generator) → Rewards``: the proxy's scores, the execution reward as control.
 
     Args:
         models: the RMs; their scores are averaged (one model: its scores).
@@ -61,7 +91,9 @@ class ProxyReward:
         control_fraction: share of each step's ideas executed for the control (module docstring).
     """
 
-    def __init__(self, models: Sequence[RewardModel], execution: RewardSource, control_fraction: float = 1.0) -> None:
+    def __init__(
+        self, models: Sequence[RewardModel], execution: EnvironmentReward, control_fraction: float = 1.0
+    ) -> None:
         if not 0.0 < control_fraction <= 1.0:
             raise ValueError(f"control_fraction must lie in (0, 1], got {control_fraction}")
         self.models = [m.eval().requires_grad_(False) for m in models]
@@ -117,10 +149,8 @@ def check_proxy(config) -> None:
         )
 
 
-def make_reward_source(config, execution: RewardSource) -> RewardSource:
-    """What ``config.reward.source`` names: ``execution`` itself, or a :class:`ProxyReward` over it."""
-    if config.reward.source == "execution":
-        return execution
+def proxy_reward_source(config, execution: EnvironmentReward) -> RewardSource:
+    """``reward.source=proxy``: a :class:`ProxyReward` over the execution reward (its control)."""
     proxy = config.reward.proxy
     models = load_proxy_models(proxy.dir, proxy.combine, proxy.n_models, proxy.index)
     return ProxyReward(models, execution, proxy.control_fraction)

@@ -42,7 +42,7 @@ def write_json(path: Path, data: dict) -> None:
     _replace(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
-def save_tensor_file(path: Path, obj) -> None:
+def save_tensor_file(path: Path, obj: object) -> None:
     """``torch.save`` atomically: a reader never sees half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)

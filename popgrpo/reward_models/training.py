@@ -154,7 +154,7 @@ def _initial_model(
 
 def accuracies(score: Callable[[torch.Tensor], torch.Tensor], pairs: Mapping[str, PreferencePairs]) -> dict[str, float]:
     """Pair accuracy of ``score`` (``[n, d]`` → ``[n]``) on each of :data:`SUBSETS` present (NaN otherwise)."""
-    out = dict.fromkeys(SUBSETS, math.nan)
+    out: dict[str, float] = dict.fromkeys(SUBSETS, math.nan)
     train = pairs["train"]
     clean, corrupt = train.subset(~train.corrupted), train.subset(train.corrupted)
     with torch.no_grad():

@@ -104,5 +104,9 @@ def train_rms(
     errors = [r.error for r in results if r.error is not None]
     if errors:
         raise RuntimeError(f"{len(errors)} of {n} RM trials failed; first: {errors[0]}")
-    entries = [json.loads(r.metrics["entry"]) for r in results]
+    entries = []
+    for r in results:
+        if r.metrics is None:  # Ray types it Optional; a trial that did not fail reported its entry
+            raise RuntimeError(f"an RM trial reported no metrics: {r.path}")
+        entries.append(json.loads(r.metrics["entry"]))
     return finalize(rm_cfg, rm_dir, entries)

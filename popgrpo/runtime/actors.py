@@ -12,20 +12,30 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
+import numpy as np
 import ray
 import torch
 
-from popgrpo.algorithms.archive_service import LocalArchive
+from popgrpo.algorithms.archive_service import ArchiveHandle, LocalArchive, LocalArchiveState, StepResult
 from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.config import Config
-from popgrpo.core.merge import Mutation
 from popgrpo.runtime.executor import make_archives, new_archive
 from popgrpo.telemetry.live import LiveMetrics
 
 __all__ = ["ArchiveActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
 
 log = logging.getLogger(__name__)
+
+
+class RestoreInfo(TypedDict):
+    """What :class:`ArchiveActor` brought back when it started: the snapshot's round (None: no
+    snapshot) and the number of elites replayed from Redis."""
+
+    snapshot_round: int | None
+    redis_elites: int
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
@@ -53,7 +63,7 @@ class ArchiveActor:
             self.store = RedisArchiveStore(config.archive.redis_url, run_key, redis_password)
         # A fresh run has no snapshot yet and a Redis key of its own, so this restores
         # nothing; after Ray restarts this actor it brings back what the run had.
-        self.restored = {"snapshot_round": None, "redis_elites": 0}
+        self.restored: RestoreInfo = {"snapshot_round": None, "redis_elites": 0}
         self._restore(run_dir)
 
     def _restore(self, run_dir: str | None) -> None:
@@ -61,7 +71,7 @@ class ArchiveActor:
 
         checkpointer = Checkpointer(run_dir) if run_dir else None
         info = checkpointer.latest() if checkpointer else None
-        if info is not None:
+        if checkpointer is not None and info is not None:
             for archive, state in zip(self.archives, checkpointer.load_archives(info), strict=True):
                 archive.load_state_dict(state)
             self.restored["snapshot_round"] = info["round"]
@@ -72,10 +82,18 @@ class ArchiveActor:
                     archive.grid.add(elites["behaviour"], elites["reward"], elites["idea"])
                     self.restored["redis_elites"] += len(elites["reward"])
 
-    def restore_info(self) -> dict:
-        return dict(self.restored)
+    def restore_info(self) -> RestoreInfo:
+        return RestoreInfo(**self.restored)
 
-    def step(self, archive_id: int, behaviours, rewards, ideas, keep, novelty: bool):
+    def step(
+        self,
+        archive_id: int,
+        behaviours: np.ndarray,
+        rewards: np.ndarray,
+        ideas: np.ndarray,
+        keep: np.ndarray,
+        novelty: bool,
+    ) -> StepResult:
         statuses, scores = self.archives[archive_id].step(behaviours, rewards, ideas, keep, novelty)
         if self.store is not None:
             stored = statuses > 0
@@ -89,13 +107,13 @@ class ArchiveActor:
     def stats(self, archive_id: int) -> dict[str, float]:
         return self.archives[archive_id].stats()
 
-    def state_dicts(self) -> list[dict]:
+    def state_dicts(self) -> list[LocalArchiveState]:
         return [a.state_dict() for a in self.archives]
 
-    def load_state_dicts(self, states: list[dict]) -> None:
+    def load_state_dicts(self, states: list[LocalArchiveState]) -> None:
         self.load_states(dict(enumerate(states)))
 
-    def load_states(self, states: Mapping[int, dict]) -> None:
+    def load_states(self, states: Mapping[int, LocalArchiveState]) -> None:
         """Set individual archives (a resume, or a lost member's private archive rolled back)."""
         for archive_id, state in states.items():
             self.archives[archive_id].load_state_dict(state)
@@ -114,22 +132,33 @@ def archives_in_groups(config: Config) -> bool:
 class RemoteArchive:
     """ArchiveService that forwards each step to the archive actor (one round trip)."""
 
-    def __init__(self, handle, archive_id: int) -> None:
-        self.handle, self.archive_id = handle, archive_id
+    def __init__(self, handle: Any, archive_id: int) -> None:
+        self.handle, self.archive_id = handle, archive_id  # handle: the ArchiveActor's ActorHandle
 
-    def step(self, behaviours, rewards, ideas, keep, novelty: bool):
+    def step(
+        self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray, keep: np.ndarray, novelty: bool
+    ) -> StepResult:
         return self.result(self.submit(behaviours, rewards, ideas, keep, novelty))
 
-    def submit(self, behaviours, rewards, ideas, keep, novelty: bool):
+    def submit(
+        self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray, keep: np.ndarray, novelty: bool
+    ) -> ArchiveHandle:
         # One caller's calls run on the actor in submission order, so a shared archive sees
         # packed members' batches in member order.
         return self.handle.step.remote(self.archive_id, behaviours, rewards, ideas, keep, novelty)
 
-    def result(self, handle):
+    def result(self, handle: ArchiveHandle) -> StepResult:
         return ray.get(handle)
 
     def stats(self) -> dict[str, float]:
         return ray.get(self.handle.stats.remote(self.archive_id))
+
+
+class GroupSnapshot(TypedDict):
+    """:meth:`MemberGroup.snapshot`: member states and the archives held in the group, by member id."""
+
+    members: dict[int, dict[str, Any]]
+    archives: dict[int, LocalArchiveState]
 
 
 @ray.remote
@@ -140,7 +169,7 @@ class MemberGroup:
     in-process (:func:`archives_in_groups`); otherwise members call the archive actor.
     """
 
-    def __init__(self, config_json: str, member_ids: Sequence[int], archive_handle, run_tag: str) -> None:
+    def __init__(self, config_json: str, member_ids: Sequence[int], archive_handle: Any, run_tag: str) -> None:
         config = Config.model_validate_json(config_json)
         torch.set_num_threads(config.run.torch_threads)
         self.metrics = LiveMetrics(run_tag)
@@ -193,7 +222,7 @@ class MemberGroup:
     def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
         return {k: self.members[k].get_weights() for k in member_ids}
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> dict:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> dict:
         """Every member adopts the merged model: ``{"infos": {k: mutation description}, **snapshot()}``.
 
         The round's checkpoint is taken right after, so the states come back with the answer:
@@ -220,13 +249,13 @@ class MemberGroup:
             self.members[k].load_state_dict(state)
 
     # The archives held here (archives_in_groups); empty otherwise.
-    def archive_states(self) -> dict[int, dict]:
+    def archive_states(self) -> dict[int, LocalArchiveState]:
         return {k: a.state_dict() for k, a in self.archives.items()}
 
-    def load_archive_states(self, states: Mapping[int, dict]) -> None:
+    def load_archive_states(self, states: Mapping[int, LocalArchiveState]) -> None:
         for k, state in states.items():
             self.archives[k].load_state_dict(state)  # in place: the member keeps its reference
 
-    def snapshot(self) -> dict[str, dict[int, dict]]:
+    def snapshot(self) -> GroupSnapshot:
         """Member states and the archives held here, in one call."""
         return {"members": self.states(), "archives": self.archive_states()}

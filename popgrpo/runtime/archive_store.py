@@ -13,6 +13,7 @@ logged.
 from __future__ import annotations
 
 import os
+from typing import cast
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -38,7 +39,9 @@ class RedisArchiveStore:
     def _key(self, archive_id: int) -> str:
         return f"{self.prefix}:{archive_id}"
 
-    def write(self, archive_id: int, cells, rewards, behaviours, ideas) -> None:
+    def write(
+        self, archive_id: int, cells: np.ndarray, rewards: np.ndarray, behaviours: np.ndarray, ideas: np.ndarray
+    ) -> None:
         """Write accepted elites in batch order; a later elite of a cell overwrites an earlier one."""
         if len(cells) == 0:
             return
@@ -70,7 +73,8 @@ class RedisArchiveStore:
 
     def read(self, archive_id: int) -> dict[str, np.ndarray]:
         """``cell, reward, behaviour, idea`` arrays of every stored elite."""
-        raw = self.client.hgetall(self._key(archive_id))
+        # cast: redis types replies as bytes | str whatever decode_responses says; this client's are bytes.
+        raw = cast(dict[bytes, bytes], self.client.hgetall(self._key(archive_id)))
         cells = np.array(sorted(int(c) for c in raw), dtype=np.int64)
         rows = np.stack([np.frombuffer(raw[str(c).encode()], dtype=np.float64) for c in cells]) if len(cells) else None
         b = self.behaviour_dim

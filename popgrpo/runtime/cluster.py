@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 import ray
 
@@ -44,7 +45,7 @@ def start_local_ray(
     temp_dir: str | None = None,
     include_dashboard: bool = True,
     dashboard_port: int | None = None,
-    **kwargs,
+    **kwargs: Any,
 ):
     """Start an embedded single-node Ray bound to 127.0.0.1 only (see :func:`force_loopback`).
 

@@ -8,14 +8,15 @@ the lineage log and the run directory are identical whichever runs the members.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import torch
 
-from popgrpo.algorithms.archive_service import LocalArchive
+from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
 from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.config import Config
-from popgrpo.core.merge import Mutation
 from popgrpo.envs import make_env
 
 __all__ = ["Executor", "LocalExecutor", "make_archives", "new_archive"]
@@ -28,33 +29,41 @@ class Executor(Protocol):
 
     def train(self, n_epochs: int, round_index: int = 0) -> list[list[dict]]:
         """Every member trains ``n_epochs`` of round ``round_index``; per member, one metrics row per epoch."""
+        ...
 
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         """State dicts of the given members, in that order."""
+        ...
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
         """Every member continues from the merged model ``base`` with its own mutation (a float: Gaussian σ_p).
 
         Returns each member's mutation description (:meth:`Member.adopt`), in member order.
         """
+        ...
 
     def archives(self) -> list[LocalArchive]:
         """The archive(s): one when shared, one per member otherwise."""
+        ...
 
     def member_states(self) -> list[dict]:
         """Every member's :meth:`Member.state_dict`, in member order."""
+        ...
 
-    def snapshot(self) -> tuple[list[dict], list[dict]]:
+    def snapshot(self) -> tuple[list[dict], list[LocalArchiveState]]:
         """``(member_states, archive_states)`` at a round's end, for the checkpoint.
 
         Executors that can lose members also keep it as the point a rebuilt member restarts from.
         """
+        ...
 
     def load_member_states(self, states: Sequence[dict]) -> None:
         """Restore every member from :meth:`member_states` output."""
+        ...
 
-    def load_archive_states(self, states: Sequence[dict]) -> None:
+    def load_archive_states(self, states: Sequence[LocalArchiveState]) -> None:
         """Restore the archive(s) from ``[a.state_dict() for a in archives()]``."""
+        ...
 
     def close(self) -> None: ...
 
@@ -74,7 +83,7 @@ def make_archives(config: Config) -> list[LocalArchive]:
 class LocalExecutor:
     """All members in this process, trained one after another."""
 
-    def __init__(self, config: Config, run_dir=None) -> None:
+    def __init__(self, config: Config, run_dir: str | Path | None = None) -> None:
         torch.set_num_threads(config.run.torch_threads)
         self.config = config
         self.n_members = config.population.size
@@ -100,7 +109,7 @@ class LocalExecutor:
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         return [self.members[k].get_weights() for k in member_ids]
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
         return [member.adopt(base, mutation, round_index) for member in self.members]
 
     def archives(self) -> list[LocalArchive]:
@@ -109,14 +118,14 @@ class LocalExecutor:
     def member_states(self) -> list[dict]:
         return [m.state_dict() for m in self.members]
 
-    def snapshot(self) -> tuple[list[dict], list[dict]]:
+    def snapshot(self) -> tuple[list[dict], list[LocalArchiveState]]:
         return self.member_states(), [a.state_dict() for a in self._archives]
 
     def load_member_states(self, states: Sequence[dict]) -> None:
         for member, state in zip(self.members, states, strict=True):
             member.load_state_dict(state)
 
-    def load_archive_states(self, states: Sequence[dict]) -> None:
+    def load_archive_states(self, states: Sequence[LocalArchiveState]) -> None:
         for archive, state in zip(self._archives, states, strict=True):
             archive.load_state_dict(state)
 

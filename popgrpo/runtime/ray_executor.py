@@ -37,17 +37,19 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import ray
 import torch
+from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from popgrpo.algorithms.archive_service import LocalArchive
+from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
+from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.config import Config
-from popgrpo.core.merge import Mutation
-from popgrpo.runtime.actors import ArchiveActor, MemberGroup, archives_in_groups
+from popgrpo.runtime.actors import ArchiveActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
 from popgrpo.runtime.executor import make_archives
@@ -62,7 +64,7 @@ __all__ = ["RayExecutor"]
 class RayExecutor:
     """Members on Ray actors; the same interface as :class:`LocalExecutor`."""
 
-    def __init__(self, config: Config, run_dir: str | None = None, address: str | None = None) -> None:
+    def __init__(self, config: Config, run_dir: str | Path | None = None, address: str | None = None) -> None:
         self.config = config
         self.n_members = config.population.size
         per_actor = config.population.members_per_actor
@@ -88,7 +90,8 @@ class RayExecutor:
         run_key = f"{config.run.name}-{self.run_id}"  # names the archive actor and its Redis keys
         # Private archives without Redis live in the member actors: no archive actor at all.
         self._in_groups = archives_in_groups(config)
-        self.archive_actor = None
+        # Actor handles are Any here: Ray types an actor method's .remote as the method itself.
+        self.archive_actor: Any = None
         self._archive_pid: int | None = None
         if not self._in_groups:
             self.archive_actor = ArchiveActor.options(
@@ -99,11 +102,11 @@ class RayExecutor:
             self._archive_pid = ray.get(self.archive_actor.pid.remote())
         self._config_json = config_json
         self.recovery = RecoveryLog([a.state_dict() for a in make_archives(config)])
-        self._adopted: list[list[dict]] | None = None  # [members, archives] sent back by the last adopt
+        self._adopted: list[list[Any]] | None = None  # [members, archives] sent back by the last adopt
         self.restarts = 0
         self.events: list[dict] = []
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
-        self._actors = [self._new_group(group) for group in self._groups]
+        self._actors: list[Any] = [self._new_group(group) for group in self._groups]
         # The first call of each actor goes through _call like every later one: an actor lost
         # while it was being built (its node gone, an OOM while loading a model) answers it with
         # an actor error and is rebuilt, from its own initial state, like one lost mid-round.
@@ -128,7 +131,7 @@ class RayExecutor:
                 ray.shutdown()
             raise SetupError(f"archive.redis_url: cannot use Redis at {where}: {type(exc).__name__}: {exc}") from None
 
-    def _new_group(self, group: Sequence[int]):
+    def _new_group(self, group: Sequence[int]) -> Any:
         res = self.config.population.resources
         return MemberGroup.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus).remote(
             self._config_json, group, self.archive_actor, self.run_tag
@@ -138,10 +141,10 @@ class RayExecutor:
     def _call(
         self,
         method: str,
-        args_for: Callable[[int], tuple],
+        args_for: Callable[[int], tuple[Any, ...]],
         groups: Sequence[int] | None = None,
         replayable: bool = False,
-    ) -> dict[int, object]:
+    ) -> dict[int, Any]:
         """Call ``method`` on the given groups' actors; rebuild and retry any that are lost.
 
         Every call the driver makes on a member actor goes through here, from the first
@@ -150,11 +153,12 @@ class RayExecutor:
         while being constructed, mid-call or idle between calls — is rebuilt from the restore
         point (the last :meth:`snapshot`, or its own initial state before the first) with the
         calls made since replayed (:class:`RecoveryLog`), and the call is retried.
-        ``replayable`` (state-changing) calls are recorded for later replays.
+        ``replayable`` (state-changing) calls are recorded for later replays. Returns each
+        group's answer, whose type is the one ``method`` returns.
         """
         groups = range(len(self._actors)) if groups is None else groups
         refs = {g: getattr(self._actors[g], method).remote(*args_for(g)) for g in groups}
-        results: dict[int, object] = {}
+        results: dict[int, Any] = {}
         attempts = dict.fromkeys(refs, 0)
         while refs:
             ready, _ = ray.wait(list(refs.values()), num_returns=1)
@@ -162,7 +166,7 @@ class RayExecutor:
             del refs[g]
             try:
                 results[g] = ray.get(ready[0])
-            except ray.exceptions.RayActorError as exc:  # died, or its node is gone
+            except RayActorError as exc:  # died, or its node is gone
                 if exc.actor_init_failed:  # its __init__ raised: a bug or bad input, not a lost process
                     raise
                 attempts[g] += 1
@@ -192,7 +196,7 @@ class RayExecutor:
             actor = self._new_group(group)
             try:
                 self.recovery.replay_into(actor, g, group, self._archive_home())
-            except ray.exceptions.RayActorError as exc:
+            except RayActorError as exc:
                 ray.kill(actor, no_restart=True)
                 if exc.actor_init_failed or attempt == self.config.population.max_restarts:
                     raise
@@ -202,7 +206,7 @@ class RayExecutor:
             self._actors[g] = actor
             return
 
-    def _archive_home(self):
+    def _archive_home(self) -> Any:
         """Where a rebuilt actor's private archives are rolled back (:meth:`RecoveryLog.replay_into`)."""
         if self._in_groups:
             return "actor"
@@ -226,7 +230,7 @@ class RayExecutor:
             weights.update(part)
         return [weights[k] for k in member_ids]
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: Mutation | float, round_index: int) -> list[dict]:
+    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
         """Every member adopts ``base`` with its mutation; the states the actors send back with
         their answer serve the :meth:`snapshot` that follows (the round's checkpoint), without
         another call."""
@@ -236,24 +240,25 @@ class RayExecutor:
         self._adopted = states
         return infos
 
-    def _merge_parts(self, parts, keys: Sequence[str]) -> list[list]:
+    def _merge_parts(self, parts: Iterable[Mapping[str, Mapping[int, Any]]], keys: Sequence[str]) -> list[list[Any]]:
         """Per-actor answers ``{key: {member id: value}}`` → for each key, the values in member order."""
-        merged: dict[str, dict] = {key: {} for key in keys}
+        merged: dict[str, dict[int, Any]] = {key: {} for key in keys}
         for part in parts:
             for key in keys:
                 merged[key].update(part[key])
         return [[merged[key].get(k) for k in range(self.n_members)] for key in keys]
 
-    def _archive_states(self) -> list[dict]:
+    def _archive_states(self) -> list[LocalArchiveState]:
         if not self._in_groups:
-            return ray.get(self.archive_actor.state_dicts.remote())
-        states: dict[int, dict] = {}
+            # cast: on an untyped ObjectRef, Ray's overloads of ray.get answer a list of Any.
+            return cast(list[LocalArchiveState], ray.get(self.archive_actor.state_dicts.remote()))
+        states: dict[int, LocalArchiveState] = {}
         for part in self._call("archive_states", lambda g: ()).values():
             states.update(part)
         return [states[k] for k in range(self.n_members)]
 
     def archives(self) -> list[LocalArchive]:
-        archives = []
+        archives: list[LocalArchive] = []
         for state in self._archive_states():
             local = LocalArchive()
             local.load_state_dict(state)
@@ -266,7 +271,7 @@ class RayExecutor:
             states.update(part)
         return [states[k] for k in range(self.n_members)]
 
-    def snapshot(self) -> tuple[list[dict], list[dict]]:
+    def snapshot(self) -> tuple[list[dict], list[LocalArchiveState]]:
         """Member and archive states for the round checkpoint; also the restart point of lost actors.
 
         One call per actor returns both where the archives live in the member actors; right
@@ -280,18 +285,20 @@ class RayExecutor:
                 self._call("snapshot", lambda g: ()).values(), ("members", "archives")
             )
         if not self._in_groups:
-            archives = ray.get(self.archive_actor.state_dicts.remote())
+            archives = cast(
+                list[LocalArchiveState], ray.get(self.archive_actor.state_dicts.remote())
+            )  # see _archive_states
             self._note_archive_restart()
         self.recovery.set_restore_point(members, archives)
-        return self.recovery.members, self.recovery.archives
+        return self.recovery.members or [], self.recovery.archives
 
     def _note_archive_restart(self) -> None:
         """Report a restart of the archive actor that Ray performed during the round."""
-        pid = ray.get(self.archive_actor.pid.remote())
+        pid = cast(int, ray.get(self.archive_actor.pid.remote()))  # see _archive_states
         if pid != self._archive_pid:
             self._archive_pid = pid
             self.metrics.record_restart()
-            info = ray.get(self.archive_actor.restore_info.remote())
+            info = cast(RestoreInfo, ray.get(self.archive_actor.restore_info.remote()))
             self.events.append(
                 {
                     "event": "archive_actor_restarted",
@@ -304,7 +311,7 @@ class RayExecutor:
         self.recovery.set_restore_point(members=states)
         self._call("load_states", lambda g: ({k: states[k] for k in self._groups[g]},))
 
-    def load_archive_states(self, states: Sequence[dict]) -> None:
+    def load_archive_states(self, states: Sequence[LocalArchiveState]) -> None:
         self._adopted = None
         self.recovery.set_restore_point(archives=states)
         if self._in_groups:

@@ -11,12 +11,15 @@ actor.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import ray
 
+from popgrpo.algorithms.archive_service import LocalArchiveState
+
 __all__ = ["RecoveryLog"]
 
-ArgsFor = Callable[[int], tuple]  # actor index → the call's arguments for that actor
+ArgsFor = Callable[[int], tuple[Any, ...]]  # actor index → the call's arguments for that actor
 
 
 class RecoveryLog:
@@ -27,12 +30,16 @@ class RecoveryLog:
             point of a private archive until the first snapshot).
     """
 
-    def __init__(self, initial_archives: Sequence[dict]) -> None:
-        self.members: list[dict] | None = None  # None: a new actor's own initial state
-        self.archives: list[dict] = list(initial_archives)
+    def __init__(self, initial_archives: Sequence[LocalArchiveState]) -> None:
+        self.members: list[dict[str, Any]] | None = None  # None: a new actor's own initial state
+        self.archives: list[LocalArchiveState] = list(initial_archives)
         self.calls: list[tuple[str, ArgsFor]] = []
 
-    def set_restore_point(self, members: Sequence[dict] | None = None, archives: Sequence[dict] | None = None) -> None:
+    def set_restore_point(
+        self,
+        members: Sequence[dict[str, Any]] | None = None,
+        archives: Sequence[LocalArchiveState] | None = None,
+    ) -> None:
         """A new restore point (members, archives, or both); the recorded calls are forgotten."""
         if members is not None:
             self.members = list(members)
@@ -44,12 +51,13 @@ class RecoveryLog:
         """A state-changing call made on every actor since the restore point, to replay."""
         self.calls.append((method, args_for))
 
-    def replay_into(self, actor, index: int, members: Sequence[int], archive_home) -> None:
+    def replay_into(self, actor: Any, index: int, members: Sequence[int], archive_home: Any) -> None:
         """Bring a new ``actor`` (actor ``index``, holding ``members``) to where the lost one was.
 
         ``archive_home`` says where its members' private archives are rolled back: ``"actor"``
         (they live in the member actor), an archive-actor handle, or None (a shared archive,
-        which is not rolled back). Raises Ray's actor errors if the new actor dies too.
+        which is not rolled back). Raises Ray's actor errors if the new actor dies too. The
+        handles are ``Any``: Ray types an actor method's ``.remote`` as the method itself.
         """
         if self.members is not None:
             ray.get(actor.load_states.remote({k: self.members[k] for k in members}))

@@ -5,8 +5,8 @@ description of it, in the spirit of Ray Tune's PBT helpers: :func:`plan_round` (
 under which objective), :func:`merge_selected` (the merged model), :func:`mutation_for` (what
 each member adds when it adopts the merged model). :func:`run_rounds` carries them out through an executor
 and assembles the lineage record. The strategies are chosen by config only
-(``scheduler.merge`` and ``scheduler.mutate`` name entries of the registries in
-:mod:`popgrpo.algorithms.merges`; ``scheduler.objectives``); the defaults are the main paper's
+(``scheduler.merge``, ``scheduler.mutate`` and ``scheduler.objectives`` name entries of the
+registries in :mod:`popgrpo.registry`); the defaults are the main paper's
 S_k ranking, uniform soup and Gaussian perturbation. See docs/MERGING.md.
 """
 
@@ -20,9 +20,8 @@ import torch
 
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
 from popgrpo.algorithms.initial_weights import round0_weights
-from popgrpo.algorithms.merges import MERGES, MUTATIONS, MergeInputs
+from popgrpo.algorithms.merges import MERGES, MUTATIONS, MergeInputs, WeightMutation
 from popgrpo.config import Config
-from popgrpo.core.merge import Mutation
 from popgrpo.core.seeding import STREAM_MERGE, torch_generator
 from popgrpo.core.selection import cyclic_objective, objective_scores, select_top_m
 from popgrpo.runtime.executor import Executor
@@ -37,7 +36,7 @@ Weights = Mapping[str, torch.Tensor]
 class RoundPlan:
     selected: list[int]  # member ids, best first
     record: dict
-    scores: list[float] | None = None  # the selected members' objective scores, best first
+    scores: list[float]  # the selected members' objective scores, best first
 
 
 def round_lengths(epochs: int, interval: int) -> list[int]:
@@ -102,12 +101,12 @@ def merge_selected(
         generator=lambda: torch_generator(config.run.seed, STREAM_MERGE, round_index),
         evaluate=evaluate,
     )
-    return MERGES[config.scheduler.merge](inputs)
+    return MERGES.get(config.scheduler.merge)(inputs)
 
 
-def mutation_for(config: Config) -> tuple[Mutation, dict]:
+def mutation_for(config: Config) -> tuple[WeightMutation, dict]:
     """The mutation every member applies when it adopts the merged model, and its lineage description."""
-    return MUTATIONS[config.scheduler.mutate](config.scheduler)
+    return MUTATIONS.get(config.scheduler.mutate)(config.scheduler)
 
 
 def run_rounds(
@@ -143,11 +142,13 @@ def run_rounds(
                 None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
             )
             merged, merge_record = merge_selected(plan.selected, weights, plan.scores, round_index, config, held_out)
-            merged_eval = evaluator(merged, round_index, PURPOSE_MERGED) if config.eval.merged else None
+            merged_eval = (
+                evaluator(merged, round_index, PURPOSE_MERGED) if evaluator is not None and config.eval.merged else None
+            )
             mutation, perturb_record = mutation_for(config)
             infos = executor.adopt(merged, mutation, round_index + 1)
             perturb_record["members"] = list(range(len(last_rows)))
-            if mutation.kind == "svd":
+            if any(infos or []):  # what each member drew (svd: its w), when the mutation describes it
                 perturb_record["w"] = {str(k): info for k, info in enumerate(infos or [])}
             record = {
                 **plan.record,

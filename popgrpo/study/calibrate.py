@@ -211,13 +211,16 @@ def calibrate(
     trials = trials.drop(columns=[c for c in ("seeds", "epochs") if c in trials.columns])
     trials.sort_values("loss").to_parquet(out / "trials.parquet", index=False)
     best = results.get_best_result(metric="loss", mode="min")
-    point = {k: best.config[k] for k in search_space()}
-    errors = {k: best.metrics[f"error_{k}"] for k in KEYS}
+    best_config, best_metrics = best.config, best.metrics
+    if best_config is None or best_metrics is None:  # Ray types both Optional; a reported trial has both
+        raise RuntimeError(f"the best calibration trial reported no config or metrics: {best.path}")
+    point = {k: best_config[k] for k in search_space()}
+    errors = {k: best_metrics[f"error_{k}"] for k in KEYS}
     fit = {
         "point": point,
         "overrides": landscape_overrides(point),
-        "loss": best.metrics["loss"],
-        "measured": {k: best.metrics[k] for k in KEYS},
+        "loss": best_metrics["loss"],
+        "measured": {k: best_metrics[k] for k in KEYS},
         "paper": dict(TARGET),
         "errors": errors,
         "tolerance": dict(TOLERANCE),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import cast
 
 import matplotlib
 
@@ -75,7 +76,8 @@ def lm_table(epochs: pd.DataFrame, window: int) -> pd.DataFrame:
     rows = []
     for (method, seed), frame in epochs.groupby(["method", "seed"], sort=False):
         frame = frame.sort_values("epoch")
-        row = {"method": method, "seed": int(seed), "epochs": int(frame["epoch"].max()) + 1}
+        # cast: pandas-stubs types group keys as Hashable; these seeds are ints
+        row = {"method": method, "seed": int(cast(int, seed)), "epochs": int(frame["epoch"].max()) + 1}
         for col in METRICS:
             row[col] = float(frame[col].tail(window).mean())
             row[f"{col}_first"] = float(frame[col].head(window).mean())
@@ -106,7 +108,8 @@ def _claim(table: pd.DataFrame, text: str, a: str, b: str, col: str, direction: 
     n, signed = len(diff), diff * direction
     wins = int((signed > 0).sum())
     if n > 1 and signed.std(ddof=1) > 0:
-        p = float(stats.ttest_1samp(signed, 0.0, alternative="greater").pvalue)
+        # scipy's annotations miss the result's pvalue attribute
+        p = float(stats.ttest_1samp(signed, 0.0, alternative="greater").pvalue)  # pyright: ignore[reportAttributeAccessIssue]
     else:
         p = math.nan
     mean = float(diff.mean()) if n else math.nan

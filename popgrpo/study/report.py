@@ -237,7 +237,8 @@ def regime_rows(table: pd.DataFrame) -> pd.DataFrame:
     out = []
     for intensity, cell in rows.groupby("value"):
         diversity = cell.groupby("label")["diversity"].mean().reindex(paper_order)
-        tau = float(stats.kendalltau(range(len(paper_order)), -diversity.values).statistic)
+        # scipy's annotations miss the result's statistic attribute
+        tau = float(stats.kendalltau(range(len(paper_order)), -diversity.values).statistic)  # pyright: ignore[reportAttributeAccessIssue]
         pop = cell[cell.label == "Pop-GRPO"].set_index("seed")["population_max_reward"]
         control = cell[cell.label == "best-of-K GRPO"].set_index("seed")["population_max_reward"]
         seeds = sorted(set(pop.index) & set(control.index))
@@ -321,7 +322,7 @@ def merge_markdown(table: pd.DataFrame) -> str:
 
 def merge_winner(rows: pd.DataFrame, key: str) -> tuple[str, int]:
     """The strategy with the highest mean ``key``, and in how many seeds it was the best."""
-    best = rows.groupby("label")[key].mean().idxmax()
+    best = str(rows.groupby("label")[key].mean().idxmax())
     per_seed = rows.loc[rows.groupby("seed")[key].idxmax(), "label"]
     return best, int((per_seed == best).sum())
 
@@ -416,9 +417,10 @@ def _control_claims(table: pd.DataFrame) -> list[Claim]:
 
 def _trend(series: pd.Series) -> float:
     """Spearman rank correlation of a mean curve with its x values (+1: monotone rising)."""
-    if len(series) < 3 or np.ptp(series.values) == 0:
+    if len(series) < 3 or np.ptp(series.to_numpy()) == 0:
         return 0.0  # flat (or too short): no trend
-    return float(stats.spearmanr(series.index, series.values).statistic)
+    # scipy's annotations miss the result's statistic attribute
+    return float(stats.spearmanr(series.index, series.values).statistic)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def beyond_noise(table: pd.DataFrame, study: str, key: str, values: list, baseline: list, direction: int) -> float:

@@ -59,7 +59,8 @@ def _load_average() -> tuple[float, float, float]:
     try:
         return os.getloadavg()
     except OSError:  # not every platform has one
-        return (float("nan"),) * 3
+        nan = float("nan")
+        return nan, nan, nan
 
 
 def _trainable(params: dict) -> None:

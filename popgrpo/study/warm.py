@@ -32,12 +32,17 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import torch
+
+if TYPE_CHECKING:
+    from popgrpo.reward_models.config import RMTrainConfig
 
 __all__ = ["FULL", "QUICK", "WarmStudy", "run_warm_study"]
 
@@ -91,7 +96,7 @@ def _proxies(study: WarmStudy) -> list[tuple[str, str, str, int | None, int]]:
     """(name, preset, combine, n_models, index) of every RL run per setting and seed."""
     M = study.n_models
     singles = M if study.rl_singles is None else min(study.rl_singles, M)
-    runs = [("execution", "grpo", "execution", None, 0)]
+    runs: list[tuple[str, str, str, int | None, int]] = [("execution", "grpo", "execution", None, 0)]
     runs += [(f"single_{k}", "grpo", "single", None, k) for k in range(singles)]
     runs.append(("ens2", "grpo", "ens", 2, 0))
     runs += [(f"warm{m}", "grpo", "warm", m, 0) for m in range(2, M + 1)]
@@ -116,7 +121,7 @@ def _rm_config(study: WarmStudy, seed: int, corruption: float):
     )
 
 
-def build_rm_dir(rm_cfg, rm_dir: Path, shifted: dict) -> dict:
+def build_rm_dir(rm_cfg: RMTrainConfig, rm_dir: Path, shifted: Mapping[str, torch.Tensor] | None) -> dict:
     """An RM directory, in this process (the same steps as ``popgrpo rm train``, without Tune)."""
     from popgrpo.reward_models.cli import load_base
     from popgrpo.reward_models.store import load_manifest
@@ -159,7 +164,7 @@ def lmc_rows(rm_dir: Path, points: int) -> list[dict]:
     return rows
 
 
-def corruption_rows(rm_dir: Path, oracle) -> list[dict]:
+def corruption_rows(rm_dir: Path, oracle: Callable[[torch.Tensor], torch.Tensor]) -> list[dict]:
     """WA vs ENS of the first M RMs, M = 1…all, on every subset (WARM Figs. 4–5), beside the
     accuracy of the oracle ``oracle`` (the noise-free expected reward: the best any RM can rank)."""
     from popgrpo.core.reward_model import ensemble_scores, weight_average
@@ -185,7 +190,7 @@ def bon_rows(rm_dir: Path, study: WarmStudy, seed: int) -> list[dict]:
     M, ns = study.n_models, list(study.bon_ns)
     rows = []
 
-    def add(name, combine, n_models, index=0):
+    def add(name: str, combine: str, n_models: int | None, index: int = 0) -> None:
         for point in best_of_n_curve(rm_dir, combine, n_models, ns, study.bon_groups, seed, index):
             rows.append({"proxy": name, **point})
 
@@ -199,7 +204,14 @@ def bon_rows(rm_dir: Path, study: WarmStudy, seed: int) -> list[dict]:
 
 
 def rl_run(
-    study: WarmStudy, seed: int, rm_dir: Path, run_dir: Path, preset: str, combine: str, n_models, index: int = 0
+    study: WarmStudy,
+    seed: int,
+    rm_dir: Path,
+    run_dir: Path,
+    preset: str,
+    combine: str,
+    n_models: int | None,
+    index: int = 0,
 ) -> pd.DataFrame:
     """One RL run against a proxy (or on execution), in this process; its metrics."""
     from popgrpo.config import load_config, preset_path
@@ -277,11 +289,11 @@ def run_warm_study(out: str | Path, study: WarmStudy = FULL, progress: bool = Tr
     return result
 
 
-def quick(study: WarmStudy = QUICK, **changes) -> WarmStudy:
+def quick(study: WarmStudy = QUICK, **changes: Any) -> WarmStudy:
     """``study`` with fields changed (tests shrink it further)."""
     return replace(study, **changes)
 
 
-def _finite_mean(values) -> float:
-    values = [v for v in values if not math.isnan(v)]
-    return float(np.mean(values)) if values else math.nan
+def _finite_mean(values: Iterable[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else math.nan

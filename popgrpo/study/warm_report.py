@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import cast
 
 import matplotlib
 
@@ -63,7 +64,7 @@ def hacking_summary(curve: pd.DataFrame, window: int, smooth: int = 3) -> dict:
     control = curve["control_expected_reward"]
     smoothed = control.rolling(smooth, min_periods=1, center=True).mean()
     final = float(control.tail(window).mean())
-    peak_epoch = int(smoothed.idxmax())
+    peak_epoch = int(cast(int, smoothed.idxmax()))  # cast: pandas-stubs types index labels as Hashable
     below = smoothed[(smoothed.index > peak_epoch) & (smoothed < control.iloc[0])]
     return {
         "control_initial": float(control.iloc[0]),

@@ -23,8 +23,9 @@ import io
 import json
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +44,7 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, outside its run directory, or not what its hashes say."""
 
 
-def _tensorise(obj):
+def _tensorise(obj: Any) -> Any:
     """numpy arrays → ``{"__ndarray__": tensor}`` (``weights_only`` loads refuse numpy pickles).
 
     Each array is copied: arrays that arrive from Ray share one read-only buffer, and
@@ -58,7 +59,7 @@ def _tensorise(obj):
     return obj
 
 
-def _untensorise(obj):
+def _untensorise(obj: Any) -> Any:
     if isinstance(obj, dict):
         if len(obj) == 1 and _NDARRAY in obj:
             return obj[_NDARRAY].numpy()
@@ -68,13 +69,14 @@ def _untensorise(obj):
     return obj
 
 
-def _to_bytes(obj) -> bytes:
+def _to_bytes(obj: object) -> bytes:
     buffer = io.BytesIO()
     torch.save(_tensorise(obj), buffer)
     return buffer.getvalue()
 
 
-def _from_bytes(data: bytes, name: str = "checkpoint"):
+def _from_bytes(data: bytes, name: str = "checkpoint") -> Any:
+    """The object :func:`_to_bytes` saved (dicts, lists, arrays, tensors); CheckpointError if it is not one."""
     try:
         return _untensorise(torch.load(io.BytesIO(data), weights_only=True))
     except Exception as exc:  # the unpickler's refusals and a damaged file's errors alike
@@ -85,9 +87,9 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def elites_table(archive_states: Sequence[dict]) -> pa.Table:
+def elites_table(archive_states: Sequence[Mapping[str, Any]]) -> pa.Table:
     """One row per elite: ``archive, cell, behaviour, reward, idea`` (lists for vectors)."""
-    rows = {"archive": [], "cell": [], "behaviour": [], "reward": [], "idea": []}
+    rows: dict[str, list[Any]] = {"archive": [], "cell": [], "behaviour": [], "reward": [], "idea": []}
     for index, state in enumerate(archive_states):
         elites = state["archive"]
         n = len(elites["reward"])
@@ -107,7 +109,11 @@ class Checkpointer:
         self.fallback: str | None = None  # set by latest() when it could not use latest.json's round
 
     def save(
-        self, round_index: int, epoch_end: int, member_states: Sequence[dict], archive_states: Sequence[dict]
+        self,
+        round_index: int,
+        epoch_end: int,
+        member_states: Sequence[Mapping[str, Any]],
+        archive_states: Sequence[Mapping[str, Any]],
     ) -> Path:
         folder = self.root / f"round_{round_index:04d}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -223,9 +229,11 @@ class Checkpointer:
         self.fallback = f"{problem or 'latest.json is missing'}; no intact round, starting from the beginning"
         return None
 
-    def load(self, info: dict) -> tuple[list[dict], list[dict]]:
+    def load(self, info: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The members' states and :meth:`load_archives` of the round ``info`` names."""
         members = [_from_bytes(self._read(info, name), name) for name in self._names(info)[:-1]]
         return members, self.load_archives(info)
 
-    def load_archives(self, info: dict) -> list[dict]:
+    def load_archives(self, info: dict[str, Any]) -> list[Any]:
+        """The archive services' ``state_dict()``s as saved, one per archive."""
         return _from_bytes(self._read(info, "archive.pt"), "archive.pt")

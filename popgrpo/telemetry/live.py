@@ -87,10 +87,13 @@ class LiveMetrics:
         from ray.util.metrics import Counter, Gauge
 
         self.run = run
-        self._m = {
-            name: (Gauge if spec.kind == "gauge" else Counter)(name, description=spec.description, tag_keys=spec.tags)
-            for name, spec in METRICS.items()
-        }
+        self._gauges: dict[str, Gauge] = {}
+        self._counters: dict[str, Counter] = {}
+        for name, spec in METRICS.items():
+            if spec.kind == "gauge":
+                self._gauges[name] = Gauge(name, description=spec.description, tag_keys=spec.tags)
+            else:
+                self._counters[name] = Counter(name, description=spec.description, tag_keys=spec.tags)
         self._last: dict[tuple[str, tuple], float] = {}  # (gauge, sorted tags) -> last value
         self._lock = threading.Lock()
         self._refresh_s = refresh_s
@@ -108,14 +111,14 @@ class LiveMetrics:
     def _set(self, name: str, value: float, tags: dict[str, str]) -> None:
         # Under the lock, so a refresh never re-sets an older value after this one.
         with self._lock:
-            self._m[name].set(value, tags=tags)
+            self._gauges[name].set(value, tags=tags)
             self._last[(name, tuple(sorted(tags.items())))] = value
 
     def _keep_alive(self) -> None:
         while not self._closed.wait(self._refresh_s):
             with self._lock:
                 for (name, tags), value in self._last.items():
-                    self._m[name].set(value, tags=dict(tags))
+                    self._gauges[name].set(value, tags=dict(tags))
 
     def record_epoch(self, row: dict) -> None:
         tags = {"run": self.run, "member": str(row["member"])}
@@ -128,13 +131,13 @@ class LiveMetrics:
             if spec.kind == "gauge":
                 self._set(name, value, tags)
             elif value > 0:
-                self._m[name].inc(value, tags=tags)
+                self._counters[name].inc(value, tags=tags)
 
     def record_round(self, round_index: int) -> None:
         self._set("popgrpo_round", round_index, {"run": self.run})
 
     def record_restart(self) -> None:
-        self._m["popgrpo_restarts_total"].inc(1, tags={"run": self.run})
+        self._counters["popgrpo_restarts_total"].inc(1, tags={"run": self.run})
 
 
 def metrics_markdown() -> str:

@@ -3,7 +3,8 @@
 The run calls one small sink interface, :class:`RunLogger`, after every round with a
 :class:`RoundReport` (the round's metrics rows, its lineage record, the archive heatmaps),
 and :meth:`RunLogger.close` at the end. :func:`make_loggers` builds the ones
-``run.loggers`` names and returns them behind :class:`Loggers`, which fans out to each.
+``run.loggers`` names (entries of :data:`popgrpo.registry.LOGGERS`: the three below, or a
+plugin's) and returns them behind :class:`Loggers`, which fans out to each.
 
 What each one receives:
 
@@ -35,14 +36,18 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from popgrpo.config import Config, ConfigError
+from popgrpo.registry import LOGGERS
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = [
     "CLIENT_PACKAGES",
@@ -57,8 +62,11 @@ __all__ = [
     "complexity_histogram",
     "heatmap_images",
     "make_loggers",
+    "mlflow_logger",
     "population_scalars",
     "scalar_columns",
+    "tensorboard_logger",
+    "wandb_logger",
 ]
 
 # logger name -> (module imported, package to install)
@@ -141,9 +149,10 @@ def complexity_histogram(rows: Sequence[dict], bins: int = 24) -> tuple[np.ndarr
         q = [row.get(col) for col, _ in _QUANTILES]
         if not all(_finite(x) for x in q) or not _finite(row.get("ideas")) or row["ideas"] <= 0:
             continue
+        values = [float(x) for x in q if x is not None]  # every x is finite: checked above
         fractions = [f for _, f in _QUANTILES]
-        for i in range(len(q) - 1):
-            pieces.append((float(q[i]), float(q[i + 1]), (fractions[i + 1] - fractions[i]) * float(row["ideas"])))
+        for i in range(len(values) - 1):
+            pieces.append((values[i], values[i + 1], (fractions[i + 1] - fractions[i]) * float(row["ideas"])))
     if not pieces:
         return None
     lo, hi = min(p[0] for p in pieces), max(p[1] for p in pieces)
@@ -160,7 +169,7 @@ def complexity_histogram(rows: Sequence[dict], bins: int = 24) -> tuple[np.ndarr
     return edges, counts
 
 
-def archive_heatmaps(archive_states: Sequence[dict], shared: bool) -> dict[str, np.ndarray]:
+def archive_heatmaps(archive_states: Sequence[Mapping[str, Any]], shared: bool) -> dict[str, np.ndarray]:
     """Heatmaps of the archives in a checkpoint snapshot (``LocalArchive.state_dict()``s).
 
     Empty when the behaviour space is not 2-D (a heatmap needs two axes).
@@ -229,11 +238,11 @@ class TensorBoardLogger:
         self._writer_cls = SummaryWriter
         self.root = Path(run_dir) / "tensorboard"
         self._purge_step = purge_step
-        self._writers: dict[str, object] = {}
+        self._writers: dict[str, SummaryWriter] = {}
         if config is not None and purge_step is None:
             self._writer("population").add_text("config", "```yaml\n" + config.to_yaml() + "\n```", 0)
 
-    def _writer(self, name: str):
+    def _writer(self, name: str) -> SummaryWriter:
         if name not in self._writers:
             self._writers[name] = self._writer_cls(str(self.root / name), purge_step=self._purge_step, flush_secs=10)
         return self._writers[name]
@@ -263,12 +272,15 @@ class TensorBoardLogger:
             writer.close()
 
 
-def _write_epoch(writer, values: dict[str, float], hist: tuple[np.ndarray, np.ndarray] | None, step: int) -> None:
+def _write_epoch(
+    writer: SummaryWriter, values: dict[str, float], hist: tuple[np.ndarray, np.ndarray] | None, step: int
+) -> None:
     """One epoch's scalars and complexity histogram as one event: a ``Summary`` with a
     ``simple_value`` per scalar tag and a ``histo`` for ``complexity_hist``, the values
     ``add_scalar`` and ``add_histogram_raw`` write one event each. A round logs an event per
     (member, epoch); one call per value made the driver wait on the event writer's queue."""
-    from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
+    # The generated protobuf module declares its classes at run time, unseen by the checker.
+    from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary  # pyright: ignore[reportAttributeAccessIssue]
 
     summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
     if hist is not None:
@@ -382,7 +394,7 @@ class WandbLogger:
         population = population_scalars(report.rows)
         last = report.epoch_end - 1
         for epoch in sorted(population):
-            data = {f"population/{col}": v for col, v in population[epoch].items()}
+            data: dict[str, Any] = {f"population/{col}": v for col, v in population[epoch].items()}
             rows = [r for r in report.rows if r["epoch"] == epoch]
             for row in rows:
                 data.update(
@@ -438,6 +450,8 @@ class Loggers:
 def check_available(names: Sequence[str]) -> None:
     """Raise :class:`ConfigError` (one line: what to install) when a logger's client is missing."""
     for name in names:
+        if name not in CLIENT_PACKAGES:  # a plugin's logger: its own package says what it needs
+            continue
         module, package = CLIENT_PACKAGES[name]
         if importlib.util.find_spec(module) is None:
             raise ConfigError(
@@ -456,13 +470,25 @@ def make_loggers(config: Config, run_dir: str | Path, resume_epoch: int | None =
     built: list[RunLogger] = []
     try:
         for name in config.run.loggers:
-            if name == "tensorboard":
-                built.append(TensorBoardLogger(run_dir, config, purge_step=resume_epoch))
-            elif name == "mlflow":
-                built.append(MlflowLogger(run_dir, config))
-            elif name == "wandb":
-                built.append(WandbLogger(run_dir, config))
+            built.append(LOGGERS.get(name)(Path(run_dir), config, resume_epoch))
     except BaseException:
         Loggers(built).close(failed=True)
         raise
     return Loggers(built)
+
+
+def tensorboard_logger(run_dir: Path, config: Config, resume_epoch: int | None = None) -> RunLogger:
+    """``run.loggers: [tensorboard]``; a resumed run hides what was written from ``resume_epoch`` on."""
+    return TensorBoardLogger(run_dir, config, purge_step=resume_epoch)
+
+
+def mlflow_logger(run_dir: Path, config: Config, resume_epoch: int | None = None) -> RunLogger:
+    """``run.loggers: [mlflow]`` (a resumed run continues the MLflow run it recorded)."""
+    del resume_epoch
+    return MlflowLogger(run_dir, config)
+
+
+def wandb_logger(run_dir: Path, config: Config, resume_epoch: int | None = None) -> RunLogger:
+    """``run.loggers: [wandb]`` (a resumed run continues the W&B run it recorded)."""
+    del resume_epoch
+    return WandbLogger(run_dir, config)

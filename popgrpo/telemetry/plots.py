@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.figure import Figure
 
 __all__ = ["plot_training_dynamics", "save_figure"]
 
@@ -40,7 +41,7 @@ def plot_training_dynamics(metrics: pd.DataFrame, path: str | Path, title: str =
     return save_figure(fig, path)
 
 
-def save_figure(fig, path: str | Path) -> Path:
+def save_figure(fig: Figure, path: str | Path) -> Path:
     """Lay ``fig`` out, write it to ``path`` (110 dpi, the project's figures) and close it."""
     fig.tight_layout()
     path = Path(path)

@@ -97,7 +97,7 @@ def test_gauges_are_re_set_so_ray_does_not_expire_them(ray_local):
     from popgrpo.telemetry.live import LiveMetrics
 
     live = LiveMetrics("keepalive-run", refresh_s=0.05)
-    live._m["popgrpo_round"] = gauge = _RecordingGauge()
+    live._gauges["popgrpo_round"] = gauge = _RecordingGauge()
     live.record_round(7)
     # Waits with deadlines, not fixed sleeps: a busy machine may run the refresher late.
     assert wait_until(lambda: len(gauge.sets) >= 4, timeout=30)

