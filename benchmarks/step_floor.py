@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.common import md_table, met
+from popgrpo.algorithms.initial_weights import initial_weights
 from popgrpo.algorithms.member import make_optimizer
-from popgrpo.algorithms.rollouts import initial_weights
 from popgrpo.config import Config, load_config, preset_path
 from popgrpo.envs import make_env
 from popgrpo.runtime.executor import LocalExecutor

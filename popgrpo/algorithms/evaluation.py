@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ PURPOSE_MERGED = 1  # the merged model's reported pass@k / best@k (draws greedy 
 
 @torch.no_grad()
 def evaluate_weights(
-    weights: Mapping[str, torch.Tensor], rollouts: Rollouts, cfg: EvalConfig, generator: torch.Generator
+    weights: Mapping[str, torch.Tensor], rollouts: Rollouts[Any], cfg: EvalConfig, generator: torch.Generator
 ) -> dict[str, float]:
     """Load ``weights`` into ``rollouts``' (scratch) policy, sample and reward ``[P, n]`` ideas; return metrics.
 
@@ -46,19 +47,19 @@ def evaluate_weights(
     """
     rollouts.policy.load_state_dict(dict(weights))
     samples = rollouts.sample_every_prompt(cfg.samples, generator)
-    flat, _ = rollouts.describe(samples)
-    rewards = rollouts.execution_reward(samples, flat, generator).values
-    return _metrics(rewards.reshape(samples.n_prompts, samples.group_size).double(), flat, cfg)
+    features, _ = rollouts.describe(samples)
+    rewards = rollouts.environment_reward(samples, features, generator).values
+    return _metrics(rewards.reshape(samples.n_prompts, samples.group_size).double(), features, cfg)
 
 
-def _metrics(rewards: torch.Tensor, flat: torch.Tensor, cfg: EvalConfig) -> dict[str, float]:
-    """pass@1/k, best@k, reward, diversity and pop score of ``rewards [P, n]`` for ideas ``flat [P·n, d]``."""
+def _metrics(rewards: torch.Tensor, features: torch.Tensor, cfg: EvalConfig) -> dict[str, float]:
+    """pass@1/k, best@k, reward, diversity and pop score of ``rewards [P, n]`` for ideas' ``features [P·n, e]``."""
     pass_1, _ = group_pass_best_at_k(rewards, cfg.success_threshold, 1)
     pass_k, best_k = group_pass_best_at_k(rewards, cfg.success_threshold, cfg.k)
     good = rewards[torch.isfinite(rewards)]
     reward_mean = float(good.mean()) if good.numel() else math.nan
     reward_max = float(good.max()) if good.numel() else math.nan
-    diversity = pairwise_diversity(flat)
+    diversity = pairwise_diversity(features)
     return {
         "n": cfg.samples,
         "k": cfg.k,

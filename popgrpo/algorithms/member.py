@@ -25,22 +25,19 @@ import copy
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
 
 import torch
 
 from popgrpo.algorithms.archive_service import ArchiveService, EpochInserts
 from popgrpo.algorithms.merges import WeightMutation
-from popgrpo.algorithms.rollouts import (
-    RewardSource,
-    Rollouts,
-    init_generator,
-    initial_weights,
-    make_rollouts,
-    round0_weights,
-)
+from popgrpo.algorithms.rollouts import RewardSource, Rollouts, make_rollouts
 from popgrpo.algorithms.step import (
+    NO_ARCHIVE_ANSWER,
     Samples,
+    Scores,
     StepBatch,
     StepStats,
     epoch_means,
@@ -53,66 +50,45 @@ from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.merge import Mutation
 from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
+from popgrpo.envs import Environment, TextEnvironment
 from popgrpo.registry import REWARD_SOURCES
 from popgrpo.schema import CONTROL_COLUMNS, REASONS_COLUMN
 
-__all__ = [
-    "BadRewardError",
-    "Member",
-    "init_generator",
-    "initial_weights",
-    "make_optimizer",
-    "resolve_device",
-    "round0_weights",
-]
+__all__ = ["BadRewardError", "Member", "PendingStep", "make_optimizer", "resolve_device"]
 
 log = logging.getLogger(__name__)
+
+IdeasT = TypeVar("IdeasT")
 
 
 class BadRewardError(RuntimeError):
     """Too many NaN/inf rewards in one batch: the environment is broken, stop the run."""
 
 
-def make_optimizer(params, config: Config) -> torch.optim.Adam:
+def make_optimizer(params: Iterable[torch.Tensor], config: Config) -> torch.optim.Adam:
     """Adam over ``params`` with ``grpo.lr``, in the implementation ``grpo.adam`` names.
 
     torch has no fused kernel for some devices and dtypes; there the fused choice falls back
     to ``foreach`` (the same update).
     """
-    params = list(params)
+    tensors = list(params)
     impl, lr = config.grpo.adam, config.grpo.lr
     if impl == "fused":
         try:
-            return torch.optim.Adam(params, lr=lr, fused=True)
+            return torch.optim.Adam(tensors, lr=lr, fused=True)
         except (RuntimeError, TypeError) as error:
             log.info("fused Adam unavailable here (%s); using foreach", error)
             impl = "foreach"
-    return torch.optim.Adam(params, lr=lr, foreach=impl == "foreach")
+    return torch.optim.Adam(tensors, lr=lr, foreach=impl == "foreach")
 
 
-class _Scoring:
-    """A step between its environment rewards and the archive's answer (see :meth:`Member.score_begin`)."""
+@dataclass(frozen=True, kw_only=True)
+class PendingStep(Generic[IdeasT]):
+    """A step between its rewards and the archive's answer (:meth:`Member.score_begin` → :meth:`Member.score_end`)."""
 
-    __slots__ = (
-        "complexity",
-        "control",
-        "expected",
-        "finite",
-        "flat",
-        "n_bad",
-        "reasons",
-        "request",
-        "rewards",
-        "samples",
-        "success",
-    )
-
-    def __init__(
-        self, samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected, success
-    ) -> None:
-        self.samples, self.flat, self.rewards, self.complexity = samples, flat, rewards, complexity
-        self.finite, self.n_bad, self.reasons, self.request = finite, n_bad, reasons, request
-        self.control, self.expected, self.success = control, expected, success
+    samples: Samples[IdeasT]
+    scores: Scores
+    request: object  # the archive's handle for the sent insert (EpochInserts.submit); None: deferred
 
 
 class Member:
@@ -126,7 +102,7 @@ class Member:
         device: where the policy computes (the environment, the archive and the advantages
             work on the CPU).
         reward_source: what ideas are worth; when omitted, what ``reward.source`` says: the
-            environment's execution reward, or a learned proxy
+            environment's reward, or a learned proxy
             (the factory :data:`popgrpo.registry.REWARD_SOURCES` registers under that name).
     """
 
@@ -135,19 +111,23 @@ class Member:
         member_id: int,
         config: Config,
         archive: ArchiveService,
-        env=None,
+        env: Environment | TextEnvironment | None = None,
         device: str | torch.device = "cpu",
         reward_source: RewardSource | None = None,
     ) -> None:
         self.member_id = member_id
         self.config = config
         self.device = torch.device(device)
-        self.rollouts: Rollouts = make_rollouts(config, member_id, env, self.device)
+        self.rollouts: Rollouts[Any] = make_rollouts(config, member_id, env, self.device)
         self.env = self.rollouts.env
         self.policy = self.rollouts.policy
         if reward_source is None:
-            reward_source = REWARD_SOURCES.get(config.reward.source)(config, self.rollouts.execution_reward)
-        self.reward_source: RewardSource = reward_source
+            # The registry holds factories of any signature; reward.source's is (config, environment reward).
+            self.reward_source: RewardSource = REWARD_SOURCES.get(config.reward.source)(
+                config, self.rollouts.environment_reward
+            )
+        else:
+            self.reward_source = reward_source
         self.archive = archive
         self.inserts = EpochInserts(archive, self.rollouts.behaviour, deferred=self.defers_archive_inserts)
         self.optimizer = make_optimizer(self.policy.parameters(), config)
@@ -164,9 +144,9 @@ class Member:
         return not (self.config.qd.enabled or self.config.maxent.novelty.enabled)
 
     # ---- training ---------------------------------------------------------------------
-    def train_epochs(self, n_epochs: int) -> list[dict]:
+    def train_epochs(self, n_epochs: int) -> list[dict[str, Any]]:
         """Run ``n_epochs`` epochs; return one metrics row per epoch (:data:`popgrpo.schema.METRIC_COLUMNS`)."""
-        rows = []
+        rows: list[dict[str, Any]] = []
         for _ in range(n_epochs):
             steps = [self.step() for _ in range(self.config.grpo.steps_per_epoch)]
             rows.append(self.end_epoch(steps))
@@ -176,39 +156,50 @@ class Member:
         """One GRPO step: sample, score (reward, archive, advantages), update."""
         samples = self.rollouts.sample(self.generator)
         batch = self.score_end(self.score_begin(samples))
+        logp, entropy, kl = None, None, None
         for _ in range(self.config.grpo.updates_per_batch):
             logp, entropy = self.rollouts.log_prob_and_entropy(samples)
             loss, kl = self.loss(batch, logp, entropy)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            loss.backward()  # pyright: ignore[reportUnknownMemberType]  # torch leaves backward's parameters unannotated
+            self.optimizer.step()  # pyright: ignore[reportUnknownMemberType]  # torch leaves step's closure unannotated
+        assert entropy is not None and kl is not None, "grpo.updates_per_batch is at least 1"
         return self.finish_step(batch, entropy, kl)
 
     # A step's parts that do not touch the policy's parameters: PackedMembers
     # (popgrpo.algorithms.packed) calls them around one vectorised policy pass for several members.
-    def score_begin(self, samples: Samples) -> _Scoring:
+    def score_begin(self, samples: Samples[IdeasT]) -> PendingStep[IdeasT]:
         """Rewards of a step's ideas from the reward source, and the archive request sent (not awaited)."""
-        flat, complexity = self.rollouts.describe(samples)
-        answer = self.reward_source(samples, flat, self.generator)
+        features, complexity = self.rollouts.describe(samples)
+        answer = self.reward_source(samples, features, self.generator)
         shape = (samples.n_prompts, samples.group_size)
-        rewards, reasons = answer.values.reshape(shape), answer.reasons
-        control = None if answer.control is None else answer.control.reshape(shape)
+        rewards = answer.values.reshape(shape)
         finite = torch.isfinite(rewards)
         n_bad = 0 if bool(finite.all()) else int((~finite).sum())
         if n_bad:
             self._count_bad_rewards(n_bad, rewards.numel())
-        request = self.inserts.submit(flat, rewards, finite, self.config.maxent.novelty.enabled)
-        expected, success = answer.expected, answer.success  # [N]: the epoch averages them over all ideas
-        return _Scoring(samples, flat, rewards, complexity, finite, n_bad, reasons, request, control, expected, success)
+        request = self.inserts.submit(features, rewards, finite, self.config.maxent.novelty.enabled)
+        scores = Scores(
+            features=features,
+            complexity=complexity,
+            rewards=rewards,
+            finite=finite,
+            n_bad=n_bad,
+            reasons=answer.reasons,
+            control=None if answer.control is None else answer.control.reshape(shape),
+            expected=answer.expected,  # [N]: the epoch averages them over all ideas
+            success=answer.success,
+        )
+        return PendingStep(samples=samples, scores=scores, request=request)
 
-    def score_end(self, scoring: _Scoring) -> StepBatch:
+    def score_end(self, pending: PendingStep[IdeasT]) -> StepBatch[IdeasT]:
         """Archive bonus and novelty into the returns (when the archive answered this step), then the advantages."""
-        cfg = self.config
-        returns = zero_bad(scoring.rewards, scoring.finite) if scoring.n_bad else scoring.rewards
-        info = {}
-        answer = self.inserts.result(scoring.request)
+        cfg, scores = self.config, pending.scores
+        returns = zero_bad(scores.rewards, scores.finite) if scores.n_bad else scores.rewards
+        archive = NO_ARCHIVE_ANSWER
+        answer = self.inserts.result(pending.request)
         if answer is not None:
-            returns, info = shape_returns(
+            returns, archive = shape_returns(
                 returns,
                 *answer,
                 beta_new=cfg.qd.beta_new if cfg.qd.enabled else None,
@@ -216,24 +207,13 @@ class Member:
                 novelty_coef=cfg.maxent.novelty.coef,
             )
         advantages = step_advantages(
-            returns, scoring.complexity, scoring.finite, scoring.n_bad, cfg.maxent.complexity_bins, cfg.grpo.adv_eps
+            returns, scores.complexity, scores.finite, scores.n_bad, cfg.maxent.complexity_bins, cfg.grpo.adv_eps
         )
-        return StepBatch(
-            samples=scoring.samples,
-            flat=scoring.flat,
-            rewards=scoring.rewards,
-            complexity=scoring.complexity,
-            finite=scoring.finite,
-            n_bad=scoring.n_bad,
-            advantages=advantages.to(self.device),
-            info=info,
-            reasons=scoring.reasons,
-            control=scoring.control,
-            expected=scoring.expected,
-            success=scoring.success,
-        )
+        return StepBatch(samples=pending.samples, scores=scores, archive=archive, advantages=advantages.to(self.device))
 
-    def loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def loss(
+        self, batch: StepBatch[Any], logp: torch.Tensor, entropy: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Eq. 4 for the current log-probs and (reduced) entropy of ``batch``'s samples; returns (loss, kl)."""
         cfg, samples = self.config, batch.samples
         return grpo_loss(
@@ -248,36 +228,28 @@ class Member:
             reduce=lambda values: self.rollouts.reduce(values, samples),
         )
 
-    def finish_step(self, batch: StepBatch, entropy: torch.Tensor, kl: torch.Tensor) -> StepStats:
+    def finish_step(self, batch: StepBatch[Any], entropy: torch.Tensor, kl: torch.Tensor) -> StepStats:
         """Dual step on α, and what the epoch's metrics need of this step."""
         if self.config.maxent.entropy.enabled:
             self.alpha.update(float(entropy.detach()))
         return StepStats(
-            rewards=batch.rewards,
-            finite=batch.finite,
-            flat=batch.flat,
-            complexity=batch.complexity,
+            scores=batch.scores,
+            archive=batch.archive,
             entropy=entropy.detach(),
             kl=kl.detach(),
-            bad_rewards=batch.n_bad,
-            reasons=batch.reasons,
-            control=batch.control,
-            expected=batch.expected,
-            success=batch.success,
-            identities=self.rollouts.identities(batch.samples, batch.flat),
-            **batch.info,
+            identities=self.rollouts.identities(batch.samples, batch.scores.features),
         )
 
-    def end_epoch(self, steps: list[StepStats]) -> dict:
+    def end_epoch(self, steps: list[StepStats]) -> dict[str, Any]:
         """Close an epoch: the deferred archive inserts, then the epoch's metrics row."""
         counts = self.inserts.end_epoch()
         if counts is None:
-            counts = sum(s.archive_new for s in steps), sum(s.archive_improved for s in steps)
+            counts = sum(s.archive.new for s in steps), sum(s.archive.improved for s in steps)
         stats = self.inserts.stats()
         means = epoch_means(steps, self.config.eval.success_threshold, self.config.eval.k)
         quantiles = {key: means.pop(key) for key in [k for k in means if k.startswith("complexity_p")]}
         control = {key: means.pop(key) for key in CONTROL_COLUMNS}
-        row = {
+        row: dict[str, Any] = {
             "epoch": self.epochs_done,
             "member": self.member_id,
             **means,
@@ -286,14 +258,15 @@ class Member:
             "archive_improved": int(counts[1]),
             "archive_coverage": stats["coverage"],
             "archive_qd_score": stats["qd_score"],
-            "bad_rewards": int(sum(s.bad_rewards for s in steps)),
-            "ideas": int(sum(s.rewards.numel() for s in steps)),
+            "bad_rewards": int(sum(s.scores.n_bad for s in steps)),
+            "ideas": int(sum(s.scores.rewards.numel() for s in steps)),
             **quantiles,
             **control,
         }
-        if any(s.reasons is not None for s in steps):
-            reasons = sum((s.reasons for s in steps if s.reasons is not None), Counter())
-            row[REASONS_COLUMN] = json.dumps(dict(sorted(reasons.items())))
+        reasons = [s.scores.reasons for s in steps if s.scores.reasons is not None]
+        if reasons:
+            total = sum(reasons, Counter[str]())
+            row[REASONS_COLUMN] = json.dumps(dict(sorted(total.items())))
         self.epochs_done += 1
         return row
 
@@ -314,7 +287,9 @@ class Member:
         """CPU copies, whatever the member's device: they go to checkpoints and the object store."""
         return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> dict:
+    def adopt(
+        self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int
+    ) -> dict[str, Any]:
         """Continue from the merged model ``base`` plus this member's own mutation (Pop-GRPO).
 
         ``mutation`` is a :class:`~popgrpo.algorithms.merges.WeightMutation` (e.g.
@@ -335,7 +310,7 @@ class Member:
         return info
 
     # ---- checkpoints -----------------------------------------------------------------------
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bit for bit: weights, Adam, α, RNG, counters.
 
         The reference policy is not included: it is rebuilt from the run seed.
@@ -350,7 +325,7 @@ class Member:
             "bad_rewards_total": self.bad_rewards_total,
         }
 
-    def load_state_dict(self, state: Mapping) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         if state["member_id"] != self.member_id:
             raise ValueError(f"checkpoint of member {state['member_id']} loaded into member {self.member_id}")
         self.policy.load_state_dict(state["policy"])
@@ -363,7 +338,7 @@ class Member:
         self.inserts.discard()  # an interrupted epoch's deferred inserts belong to the state being replaced
 
 
-def _to_cpu(obj):
+def _to_cpu(obj: object) -> object:
     """``obj`` with every tensor inside it copied to the CPU (checkpoints load on any machine).
 
     Always a copy: ``Tensor.cpu()`` returns the tensor itself when it is on the CPU already,
@@ -372,10 +347,12 @@ def _to_cpu(obj):
     """
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
+    # isinstance cannot bind a container's item types: the casts say what any item is.
     if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
+        return {k: _to_cpu(v) for k, v in cast("dict[object, object]", obj).items()}
     if isinstance(obj, list | tuple):
-        return type(obj)(_to_cpu(v) for v in obj)
+        items = cast("list[object] | tuple[object, ...]", obj)
+        return type(items)(_to_cpu(v) for v in items)
     return obj
 
 

@@ -13,13 +13,18 @@ reference (KL)                a frozen copy of the initial      the base model, 
                               policy
 loss reduction                mean over ideas                   masked token aggregate
                                                                 (``loss_normalisation``)
-what the archive stores       the idea                          its sentence embedding
+features (archive, novelty,   the idea                          its sentence embedding
+behaviour, reward models)
 complexity                    ``env.complexity`` (‖x‖)          length in tokens
-execution reward              ``env.reward(ideas, generator)``  the reward callables, with reasons
+environment reward            ``env.execute`` / ``env.reward``  the reward callables, with reasons
+                                                                (``env.score``)
 ============================  ===============================  ==================================
 
-The execution reward is the default **reward source** of a member
-(:attr:`Rollouts.execution_reward`); a learned proxy is another callable of the same shape.
+The environment's reward is the default **reward source** of a member
+(:meth:`Rollouts.environment_reward`); a learned proxy is another :class:`RewardSource`.
+:class:`VectorRollouts` is what the vectorised path (:mod:`popgrpo.algorithms.packed`) needs
+beyond :class:`Rollouts`: the prompts, the frozen reference and a policy it can call with
+stacked parameters.
 """
 
 from __future__ import annotations
@@ -27,30 +32,37 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast, runtime_checkable
 
 import torch
 
-from popgrpo.algorithms.step import Samples
+from popgrpo.algorithms.initial_weights import init_generator, initial_weights
+from popgrpo.algorithms.step import Identities, Samples
 from popgrpo.config import Config
 from popgrpo.core.grpo import masked_aggregate
-from popgrpo.core.merge import soup
-from popgrpo.core.seeding import STREAM_INIT, torch_generator
 from popgrpo.envs import Environment, TextEnvironment, make_env
 from popgrpo.policies import make_policy
 
+if TYPE_CHECKING:
+    from popgrpo.policies.causal_lm import Rollout
+
 __all__ = [
+    "EnvironmentReward",
     "IdeaRollouts",
+    "ReparameterisedPolicy",
     "RewardSource",
     "Rewards",
     "Rollouts",
     "TextRollouts",
-    "init_generator",
-    "initial_weights",
+    "TrainablePolicy",
+    "VectorPolicy",
+    "VectorRollouts",
     "make_rollouts",
-    "round0_weights",
 ]
 
+IdeasT = TypeVar("IdeasT")  # what a step's ideas are: a [P, G, d] tensor, or a Rollout of completions
+IdeasT_co = TypeVar("IdeasT_co", covariant=True)
 
 _NO_LOGP = torch.empty(0)  # samples drawn for evaluation carry no log-probs
 
@@ -59,110 +71,234 @@ class Rewards(NamedTuple):
     """A reward source's answer for ``N`` ideas."""
 
     values: torch.Tensor  # [N] float32 CPU; NaN/inf marks a bad reward
-    reasons: Counter | None = None  # "source:reason" → count, where the source says why
-    # [N] the execution reward of the same ideas when ``values`` come from a learned proxy
-    # (the control reward, logged, never trained on); None: ``values`` are the execution reward.
+    reasons: Counter[str] | None = None  # "source:reason" → count, where the source says why
+    # [N] the environment reward of the same ideas when ``values`` come from a learned proxy
+    # (the control reward, logged, never trained on); None: ``values`` are the environment reward.
     control: torch.Tensor | None = None
-    # [N] the noise-free expectation of the execution reward, where the environment knows it
+    # [N] the noise-free expectation of the environment reward, where the environment knows it
     # (IdeaEnv: Q·p_exec), logged as control_expected_reward; None elsewhere.
     expected: torch.Tensor | None = None
     # [N] bool: the idea's execution succeeded (the sandbox said ``ok``); None where the source
-    # does not know (vector ideas).
+    # does not know (vector ideas without ``execute``). A float with NaN where only some ideas
+    # were executed (a proxy's ``control_fraction``).
     success: torch.Tensor | None = None
 
 
 class RewardSource(Protocol):
-    """``(samples, flat, generator) → Rewards``: what a step's ideas are worth.
+    """``(samples, features, generator) → Rewards``: what a step's ``N`` ideas are worth.
 
-    ``flat`` is ``[N, e]``, what the archive stores for each idea (the idea, or the embedding of
-    a completion). The environment's execution reward is the default
-    (:attr:`Rollouts.execution_reward`); a learned proxy plugs in here.
+    ``features`` is ``[N, e]``, what the rollouts say of each idea (:meth:`Rollouts.describe`:
+    the idea itself, or a completion's embedding). The environment's reward is the default
+    (:meth:`Rollouts.environment_reward`); a learned proxy plugs in here.
     """
 
-    def __call__(self, samples: Samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards: ...
+    def __call__(self, samples: Samples[Any], features: torch.Tensor, generator: torch.Generator, /) -> Rewards: ...
 
 
-class Rollouts(Protocol):
-    """A member's policy, reference and environment, seen from the GRPO step."""
+class EnvironmentReward(Protocol):
+    """A :class:`RewardSource` that can execute a subset of the ideas (:meth:`Rollouts.environment_reward`).
 
-    policy: object  # the trainable policy: parameters(), state_dict(), load_state_dict(), to()
-    env: object
+    With ``select`` (``[k]`` indices into the ``N`` ideas, prompt-major) only those ideas are
+    executed, and the ``[k]`` rewards come back in that order (``expected`` stays ``[N]``).
+    """
 
-    def sample(self, generator: torch.Generator) -> Samples:
+    def __call__(
+        self,
+        samples: Samples[Any],
+        features: torch.Tensor,
+        generator: torch.Generator,
+        /,
+        select: torch.Tensor | None = None,
+    ) -> Rewards: ...
+
+
+class TrainablePolicy(Protocol):
+    """What a member does with any policy: optimise its parameters and move its weights."""
+
+    def parameters(self) -> Iterable[torch.nn.Parameter]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, torch.Tensor], /) -> object: ...
+
+
+@runtime_checkable
+class VectorPolicy(Protocol):
+    """A prompt-conditioned Gaussian-like policy over ``R^d`` (``nn.Module``), as vector ideas need it.
+
+    :class:`~popgrpo.policies.gaussian.PromptGaussianPolicy` is one. ``P`` prompts, ``G`` ideas
+    per prompt, ``d`` idea dimension.
+    """
+
+    def __call__(self, prompts: torch.Tensor, /) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[P]`` prompt ids → the heads: mean ``[P, d]`` and log-std ``[P, d]``."""
+        ...
+
+    def sample(self, prompts: torch.Tensor, group_size: int, generator: torch.Generator) -> torch.Tensor:
+        """``[P]`` prompt ids → ``[P, G, d]`` ideas (no gradient)."""
+        ...
+
+    def sample_with_log_prob(
+        self, prompts: torch.Tensor, group_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[P, G, d]`` ideas and their ``[P, G]`` log-probs from one pass (no gradient)."""
+        ...
+
+    def log_prob_and_entropy(self, prompts: torch.Tensor, ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[P, G]`` log-probs of ``ideas [P, G, d]`` and the ``[P, d]`` entropy, from one pass (with gradient)."""
+        ...
+
+    def log_prob_from(self, mean: torch.Tensor, log_std: torch.Tensor, ideas: torch.Tensor) -> torch.Tensor:
+        """``[P, G]`` log-density of ``ideas [P, G, d]`` under heads ``[P, d]``."""
+        ...
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+    def named_parameters(self) -> Iterator[tuple[str, torch.nn.Parameter]]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], /) -> object: ...
+
+    def to(self, device: torch.device, /) -> VectorPolicy: ...
+
+    def requires_grad_(self, requires_grad: bool = True, /) -> VectorPolicy: ...
+
+
+@runtime_checkable
+class ReparameterisedPolicy(VectorPolicy, Protocol):
+    """A :class:`VectorPolicy` whose sampling splits into its heads and noise: what packing needs."""
+
+    def draw_noise(self, n_prompts: int, group_size: int, generator: torch.Generator) -> torch.Tensor:
+        """``[P, G, d]`` standard normal draws from ``generator`` (its own device)."""
+        ...
+
+    def ideas_from_noise(self, mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Heads ``[P, d]`` and noise ``[P, G, d]`` → ideas ``[P, G, d]``."""
+        ...
+
+
+class Rollouts(Protocol[IdeasT]):
+    """A member's policy, reference and environment, seen from the GRPO step.
+
+    ``IdeasT`` is what :class:`~popgrpo.algorithms.step.Samples` carry: ``[P, G, d]`` vectors,
+    or a :class:`~popgrpo.policies.causal_lm.Rollout` of ``N = P·G`` completions. ``P`` prompts,
+    ``G`` ideas per prompt, ``e`` the width of an idea's features.
+    """
+
+    @property
+    def policy(self) -> TrainablePolicy:
+        """The trainable policy (the member's optimiser and weights)."""
+        ...
+
+    @property
+    def env(self) -> Environment | TextEnvironment:
+        """The environment the ideas are rewarded, placed and measured by."""
+        ...
+
+    def sample(self, generator: torch.Generator) -> Samples[IdeasT]:
         """One step's ideas with their sampling and reference log-probs (no gradient)."""
+        ...
 
-    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples:
+    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples[IdeasT]:
         """``n`` ideas for each of the task's prompts (held-out evaluation; no log-probs)."""
+        ...
 
-    def log_prob_and_entropy(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs of ``samples`` under the current policy (same shape as ``samples.old_logp``)
+    def log_prob_and_entropy(self, samples: Samples[IdeasT]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs of ``samples`` under the current policy (same shape as ``samples.ref_logp``)
         and the policy's entropy reduced to a scalar, from one pass, with gradient."""
+        ...
 
-    def reduce(self, values: torch.Tensor, samples: Samples) -> torch.Tensor:
-        """Per-idea or per-token loss terms → one scalar."""
+    def reduce(self, values: torch.Tensor, samples: Samples[IdeasT]) -> torch.Tensor:
+        """Per-idea ``[P, G]`` or per-token ``[N, T]`` loss terms → one scalar."""
+        ...
 
-    def expand(self, advantages: torch.Tensor, samples: Samples) -> torch.Tensor:
+    def expand(self, advantages: torch.Tensor, samples: Samples[IdeasT]) -> torch.Tensor:
         """``[P, G]`` advantages, shaped to broadcast against the log-probs."""
+        ...
 
-    def describe(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(flat [N, e] CPU, complexity [P, G])``: what the archive stores, and each idea's complexity."""
+    def describe(self, samples: Samples[IdeasT]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(features [N, e] CPU, complexity [P, G])``: what the archive stores, novelty and the
+        reward models compare, and behaviours are computed from; and each idea's complexity."""
+        ...
 
-    def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
-        """``[N, e]`` → ``[N, 2]`` descriptors in [0, 1]: the archive cell of each idea."""
+    def behaviour(self, features: torch.Tensor) -> torch.Tensor:
+        """``[N, e]`` features → ``[N, 2]`` descriptors in [0, 1]: the archive cell of each idea."""
+        ...
 
-    def identities(self, samples: Samples, flat: torch.Tensor) -> list | torch.Tensor:
+    def identities(self, samples: Samples[IdeasT], features: torch.Tensor) -> Identities:
         """What makes an idea itself (the ``distinct`` metric): ``N`` hashable values, equal exactly
         when two ideas are the same, or an ``[N, e]`` tensor whose equal rows are equal ideas.
-        ``flat`` is :meth:`describe`'s ``[N, e]``, for rollouts whose ideas are those rows."""
+        ``features`` is :meth:`describe`'s, for rollouts whose ideas are those rows."""
+        ...
 
-    def execution_reward(
-        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    def environment_reward(
+        self,
+        samples: Samples[IdeasT],
+        features: torch.Tensor,
+        generator: torch.Generator,
+        /,
+        select: torch.Tensor | None = None,
     ) -> Rewards:
-        """The environment's (execution) reward: the default :class:`RewardSource`. With ``select``
-        (``[k]`` indices into the ``N`` ideas, prompt-major) only those ideas are executed, and the
-        ``[k]`` rewards come back in that order."""
+        """The environment's reward of the ideas: the default :class:`RewardSource`
+        (an :class:`EnvironmentReward`). With ``select`` (``[k]`` indices into the ``N`` ideas,
+        prompt-major) only those ideas are executed, and the ``[k]`` rewards come back in that order."""
+        ...
 
     def round0(self) -> dict[str, torch.Tensor]:
-        """θ_0: this member's initial weights (the svd mutation's task-vector base)."""
+        """θ_0 of this member: its own initial weights (the svd mutation's task-vector base)."""
+        ...
 
 
-def init_generator(config: Config, member_id: int) -> torch.Generator:
-    """The stream a member's initial weights are drawn from: shared unless ``shared_init`` is off."""
-    key = (STREAM_INIT,) if config.population.shared_init else (STREAM_INIT, member_id)
-    return torch_generator(config.run.seed, *key)
+@runtime_checkable
+class VectorRollouts(Rollouts[torch.Tensor], Protocol):
+    """Rollouts of vector ideas from a :class:`VectorPolicy`, with what the packed path stacks.
 
-
-def initial_weights(config: Config, member_id: int = 0) -> dict[str, torch.Tensor]:
-    """The weights a member starts from (a language model's: its initial adapters).
-
-    For ``policy.kind=causal_lm`` this loads the model in this process.
+    :class:`~popgrpo.algorithms.packed.PackedMembers` runs several members' policy work in one
+    vectorised pass: it needs the (fixed) prompts, each member's frozen reference and how the
+    policy's entropy is scaled, besides the policy itself.
     """
-    idea_dim = make_env(config.env).idea_dim if config.policy.kind == "gaussian" else 0
-    policy = make_policy(config.policy, idea_dim, init_generator(config, member_id))
-    return {k: v.detach().clone() for k, v in policy.state_dict().items()}
+
+    @property
+    def policy(self) -> VectorPolicy:
+        """The trainable policy."""
+        ...
+
+    @property
+    def prompts(self) -> torch.Tensor:
+        """``[P]`` prompt ids, the same every step."""
+        ...
+
+    @property
+    def reference(self) -> VectorPolicy:
+        """The frozen reference policy of the KL term (same structure as :attr:`policy`)."""
+        ...
+
+    @property
+    def entropy_scale(self) -> int:
+        """Factor on the policy's mean per-dimension entropy: 1, or ``d`` for the joint entropy
+        (``maxent.entropy.per_dimension`` off)."""
+        ...
 
 
-def round0_weights(config: Config, member_ids: list[int] | None = None) -> dict[str, torch.Tensor]:
-    """θ_0, the early checkpoint of WiSE-FT and the base of task vectors: the round-0 weights.
-
-    With ``population.shared_init`` (the default) every member starts there. Otherwise it is
-    the uniform soup of the given members' own initial weights (all members when None).
-    """
-    if config.population.shared_init:
-        return initial_weights(config, 0)
-    ids = range(config.population.size) if member_ids is None else member_ids
-    return soup([initial_weights(config, k) for k in ids])
+_Execute = Callable[[torch.Tensor, torch.Generator], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+"""An environment's optional ``execute(ideas [N, d], generator) → (rewards, expectations, success)``, each ``[N]``."""
+_ExpectedReward = Callable[[torch.Tensor], torch.Tensor]
+"""An environment's optional ``expected_reward(ideas [N, d]) → [N]``."""
 
 
 class IdeaRollouts:
-    """Vector ideas: a prompt-conditioned Gaussian policy over an :class:`~popgrpo.envs.Environment`."""
+    """Vector ideas: a prompt-conditioned :class:`VectorPolicy` over an :class:`~popgrpo.envs.Environment`."""
 
     def __init__(self, config: Config, member_id: int, env: Environment, device: torch.device) -> None:
         self.config = config
         self.member_id = member_id
-        self.env = env
-        self.policy = make_policy(config.policy, env.idea_dim, init_generator(config, member_id)).to(device)
-        self.reference = copy.deepcopy(self.policy).requires_grad_(False)
+        self.env: Environment = env
+        policy = make_policy(config.policy, env.idea_dim, init_generator(config, member_id))
+        if not isinstance(policy, VectorPolicy):
+            raise TypeError(f"policy.kind={config.policy.kind}: vector ideas need a VectorPolicy (an nn.Module)")
+        self.policy: VectorPolicy = policy.to(device)
+        self.reference: VectorPolicy = copy.deepcopy(self.policy).requires_grad_(False)
         self.prompts = torch.arange(config.policy.n_prompts, device=device)
         # The reference is frozen and the prompts are fixed, so its mean and log-std heads
         # ([P, d] each) are computed once: each step's reference log-probs need only the ideas.
@@ -172,55 +308,68 @@ class IdeaRollouts:
         self.entropy_scale = 1 if config.maxent.entropy.per_dimension else env.idea_dim
         self._round0: dict[str, torch.Tensor] | None = None
 
-    def sample(self, generator: torch.Generator) -> Samples:
+    def sample(self, generator: torch.Generator) -> Samples[torch.Tensor]:
         with torch.no_grad():  # one forward samples and scores
             ideas, old_logp = self.policy.sample_with_log_prob(self.prompts, self.config.grpo.group_size, generator)
             ref_logp = self.reference.log_prob_from(*self.reference_heads, ideas)
-        return Samples(ideas, old_logp, ref_logp, len(self.prompts), self.config.grpo.group_size)
+        return Samples(
+            ideas=ideas,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+            n_prompts=len(self.prompts),
+            group_size=self.config.grpo.group_size,
+        )
 
     @torch.no_grad()
-    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples:
+    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples[torch.Tensor]:
         ideas = self.policy.sample(self.prompts, n, generator)
-        return Samples(ideas, _NO_LOGP, _NO_LOGP, len(self.prompts), n)
+        return Samples(ideas=ideas, old_logp=_NO_LOGP, ref_logp=_NO_LOGP, n_prompts=len(self.prompts), group_size=n)
 
-    def log_prob_and_entropy(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_and_entropy(self, samples: Samples[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         logp, entropy = self.policy.log_prob_and_entropy(self.prompts, samples.ideas)
         entropy = entropy.mean()
         return logp, entropy if self.entropy_scale == 1 else entropy * self.entropy_scale
 
-    def reduce(self, values: torch.Tensor, samples: Samples) -> torch.Tensor:
+    def reduce(self, values: torch.Tensor, samples: Samples[torch.Tensor]) -> torch.Tensor:
         return values.mean()
 
-    def expand(self, advantages: torch.Tensor, samples: Samples) -> torch.Tensor:
+    def expand(self, advantages: torch.Tensor, samples: Samples[torch.Tensor]) -> torch.Tensor:
         return advantages
 
-    def describe(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
+    def describe(self, samples: Samples[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         P, G = samples.n_prompts, samples.group_size
-        flat = samples.ideas.reshape(P * G, -1).cpu()
-        return flat, self.env.complexity(flat).reshape(P, G)
+        features = samples.ideas.reshape(P * G, -1).cpu()
+        return features, self.env.complexity(features).reshape(P, G)
 
-    def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
-        return self.env.behaviour(flat)
+    def behaviour(self, features: torch.Tensor) -> torch.Tensor:
+        return self.env.behaviour(features)
 
-    def identities(self, samples: Samples, flat: torch.Tensor) -> torch.Tensor:
+    def identities(self, samples: Samples[torch.Tensor], features: torch.Tensor) -> torch.Tensor:
         # The vectors themselves (describe's rows): the epoch compares all its rows at once (distinct_share).
-        return flat
+        return features
 
-    def execution_reward(
-        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    def environment_reward(
+        self,
+        samples: Samples[torch.Tensor],
+        features: torch.Tensor,
+        generator: torch.Generator,
+        /,
+        select: torch.Tensor | None = None,
     ) -> Rewards:
-        # The environment's reward with its noise-free expectation, where it offers one (Environment).
-        execute = getattr(self.env, "execute", None)
+        # The environment's reward with its noise-free expectation, where it offers one (Environment's
+        # optional methods, looked up on each call: a wrapper may add or replace them).
+        execute: _Execute | None = getattr(self.env, "execute", None)
         if execute is None:
-            return Rewards(self.env.reward(flat if select is None else flat[select], generator).float())
+            return Rewards(self.env.reward(features if select is None else features[select], generator).float())
         if select is None:
-            values, expected, success = execute(flat, generator)
+            values, expected, success = execute(features, generator)
             return Rewards(values.float(), expected=expected.float(), success=success)
-        values, expected, success = execute(flat[select], generator)
-        if hasattr(self.env, "expected_reward"):  # the expectation needs no execution: every idea's
-            expected = self.env.expected_reward(flat)
+        values, expected, success = execute(features[select], generator)
+        expected_reward: _ExpectedReward | None = getattr(self.env, "expected_reward", None)
+        if expected_reward is not None:  # the expectation needs no execution: every idea's
+            expected = expected_reward(features)
         else:
-            expected = torch.full((flat.shape[0],), math.nan).index_put_((select,), expected)
+            expected = torch.full((features.shape[0],), math.nan).index_put_((select,), expected)
         return Rewards(values.float(), expected=expected.float(), success=success)
 
     def round0(self) -> dict[str, torch.Tensor]:
@@ -242,7 +391,7 @@ class TextRollouts:
         from popgrpo.policies.causal_lm import CausalLMPolicy
 
         self.config = config
-        self.env = env
+        self.env: TextEnvironment = env
         self.policy = CausalLMPolicy(config.policy.causal_lm, device, init_generator(config, member_id))
         self._round0 = self.policy.state_dict()
         self.normalisation = config.policy.causal_lm.loss_normalisation
@@ -254,9 +403,9 @@ class TextRollouts:
             index = torch.randperm(len(pool), generator=generator)[:n]
         else:
             index = torch.randint(len(pool), (n,), generator=generator)
-        return [pool[i] for i in index.tolist()]
+        return [pool[i] for i in _int_list(index)]
 
-    def sample(self, generator: torch.Generator) -> Samples:
+    def sample(self, generator: torch.Generator) -> Samples[Rollout]:
         prompts = self._draw_prompts(generator)
         rollout = self.policy.rollout(prompts, self.config.grpo.group_size, generator)
         with torch.no_grad():
@@ -265,43 +414,53 @@ class TextRollouts:
             # (TRL skips it the same way): ``old_logp`` None, the loss uses ``logp.detach()``.
             old_logp = self.policy.token_log_probs(rollout)[0] if self.config.grpo.updates_per_batch > 1 else None
             ref_logp = self.policy.reference_log_probs(rollout)
-        return Samples(rollout, old_logp, ref_logp, len(prompts), rollout.group_size)
+        return Samples(
+            ideas=rollout, old_logp=old_logp, ref_logp=ref_logp, n_prompts=len(prompts), group_size=rollout.group_size
+        )
 
     @torch.no_grad()
-    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples:
+    def sample_every_prompt(self, n: int, generator: torch.Generator) -> Samples[Rollout]:
         rollout = self.policy.rollout(self.env.prompts, n, generator)
-        return Samples(rollout, _NO_LOGP, _NO_LOGP, len(self.env.prompts), n)
+        return Samples(
+            ideas=rollout, old_logp=_NO_LOGP, ref_logp=_NO_LOGP, n_prompts=len(self.env.prompts), group_size=n
+        )
 
-    def log_prob_and_entropy(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob_and_entropy(self, samples: Samples[Rollout]) -> tuple[torch.Tensor, torch.Tensor]:
         logp, token_entropy = self.policy.token_log_probs(samples.ideas, with_entropy=True)
+        assert token_entropy is not None  # with_entropy=True always computes it
         return logp, self.reduce(token_entropy, samples)
 
-    def reduce(self, values: torch.Tensor, samples: Samples) -> torch.Tensor:
+    def reduce(self, values: torch.Tensor, samples: Samples[Rollout]) -> torch.Tensor:
         return masked_aggregate(values, samples.ideas.completion_mask, self.normalisation)
 
-    def expand(self, advantages: torch.Tensor, samples: Samples) -> torch.Tensor:
+    def expand(self, advantages: torch.Tensor, samples: Samples[Rollout]) -> torch.Tensor:
         return advantages.reshape(-1)[:, None]  # [N, 1]: each token takes its completion's advantage
 
-    def describe(self, samples: Samples) -> tuple[torch.Tensor, torch.Tensor]:
+    def describe(self, samples: Samples[Rollout]) -> tuple[torch.Tensor, torch.Tensor]:
         rollout = samples.ideas
         embeddings = self.env.embed(rollout.completions)  # what the archive stores and novelty compares
         return embeddings, rollout.lengths.float().cpu().reshape(samples.n_prompts, samples.group_size)
 
-    def behaviour(self, flat: torch.Tensor) -> torch.Tensor:
-        return self.env.behaviour(flat)
+    def behaviour(self, features: torch.Tensor) -> torch.Tensor:
+        return self.env.behaviour(features)
 
-    def identities(self, samples: Samples, flat: torch.Tensor) -> list:
+    def identities(self, samples: Samples[Rollout], features: torch.Tensor) -> list[Hashable]:
         return list(samples.ideas.completions)  # the program's text, whatever prompt it answered
 
-    def execution_reward(
-        self, samples: Samples, flat: torch.Tensor, generator: torch.Generator, select: torch.Tensor | None = None
+    def environment_reward(
+        self,
+        samples: Samples[Rollout],
+        features: torch.Tensor,
+        generator: torch.Generator,
+        /,
+        select: torch.Tensor | None = None,
     ) -> Rewards:
         rollout = samples.ideas
         prompt_of = [p for p in rollout.prompts for _ in range(rollout.group_size)]
         completions = rollout.completions
         if select is not None:
-            prompt_of = [prompt_of[i] for i in select.tolist()]
-            completions = [completions[i] for i in select.tolist()]
+            prompt_of = [prompt_of[i] for i in _int_list(select)]
+            completions = [completions[i] for i in _int_list(select)]
         values, reasons, success = self.env.score(prompt_of, completions)
         return Rewards(values.float(), reasons, success=success)
 
@@ -309,9 +468,28 @@ class TextRollouts:
         return self._round0
 
 
-def make_rollouts(config: Config, member_id: int, env=None, device: str | torch.device = "cpu") -> Rollouts:
+def _int_list(index: torch.Tensor) -> list[int]:
+    """``[k]`` integer tensor → ``k`` Python ints (``Tensor.tolist``, typed)."""
+    # torch's stub leaves tolist()'s items unknown: a 1-D integer tensor gives ints.
+    return cast("list[int]", index.tolist())  # pyright: ignore[reportUnknownMemberType]
+
+
+def make_rollouts(
+    config: Config,
+    member_id: int,
+    env: Environment | TextEnvironment | None = None,
+    device: str | torch.device = "cpu",
+) -> IdeaRollouts | TextRollouts:
     """The rollouts ``policy.kind`` needs, over ``env`` (built from ``config.env`` when None)."""
     device = torch.device(device)
+    if env is None:
+        env = make_env(config.env, device) if config.policy.kind == "causal_lm" else make_env(config.env)
     if config.policy.kind == "causal_lm":
-        return TextRollouts(config, member_id, env if env is not None else make_env(config.env, device), device)
-    return IdeaRollouts(config, member_id, env if env is not None else make_env(config.env), device)
+        if not isinstance(env, TextEnvironment):
+            raise TypeError(f"policy.kind=causal_lm needs a TextEnvironment, got {type(env).__name__}")
+        return TextRollouts(config, member_id, env, device)
+    if not isinstance(env, Environment):
+        raise TypeError(
+            f"policy.kind={config.policy.kind} needs an Environment of vector ideas, got {type(env).__name__}"
+        )
+    return IdeaRollouts(config, member_id, env, device)

@@ -2,27 +2,34 @@
 
 A step of :class:`~popgrpo.algorithms.member.Member` reads top to bottom as::
 
-    samples = rollouts.sample(generator)                     # P prompts × G ideas, old/ref log-probs
-    rewards = reward_source(samples, flat, generator)        # execution (or a learned proxy)
-    returns, info = shape_returns(rewards, ..., statuses, novelty)   # eqs. 3, 5
-    advantages = step_advantages(returns, complexity, finite, ...)    # eq. 6, bad rewards masked
-    loss, kl = grpo_loss(logp, old_logp, ref_logp, advantages, ...)   # eq. 4
+    samples = rollouts.sample(generator)                      # Samples: P prompts × G ideas, old/ref log-probs
+    rewards = reward_source(samples, features, generator)     # the environment's reward (or a learned proxy)
+    returns, archive = shape_returns(rewards, statuses, novelty, ...)  # eqs. 3, 5
+    advantages = step_advantages(returns, complexity, finite, ...)     # eq. 6, bad rewards masked
+    loss, kl = grpo_loss(logp, old_logp, ref_logp, advantages, ...)    # eq. 4
+
+and carries its data in three frozen records, each built once by the part that owns it:
+:class:`Samples` (what the rollouts sampled), :class:`Scores` (how the reward source and the
+rollouts scored it), then :class:`StepBatch` (what the update learns from: samples, scores,
+the :class:`ArchiveSummary` and the advantages) and :class:`StepStats` (what the epoch
+reports: scores, archive summary, entropy, KL and the ideas' identities).
 
 Everything here works on one step's tensors and holds no state; the member owns the policy,
 the optimiser, α and the archive. Shapes: ``P`` prompts (groups), ``G`` ideas per group,
-``N = P·G``, ``e`` the width of what the archive stores for an idea.
+``N = P·G``, ``e`` the width of an idea's features (what the archive stores for it).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 
 from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
 from popgrpo.core.grpo import binned_advantages, clipped_terms, group_advantages, kl_penalty
@@ -30,7 +37,11 @@ from popgrpo.core.metrics import group_pass_best_at_k_batches, linear_quantiles,
 from popgrpo.schema import COMPLEXITY_QUANTILES
 
 __all__ = [
+    "NO_ARCHIVE_ANSWER",
+    "ArchiveSummary",
+    "Identities",
     "Samples",
+    "Scores",
     "StepBatch",
     "StepStats",
     "distinct_share",
@@ -42,9 +53,16 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Samples:
-    """What the policy sampled in one step (no gradient).
+IdeasT_co = TypeVar("IdeasT_co", covariant=True)
+
+Identities = list[Hashable] | torch.Tensor
+"""What makes each of a step's ``N`` ideas itself: ``N`` hashables, or an ``[N, e]`` tensor whose
+equal rows are equal ideas (:meth:`popgrpo.algorithms.rollouts.Rollouts.identities`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Samples(Generic[IdeasT_co]):
+    """What the policy sampled in one step (no gradient): the rollouts' part of the step.
 
     ``ideas`` is ``[P, G, d]`` on the member's device for vector ideas, a
     :class:`~popgrpo.policies.causal_lm.Rollout` for text. ``old_logp`` / ``ref_logp`` are
@@ -53,52 +71,65 @@ class Samples:
     (text with one update per batch): the loss then takes those, detached.
     """
 
-    ideas: Any
+    ideas: IdeasT_co
     old_logp: torch.Tensor | None
     ref_logp: torch.Tensor
     n_prompts: int
     group_size: int
 
 
-@dataclass(frozen=True)
-class StepBatch:
-    """One step's scored batch, ready for the update (built once the archive has answered)."""
+@dataclass(frozen=True, kw_only=True)
+class Scores:
+    """How a step's ideas were scored: the reward source's answer and what the rollouts say of each idea.
 
-    samples: Samples
-    flat: torch.Tensor  # [N, e] CPU: what the archive stores and novelty compares
-    rewards: torch.Tensor  # [P, G] as the reward source gave them (NaN/inf kept, for the metrics)
+    Built once the rewards are in (:meth:`popgrpo.algorithms.member.Member.score_begin`); read
+    by the advantages, the update and the epoch's metrics.
+    """
+
+    features: torch.Tensor  # [N, e] CPU: what the archive stores, novelty and the reward models compare
     complexity: torch.Tensor  # [P, G]
+    rewards: torch.Tensor  # [P, G] as the reward source gave them (NaN/inf kept, for the metrics)
     finite: torch.Tensor  # [P, G] bool
     n_bad: int  # rewards that are NaN/inf
-    advantages: torch.Tensor  # [P, G] on the member's device
-    info: dict = field(default_factory=dict)  # archive_new / archive_improved / novelty, when answered this step
-    reasons: Counter | None = None  # why rewards were what they were (text reward callables)
-    control: torch.Tensor | None = None  # [P, G] execution reward when ``rewards`` come from a proxy
+    reasons: Counter[str] | None = None  # why rewards were what they were (text reward callables)
+    control: torch.Tensor | None = None  # [P, G] environment reward when ``rewards`` come from a proxy
     # [N] (the epoch averages them over all ideas, so not reshaped to [P, G]):
-    expected: torch.Tensor | None = None  # noise-free expected execution reward, where known
+    expected: torch.Tensor | None = None  # noise-free expected environment reward, where known
     success: torch.Tensor | None = None  # bool, or float with NaN: execution succeeded, where the source knows
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class ArchiveSummary:
+    """What the archive said of a step's ``N`` ideas, when it answered during the step (:func:`shape_returns`)."""
+
+    new: int = 0  # ideas that filled an empty cell
+    improved: int = 0  # ideas that beat their cell's elite
+    novelty: float = math.nan  # mean kNN novelty; NaN: novelty is off
+
+
+NO_ARCHIVE_ANSWER = ArchiveSummary()
+"""The summary of a step the archive did not answer (its inserts wait for the epoch's end)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepBatch(Generic[IdeasT_co]):
+    """What a step's update learns from: the samples, their scores and their advantages."""
+
+    samples: Samples[IdeasT_co]
+    scores: Scores
+    archive: ArchiveSummary
+    advantages: torch.Tensor  # [P, G] on the member's device
+
+
+@dataclass(frozen=True, kw_only=True)
 class StepStats:
     """What an epoch's metrics row needs of one step (reduced together in :func:`epoch_means`)."""
 
-    rewards: torch.Tensor  # [P, G]
-    finite: torch.Tensor  # [P, G]
-    flat: torch.Tensor  # [N, e]
-    complexity: torch.Tensor  # [P, G]
-    entropy: torch.Tensor  # scalar
-    kl: torch.Tensor  # scalar
-    bad_rewards: int
-    archive_new: int = 0
-    archive_improved: int = 0
-    novelty: float = math.nan
-    reasons: Counter | None = None
-    control: torch.Tensor | None = None  # [P, G]; None: the rewards are the execution reward
-    expected: torch.Tensor | None = None  # [N]; None: the environment does not know it
-    success: torch.Tensor | None = None  # [N] bool (float, NaN where unknown); None: the source does not say
-    # N hashables or [N, e] rows, equal for equal ideas (Rollouts.identities)
-    identities: list | torch.Tensor | None = None
+    scores: Scores
+    archive: ArchiveSummary
+    entropy: torch.Tensor  # scalar, detached
+    kl: torch.Tensor  # scalar, detached
+    identities: Identities
 
 
 def zero_bad(rewards: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
@@ -108,18 +139,18 @@ def zero_bad(rewards: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
 
 def shape_returns(
     returns: torch.Tensor,
-    statuses: np.ndarray,
-    novelty: np.ndarray | None,
+    statuses: NDArray[np.integer[Any]],
+    novelty: NDArray[np.floating[Any]] | None,
     *,
     beta_new: float | None,
     beta_imp: float,
     novelty_coef: float,
-) -> tuple[torch.Tensor, dict]:
+) -> tuple[torch.Tensor, ArchiveSummary]:
     """Archive bonus (eq. 3, when ``beta_new`` is not None) and novelty reward (eq. 5) added to ``returns``.
 
     ``R + β_new·1[new] + β_imp·1[improved] + γ·kNN``, all ``[P, G]``; ``statuses`` and
     ``novelty`` are the archive's ``[N]`` answers for the step's ideas. Returns the shaped
-    returns and the step's ``archive_new`` / ``archive_improved`` counts and mean ``novelty``.
+    returns and the step's :class:`ArchiveSummary` (new and improved counts, mean novelty).
     """
     status_t = torch.as_tensor(np.array(statuses)).reshape(returns.shape)  # a copy: Ray's arrays are read-only
     if beta_new is not None:
@@ -129,12 +160,12 @@ def shape_returns(
         novelty_t = torch.tensor(np.asarray(novelty), dtype=torch.float32).reshape(returns.shape)
         returns = returns + novelty_coef * novelty_t
         novelty_mean = float(novelty_t.mean())
-    info = {
-        "archive_new": int((statuses == STATUS_NEW).sum()),
-        "archive_improved": int((statuses == STATUS_IMPROVED).sum()),
-        "novelty": novelty_mean,
-    }
-    return returns, info
+    summary = ArchiveSummary(
+        new=int((statuses == STATUS_NEW).sum()),
+        improved=int((statuses == STATUS_IMPROVED).sum()),
+        novelty=novelty_mean,
+    )
+    return returns, summary
 
 
 def step_advantages(
@@ -179,38 +210,41 @@ def grpo_loss(
     return loss, kl
 
 
-def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dict:
+def epoch_means(steps: Sequence[StepStats], success_threshold: float, k: int) -> dict[str, float]:
     """An epoch's per-step statistics (each step's batch on its own, as the paper reports them),
     averaged over the epoch's steps, NaN steps left out; plus the complexity quantiles of every
     idea of the epoch. All steps are reduced together, not one by one."""
-    rewards = torch.stack([s.rewards for s in steps])  # [S, P, G]
-    finite = torch.stack([s.finite for s in steps])
-    complexity = torch.stack([s.complexity for s in steps])
+    scores = [s.scores for s in steps]
+    rewards = torch.stack([s.rewards for s in scores])  # [S, P, G]
+    finite = torch.stack([s.finite for s in scores])
+    complexity = torch.stack([s.complexity for s in scores])
     step_mean, step_max = _step_mean_max(rewards, finite)
-    if any(s.control is not None for s in steps):
-        control = torch.stack([s.rewards if s.control is None else s.control for s in steps])
+    if any(s.control is not None for s in scores):
+        control = torch.stack([s.rewards if s.control is None else s.control for s in scores])
         control_finite = torch.isfinite(control)
         control_mean, control_max = _step_mean_max(control, control_finite)
     else:
         control_finite = finite
         control_mean, control_max = step_mean, step_max
-    if all(s.expected is not None for s in steps):
-        expected = torch.stack([s.expected for s in steps]).flatten(1).double().nanmean(1)
+    every_expected = _every_step_has([s.expected for s in scores])
+    if every_expected is not None:
+        expected = torch.stack(every_expected).flatten(1).double().nanmean(1)
     else:
         expected = torch.full((len(steps),), math.nan)
     pass_k, best_k = group_pass_best_at_k_batches(rewards, success_threshold, k)
-    if all(s.success is not None for s in steps):
-        success = torch.stack([s.success for s in steps]).flatten(1).double().nanmean(1)
+    every_success = _every_step_has([s.success for s in scores])
+    if every_success is not None:
+        success = torch.stack(every_success).flatten(1).double().nanmean(1)
     else:
         success = torch.full((len(steps),), math.nan)
     per_step = {  # [S] each
         "reward_mean": step_mean,
         "reward_max": step_max,
-        "diversity": pairwise_diversity_batches(torch.stack([s.flat for s in steps])),
+        "diversity": pairwise_diversity_batches(torch.stack([s.features for s in scores])),
         "complexity": complexity.flatten(1).mean(1),
         "entropy": torch.stack([s.entropy for s in steps]),
         "kl": torch.stack([s.kl for s in steps]),
-        "novelty": torch.tensor([s.novelty for s in steps]),
+        "novelty": torch.tensor([s.archive.novelty for s in steps]),
         "pass_at_k": pass_k,
         "best_at_k": best_k,
         "control_reward_mean": control_mean,
@@ -226,25 +260,34 @@ def epoch_means(steps: list[StepStats], success_threshold: float, k: int) -> dic
     return means
 
 
-def distinct_share(identities: list[list | torch.Tensor | None]) -> float:
+def distinct_share(identities: Sequence[Identities | None]) -> float:
     """The share of distinct ideas among all of an epoch's steps' ideas (NaN when a step has none).
 
     Each step gives ``N`` hashables, or an ``[N, e]`` tensor whose rows are compared bit for bit."""
     if any(ids is None for ids in identities):
         return math.nan
-    if identities and all(isinstance(ids, torch.Tensor) for ids in identities):
-        rows = torch.cat(identities)
-        rows = np.ascontiguousarray(rows.reshape(len(rows), -1).numpy())
+    tensors = [ids for ids in identities if isinstance(ids, torch.Tensor)]
+    if identities and len(tensors) == len(identities):
+        stacked = torch.cat(tensors)
+        rows = np.ascontiguousarray(stacked.reshape(len(stacked), -1).numpy())
         if not rows.size:
             return math.nan
         if _all_folds_differ(rows):  # the usual case for continuous ideas: every row is distinct
             return 1.0
         # Each row's bytes as one opaque item: equal exactly when every element's bits are
         # equal; np.unique on them is ten times faster than torch.unique(dim=0).
-        items = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+        void = np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))
+        # numpy's stubs give ndarray.view an unannotated overload: the call's type is still exact.
+        items = rows.view(void).ravel()  # pyright: ignore[reportUnknownMemberType]
         return len(np.unique(items)) / len(items)
-    every = [i for ids in identities for i in ids]
+    every: list[Hashable] = [i for ids in identities if ids is not None for i in ids]
     return len(set(every)) / len(every) if every else math.nan
+
+
+def _every_step_has(values: list[torch.Tensor | None]) -> list[torch.Tensor] | None:
+    """``values`` when no step's is None, else None (a column every step must know)."""
+    present = [v for v in values if v is not None]
+    return present if len(present) == len(values) else None
 
 
 def _all_folds_differ(rows: np.ndarray) -> bool:
@@ -253,8 +296,9 @@ def _all_folds_differ(rows: np.ndarray) -> bool:
     rows distinct; equal folds prove nothing (the caller then compares the rows themselves)."""
     width = rows.dtype.itemsize * rows.shape[1]
     word = np.uint64 if width % 8 == 0 else np.uint32 if width % 4 == 0 else np.uint8
-    words = rows.view(word)
-    folds = np.sort(np.bitwise_xor.reduce(words, axis=1))
+    # numpy's stubs leave an overload of ndarray.view and ufunc.reduce's **kwargs unannotated.
+    words = rows.view(word)  # pyright: ignore[reportUnknownMemberType]
+    folds = np.sort(np.bitwise_xor.reduce(words, axis=1))  # pyright: ignore[reportUnknownMemberType]
     return bool((folds[1:] != folds[:-1]).all())
 
 
@@ -274,5 +318,6 @@ def _nanmean_rows(values: torch.Tensor) -> list[float]:
     (``==`` on containers takes an identical object as equal).
     """
     kept = ~values.isnan()
-    means = (torch.where(kept, values, 0.0).sum(1) / kept.sum(1)).tolist()  # 0/0 = NaN
+    # 0/0 = NaN. torch's stub leaves tolist()'s items unknown; a 1-D float tensor gives floats.
+    means = cast("list[float]", (torch.where(kept, values, 0.0).sum(1) / kept.sum(1)).tolist())  # pyright: ignore[reportUnknownMemberType]
     return [math.nan if math.isnan(m) else m for m in means]

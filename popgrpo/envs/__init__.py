@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from popgrpo.registry import ENVIRONMENTS
+
+if TYPE_CHECKING:
+    from popgrpo.envs.text import TextScores
 
 __all__ = ["Environment", "TextEnvironment", "idea_env", "make_env", "text_env"]
 
@@ -38,12 +41,15 @@ class Environment(Protocol):
 
     def reward(self, ideas: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """``[N, d]`` ideas → ``[N]`` (possibly stochastic) execution rewards."""
+        ...
 
     def behaviour(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N, behaviour_dim]`` descriptors in [0, 1]."""
+        ...
 
     def complexity(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N]`` complexity (the thinking-length proxy)."""
+        ...
 
 
 @runtime_checkable
@@ -53,14 +59,22 @@ class TextEnvironment(Protocol):
     prompts: list[str]
     behaviour_dim: int
 
-    def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, Counter]:
+    def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, Counter[str]]:
         """``N`` (prompt, completion) pairs → ``[N]`` rewards and reason counts ``"fn:reason" → n``."""
+        ...
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str]) -> TextScores:
+        """:meth:`reward`, plus each completion's execution success (``[N]`` bool, or None when no
+        reward callable gives reasons): what a member's step logs of the ``N`` completions."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """``N`` texts → ``[N, E]`` unit embeddings: what the archive stores, novelty and diversity compare."""
+        ...
 
     def behaviour(self, embeddings: torch.Tensor) -> torch.Tensor:
         """``[N, E]`` → ``[N, behaviour_dim]`` descriptors in [0, 1]."""
+        ...
 
 
 def make_env(cfg, device: str | torch.device = "cpu"):

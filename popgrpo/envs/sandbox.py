@@ -112,8 +112,8 @@ __all__ = [
     "SandboxUnavailable",
     "bwrap_problem",
     "child_env",
-    "execution_reward",
     "extract_code",
+    "score_completions",
     "seccomp_program",
 ]
 
@@ -1105,7 +1105,7 @@ def _default_sandbox(limits: SandboxLimits) -> Sandbox:
         return _DEFAULT_SANDBOXES[limits]
 
 
-def execution_reward(
+def score_completions(
     completions: Sequence[str], *, sandbox: Sandbox | None = None, **limit_overrides: float
 ) -> tuple[list[float], list[str]]:
     """Rewards and reasons for a batch of completions: :func:`extract_code` → :meth:`Sandbox.run_many`.
@@ -1114,7 +1114,7 @@ def execution_reward(
     (fields of :class:`SandboxLimits`, e.g. ``timeout_s=2``) select a default with those limits.
     """
     if sandbox is not None and limit_overrides:
-        raise TypeError("pass limits to the Sandbox you give, not to execution_reward")
+        raise TypeError("pass limits to the Sandbox you give, not to score_completions")
     if sandbox is None:
         sandbox = _default_sandbox(replace(SandboxLimits(), **limit_overrides))
     results = sandbox.run_many([extract_code(c) for c in completions])

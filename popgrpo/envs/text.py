@@ -137,7 +137,7 @@ class TextScores(NamedTuple):
     """What the reward callables say about ``N`` completions (:meth:`TextEnv.score`)."""
 
     values: torch.Tensor  # [N] float32: the weighted reward (NaN: a bad reward)
-    reasons: Counter  # "fn:reason" → count over the N completions
+    reasons: Counter[str]  # "fn:reason" → count over the N completions
     # [N] bool: every reason-giving callable said ``ok`` for the completion (its execution
     # succeeded); None when no callable gives reasons (success is then unknown).
     success: torch.Tensor | None
@@ -177,7 +177,7 @@ class TextEnv:
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
         total = torch.zeros(len(completions), dtype=torch.float32)
-        reasons: Counter = Counter()
+        reasons: Counter[str] = Counter()
         success: torch.Tensor | None = None
         for name, fn, weight, kwargs in self.rewards:
             out = fn(list(prompts), list(completions), **kwargs)

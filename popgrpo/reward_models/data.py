@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
-from popgrpo.algorithms.rollouts import init_generator
+from popgrpo.algorithms.initial_weights import init_generator
 from popgrpo.config import Config
 from popgrpo.core.reward_model import PreferencePairs, corrupt_labels, make_pairs
 from popgrpo.core.seeding import torch_generator

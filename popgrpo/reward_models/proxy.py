@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from popgrpo.algorithms.rollouts import Rewards, RewardSource
+from popgrpo.algorithms.rollouts import EnvironmentReward, Rewards, RewardSource
 from popgrpo.core.reward_model import RewardModel, ensemble_scores, weight_average
 from popgrpo.registry import PROXY_COMBINES
 from popgrpo.reward_models.store import RMDirError, build_model, load_manifest, load_states
@@ -81,17 +81,19 @@ def warm_models(rm_dir: str | Path, n_models: int | None = None, index: int = 0)
 
 
 class ProxyReward:
-    """``(samples, flat, generator) → Rewards``: the proxy's scores, the execution reward as control.
+    """``(samples, features, generator) → Rewards``: the proxy's scores, the execution reward as control.
 
     Args:
         models: the RMs; their scores are averaged (one model: its scores).
         execution: the environment's reward source, drawn for the control; with
             ``control_fraction`` < 1 it is called with ``select=`` the indices of the ideas to
-            execute (:meth:`popgrpo.algorithms.rollouts.Rollouts.execution_reward`).
+            execute (:meth:`popgrpo.algorithms.rollouts.Rollouts.environment_reward`).
         control_fraction: share of each step's ideas executed for the control (module docstring).
     """
 
-    def __init__(self, models: Sequence[RewardModel], execution: RewardSource, control_fraction: float = 1.0) -> None:
+    def __init__(
+        self, models: Sequence[RewardModel], execution: EnvironmentReward, control_fraction: float = 1.0
+    ) -> None:
         if not 0.0 < control_fraction <= 1.0:
             raise ValueError(f"control_fraction must lie in (0, 1], got {control_fraction}")
         self.models = [m.eval().requires_grad_(False) for m in models]
@@ -147,7 +149,7 @@ def check_proxy(config) -> None:
         )
 
 
-def proxy_reward_source(config, execution: RewardSource) -> RewardSource:
+def proxy_reward_source(config, execution: EnvironmentReward) -> RewardSource:
     """``reward.source=proxy``: a :class:`ProxyReward` over the execution reward (its control)."""
     proxy = config.reward.proxy
     models = load_proxy_models(proxy.dir, proxy.combine, proxy.n_models, proxy.index)

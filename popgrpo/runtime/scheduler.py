@@ -19,8 +19,8 @@ from functools import partial
 import torch
 
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
+from popgrpo.algorithms.initial_weights import round0_weights
 from popgrpo.algorithms.merges import MERGES, MUTATIONS, MergeInputs, WeightMutation
-from popgrpo.algorithms.rollouts import round0_weights
 from popgrpo.config import Config
 from popgrpo.core.seeding import STREAM_MERGE, torch_generator
 from popgrpo.core.selection import cyclic_objective, objective_scores, select_top_m
@@ -88,7 +88,7 @@ def merge_selected(
     ``candidates``, ``metric`` and ``held_out`` scores; ``delta``; the crossover draws ``w`` with
     ``mu``, ``sigma``). ``evaluate(weights) → metrics`` is greedy soup's held-out evaluation.
     θ_0 (``wise_ft``'s early checkpoint, ``task_arithmetic``'s base) is the round-0 weights
-    (:func:`~popgrpo.algorithms.member.round0_weights`); ``task_arithmetic`` draws its ``w``
+    (:func:`~popgrpo.algorithms.initial_weights.round0_weights`); ``task_arithmetic`` draws its ``w``
     from the stream ``(run.seed, STREAM_MERGE, round)``.
     """
     selected = list(selected)

@@ -272,7 +272,9 @@ class TensorBoardLogger:
             writer.close()
 
 
-def _write_epoch(writer: SummaryWriter, values: dict[str, float], hist: tuple[np.ndarray, np.ndarray] | None, step: int) -> None:
+def _write_epoch(
+    writer: SummaryWriter, values: dict[str, float], hist: tuple[np.ndarray, np.ndarray] | None, step: int
+) -> None:
     """One epoch's scalars and complexity histogram as one event: a ``Summary`` with a
     ``simple_value`` per scalar tag and a ``histo`` for ``complexity_hist``, the values
     ``add_scalar`` and ``add_histogram_raw`` write one event each. A round logs an event per

@@ -7,8 +7,8 @@ import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
+from popgrpo.algorithms.initial_weights import initial_weights, round0_weights
 from popgrpo.algorithms.member import Member
-from popgrpo.algorithms.rollouts import initial_weights, round0_weights
 from popgrpo.config import load_config
 from popgrpo.core.merge import Mutation, mutate, soup
 from popgrpo.core.seeding import STREAM_PERTURB, torch_generator

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
-from popgrpo.algorithms.member import BadRewardError, Member, initial_weights
+from popgrpo.algorithms.initial_weights import initial_weights
+from popgrpo.algorithms.member import BadRewardError, Member
 from popgrpo.config import load_config
 from popgrpo.policies import Policy
 from popgrpo.policies.gaussian import PromptGaussianPolicy

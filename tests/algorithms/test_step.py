@@ -21,10 +21,10 @@ def test_shape_returns_adds_archive_bonus_and_novelty():
     shaped, info = shape_returns(returns, statuses, novelty, beta_new=0.5, beta_imp=0.25, novelty_coef=2.0)
     expected = torch.tensor([[1.0 + 0.5 + 0.2, 2.0 + 0.25 + 0.4], [3.0 + 0.6, 4.0 + 0.5 + 0.8]])
     torch.testing.assert_close(shaped, expected)
-    assert info == {"archive_new": 2, "archive_improved": 1, "novelty": pytest.approx(0.25)}
+    assert (info.new, info.improved, info.novelty) == (2, 1, pytest.approx(0.25))
     # No QD bonus (beta_new None) and no novelty: the returns pass through, the counts remain.
     plain, info = shape_returns(returns, statuses, None, beta_new=None, beta_imp=0.25, novelty_coef=2.0)
-    assert torch.equal(plain, returns) and info["archive_new"] == 2 and math.isnan(info["novelty"])
+    assert torch.equal(plain, returns) and info.new == 2 and math.isnan(info.novelty)
 
 
 def test_step_advantages_are_group_normalised_and_zero_for_bad_rewards():

@@ -12,8 +12,8 @@ from popgrpo.envs.sandbox import (
     ExecutionResult,
     Sandbox,
     SandboxLimits,
-    execution_reward,
     extract_code,
+    score_completions,
 )
 
 LIMITS = SandboxLimits(timeout_s=3.0, cpu_s=3, memory_mb=256)
@@ -356,18 +356,18 @@ def test_closed_sandbox_refuses_work():
         sb.run("score = 1")
 
 
-def test_execution_reward_end_to_end(sandbox):
+def test_score_completions_end_to_end(sandbox):
     completions = [
         "Let me compute it.\n```python\nscore = 0.5\n```",
         "I cannot write code for this.",
         "```python\nscore = 1.0\n```\nOn second thought:\n```python\nraise SystemExit(2)\n```",
     ]
-    rewards, reasons = execution_reward(completions, sandbox=sandbox)
+    rewards, reasons = score_completions(completions, sandbox=sandbox)
     assert rewards == [0.5, 0.0, 0.0]
     assert reasons == ["ok", "no_code", "crash"]
-    assert execution_reward(completions[:1], timeout_s=2.0) == ([0.5], ["ok"])  # a lazily made default
+    assert score_completions(completions[:1], timeout_s=2.0) == ([0.5], ["ok"])  # a lazily made default
     with pytest.raises(TypeError):
-        execution_reward(completions, sandbox=sandbox, timeout_s=1.0)
+        score_completions(completions, sandbox=sandbox, timeout_s=1.0)
 
 
 # ----------------------------------------------------------------------------- parsing

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from popgrpo.algorithms.evaluation import PURPOSE_MERGED, WeightsEvaluator
-from popgrpo.algorithms.rollouts import initial_weights, round0_weights
+from popgrpo.algorithms.initial_weights import initial_weights, round0_weights
 from popgrpo.config import load_config, preset_path
 from popgrpo.core.merge import Mutation, mutate, score_weights, soup, task_arithmetic, wise_ft
 from popgrpo.core.seeding import STREAM_PERTURB, torch_generator
