@@ -131,16 +131,18 @@ class EpochInserts:
         """Batches waiting for the epoch's end."""
         return len(self._pending)
 
-    def submit(self, flat: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor, novelty: bool) -> ArchiveHandle:
-        """Send (or, deferred, keep) one step's ideas ``flat [N, e]``, rewards and finite mask;
+    def submit(
+        self, features: torch.Tensor, rewards: torch.Tensor, finite: torch.Tensor, novelty: bool
+    ) -> ArchiveHandle:
+        """Send (or, deferred, keep) one step's ideas ``features [N, e]``, rewards and finite mask;
         returns the request's handle, or None when deferred."""
         if self.deferred:
-            self._pending.append((flat, rewards, finite))
+            self._pending.append((features, rewards, finite))
             return None
         return self.archive.submit(
-            self.behaviour(flat).numpy(),
+            self.behaviour(features).numpy(),
             rewards.reshape(-1).numpy(),
-            flat.numpy(),
+            features.numpy(),
             finite.reshape(-1).numpy(),
             novelty,
         )
@@ -155,11 +157,11 @@ class EpochInserts:
             return None
         if not self._pending:
             return 0, 0
-        flat = torch.cat([f for f, _, _ in self._pending])
+        features = torch.cat([f for f, _, _ in self._pending])
         statuses, _ = self.archive.step(
-            self.behaviour(flat).numpy(),
+            self.behaviour(features).numpy(),
             torch.cat([r.reshape(-1) for _, r, _ in self._pending]).numpy(),
-            flat.numpy(),
+            features.numpy(),
             torch.cat([k.reshape(-1) for _, _, k in self._pending]).numpy(),
             False,
         )

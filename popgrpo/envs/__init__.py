@@ -20,6 +20,7 @@ import torch
 from popgrpo.registry import ENVIRONMENTS
 
 if TYPE_CHECKING:
+    from popgrpo.config import EnvConfig
     from popgrpo.envs.text import TextScores
 
 __all__ = ["Environment", "TextEnvironment", "idea_env", "make_env", "text_env"]
@@ -77,7 +78,7 @@ class TextEnvironment(Protocol):
         ...
 
 
-def make_env(cfg, device: str | torch.device = "cpu"):
+def make_env(cfg: EnvConfig, device: str | torch.device = "cpu"):
     """Build the environment ``cfg.kind`` names (an :class:`popgrpo.config.EnvConfig`).
 
     The name is looked up in :data:`popgrpo.registry.ENVIRONMENTS`: ``idea`` (:func:`idea_env`),
@@ -86,7 +87,7 @@ def make_env(cfg, device: str | torch.device = "cpu"):
     return ENVIRONMENTS.get(cfg.kind)(cfg, device)
 
 
-def idea_env(cfg, device: str | torch.device = "cpu") -> Environment:
+def idea_env(cfg: EnvConfig, device: str | torch.device = "cpu") -> Environment:
     """``env.kind=idea``: the paper's simulated idea environment (:class:`popgrpo.envs.idea.IdeaEnv`)."""
     from popgrpo.envs.idea import IdeaEnv
 
@@ -94,7 +95,7 @@ def idea_env(cfg, device: str | torch.device = "cpu") -> Environment:
     return IdeaEnv(cfg)
 
 
-def text_env(cfg, device: str | torch.device = "cpu") -> TextEnvironment:
+def text_env(cfg: EnvConfig, device: str | torch.device = "cpu") -> TextEnvironment:
     """``env.kind=text``: prompts, reward callables, embedding behaviours (:class:`popgrpo.envs.text.TextEnv`)."""
     from popgrpo.envs.text import TextEnv
 

@@ -1,6 +1,6 @@
 """A member's reward source from an RM directory: single RM, ENS or WARM (``reward.*`` in the config).
 
-The proxy scores what the archive stores for each idea (``flat``: the idea, or a completion's
+The proxy scores what the archive stores for each idea (``features``: the idea, or a completion's
 sentence embedding). The execution reward is still drawn for the same ideas, with the member's
 generator, and returned as the **control** reward: the member logs it (metrics
 ``control_reward_*``) but never trains on it, so reward hacking — the proxy rising while the
@@ -87,12 +87,13 @@ class ProxyReward:
         models: the RMs; their scores are averaged (one model: its scores).
         execution: the environment's reward source, drawn for the control; with
             ``control_fraction`` < 1 it is called with ``select=`` the indices of the ideas to
-            execute (:meth:`popgrpo.algorithms.rollouts.Rollouts.environment_reward`).
+            execute (:meth:`popgrpo.algorithms.rollouts.Rollouts.environment_reward`). None
+            for a proxy that only :meth:`scores` (best-of-N selection); calling it then raises.
         control_fraction: share of each step's ideas executed for the control (module docstring).
     """
 
     def __init__(
-        self, models: Sequence[RewardModel], execution: EnvironmentReward, control_fraction: float = 1.0
+        self, models: Sequence[RewardModel], execution: EnvironmentReward | None, control_fraction: float = 1.0
     ) -> None:
         if not 0.0 < control_fraction <= 1.0:
             raise ValueError(f"control_fraction must lie in (0, 1], got {control_fraction}")
@@ -100,35 +101,38 @@ class ProxyReward:
         self.execution = execution
         self.control_fraction = control_fraction
 
-    def scores(self, flat: torch.Tensor) -> torch.Tensor:
-        """``[N, e]`` → ``[N]`` proxy scores."""
+    def scores(self, features: torch.Tensor) -> torch.Tensor:
+        """``[N, e]`` features → ``[N]`` proxy scores."""
         with torch.no_grad():
-            return ensemble_scores([m(flat.float()) for m in self.models]).float()
+            return ensemble_scores([m(features.float()) for m in self.models]).float()
 
     def control_subset(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """``[k]`` sorted indices of the ideas whose control is drawn, ``k = max(1, round(f·n))``."""
         k = max(1, round(self.control_fraction * n))
         return torch.randperm(n, generator=generator)[:k].sort().values
 
-    def __call__(self, samples, flat: torch.Tensor, generator: torch.Generator) -> Rewards:
+    def __call__(self, samples, features: torch.Tensor, generator: torch.Generator) -> Rewards:
+        execution = self.execution
+        if execution is None:
+            raise ValueError("this ProxyReward only scores: it was built without an execution reward for the control")
         if self.control_fraction >= 1.0:
-            control = self.execution(samples, flat, generator)
+            control = execution(samples, features, generator)
             return Rewards(
-                self.scores(flat),
+                self.scores(features),
                 control.reasons,
                 control=control.values,
                 expected=control.expected,
                 success=control.success,
             )
-        select = self.control_subset(flat.shape[0], generator)
-        part = self.execution(samples, flat, generator, select=select)
-        values = torch.full((flat.shape[0],), math.nan, dtype=torch.float32)
+        select = self.control_subset(features.shape[0], generator)
+        part = execution(samples, features, generator, select=select)
+        values = torch.full((features.shape[0],), math.nan, dtype=torch.float32)
         values[select] = part.values.float()
         success = None
         if part.success is not None:  # known for the executed ideas only
-            success = torch.full((flat.shape[0],), math.nan, dtype=torch.float32)
+            success = torch.full((features.shape[0],), math.nan, dtype=torch.float32)
             success[select] = part.success.float()
-        return Rewards(self.scores(flat), part.reasons, control=values, expected=part.expected, success=success)
+        return Rewards(self.scores(features), part.reasons, control=values, expected=part.expected, success=success)
 
 
 def check_proxy(config) -> None:
