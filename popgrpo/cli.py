@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -34,13 +33,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
         check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
         _check_proxy(config)
     # Imported after validation so a bad config fails fast, before torch loads.
+    from popgrpo.telemetry.run_dir import writable_directory
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 
     if config is None:
         run_dir = Path(args.resume)
     else:
         _check_executor(config, args.executor)
-        run_dir = _created_run_dir(Path(args.out) if args.out else default_run_dir(config))
+        run_dir = writable_directory(Path(args.out) if args.out else default_run_dir(config), "run directory")
     from popgrpo.telemetry.watching import watch_lines
 
     if args.executor == "local":
@@ -102,17 +102,6 @@ def _check_proxy(config: Config) -> None:
             check_proxy(config)
         except RMDirError as exc:
             raise ConfigError(str(exc)) from None
-
-
-def _created_run_dir(run_dir: Path) -> Path:
-    """``run_dir``, created now: a directory that cannot be is bad input (exit 2), not a failed run."""
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"run directory {run_dir}: cannot create it: {exc.strerror or exc}") from None
-    if not os.access(run_dir, os.W_OK | os.X_OK):
-        raise ConfigError(f"run directory {run_dir}: not writable")
-    return run_dir
 
 
 def _print_watch_lines(lines: list[str]) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -22,13 +21,9 @@ __all__ = ["add_lm_parsers"]
 def _writable_dir(path: Path, force: bool) -> Path:
     if (path / "config.json").exists() and not force:
         raise ConfigError(f"{path} already holds a model (--force overwrites it)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--out {path}: cannot create it: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {path}: not writable")
-    return path
+    from popgrpo.telemetry.run_dir import writable_directory
+
+    return writable_directory(path, "--out")
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:

@@ -15,11 +15,24 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from popgrpo.config import Config
+from popgrpo.config import Config, ConfigError
 from popgrpo.schema import metrics_schema
 from popgrpo.telemetry.atomic import atomic_path, atomic_write
 
-__all__ = ["RunDirectory", "metrics_schema"]
+__all__ = ["RunDirectory", "metrics_schema", "writable_directory"]
+
+
+def writable_directory(path: Path, label: str) -> Path:
+    """``path``, created now if missing: a directory the user named that cannot be created or
+    written is bad input (:class:`ConfigError`, exit 2), not a failure halfway through the
+    work. ``label`` names it in the message (``"run directory"``, ``"--out"``)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{label} {path}: cannot create it: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{label} {path}: not writable")
+    return path
 
 
 class RunDirectory:
