@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from popgrpo.algorithms.member import METRIC_COLUMNS
 from popgrpo.config import load_config, preset_path
+from popgrpo.schema import METRIC_COLUMNS
 from popgrpo.telemetry.loggers import RoundReport, TensorBoardLogger
 
 
