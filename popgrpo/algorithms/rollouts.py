@@ -33,7 +33,7 @@ import copy
 import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -41,6 +41,7 @@ from popgrpo.algorithms.initial_weights import init_generator, initial_weights
 from popgrpo.algorithms.step import Identities, Samples
 from popgrpo.config import Config
 from popgrpo.core.grpo import masked_aggregate
+from popgrpo.core.tensor_lists import int_list
 from popgrpo.envs import Environment, TextEnvironment, make_env
 from popgrpo.policies import make_policy
 
@@ -403,7 +404,7 @@ class TextRollouts:
             index = torch.randperm(len(pool), generator=generator)[:n]
         else:
             index = torch.randint(len(pool), (n,), generator=generator)
-        return [pool[i] for i in _int_list(index)]
+        return [pool[i] for i in int_list(index)]
 
     def sample(self, generator: torch.Generator) -> Samples[Rollout]:
         prompts = self._draw_prompts(generator)
@@ -459,19 +460,13 @@ class TextRollouts:
         prompt_of = [p for p in rollout.prompts for _ in range(rollout.group_size)]
         completions = rollout.completions
         if select is not None:
-            prompt_of = [prompt_of[i] for i in _int_list(select)]
-            completions = [completions[i] for i in _int_list(select)]
+            prompt_of = [prompt_of[i] for i in int_list(select)]
+            completions = [completions[i] for i in int_list(select)]
         values, reasons, success = self.env.score(prompt_of, completions)
         return Rewards(values.float(), reasons, success=success)
 
     def round0(self) -> dict[str, torch.Tensor]:
         return self._round0
-
-
-def _int_list(index: torch.Tensor) -> list[int]:
-    """``[k]`` integer tensor → ``k`` Python ints (``Tensor.tolist``, typed)."""
-    # torch's stub leaves tolist()'s items unknown: a 1-D integer tensor gives ints.
-    return cast("list[int]", index.tolist())  # pyright: ignore[reportUnknownMemberType]
 
 
 def make_rollouts(

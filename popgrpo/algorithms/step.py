@@ -25,7 +25,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
 from popgrpo.core.grpo import binned_advantages, clipped_terms, group_advantages, kl_penalty
 from popgrpo.core.metrics import group_pass_best_at_k_batches, linear_quantiles, pairwise_diversity_batches
+from popgrpo.core.tensor_lists import float_list
 from popgrpo.schema import COMPLEXITY_QUANTILES
 
 __all__ = [
@@ -318,6 +319,5 @@ def _nanmean_rows(values: torch.Tensor) -> list[float]:
     (``==`` on containers takes an identical object as equal).
     """
     kept = ~values.isnan()
-    # 0/0 = NaN. torch's stub leaves tolist()'s items unknown; a 1-D float tensor gives floats.
-    means = cast("list[float]", (torch.where(kept, values, 0.0).sum(1) / kept.sum(1)).tolist())  # pyright: ignore[reportUnknownMemberType]
+    means = float_list(torch.where(kept, values, 0.0).sum(1) / kept.sum(1))  # 0/0 = NaN
     return [math.nan if math.isnan(m) else m for m in means]

@@ -28,6 +28,8 @@ from typing import Any, Literal, cast
 
 import torch
 
+from popgrpo.core.tensor_lists import float_list
+
 __all__ = [
     "Mutation",
     "crossover_weights",
@@ -97,7 +99,7 @@ def score_weights(scores: Sequence[float], temperature: float | None = None) -> 
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         w = torch.softmax(torch.where(ok, s / temperature, torch.full_like(s, -math.inf)), dim=0)
-    return _floats(w / w.sum())
+    return float_list(w / w.sum())
 
 
 def weighted_soup(
@@ -171,7 +173,7 @@ def crossover_weights(n: int, mu: float, sigma: float, generator: torch.Generato
     if n < 1 or sigma < 0:
         raise ValueError(f"need n >= 1 and sigma >= 0, got n={n}, sigma={sigma}")
     draws = torch.randn(n, generator=generator, dtype=torch.float64)
-    return _floats(mu + sigma * draws)
+    return float_list(mu + sigma * draws)
 
 
 def task_arithmetic(base: StateDict, state_dicts: Sequence[StateDict], w: Sequence[float]) -> dict[str, torch.Tensor]:
@@ -349,11 +351,6 @@ def _thin_svd(matrix: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     """``U [m, r], σ [r], Vᵀ [r, n]`` of ``matrix [m, n]``, ``r = min(m, n)``."""
     u, s, vh = torch.linalg.svd(matrix, full_matrices=False)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]  # torch: linalg.svd has no stub
     return cast(torch.Tensor, u), cast(torch.Tensor, s), cast(torch.Tensor, vh)
-
-
-def _floats(t: torch.Tensor) -> list[float]:
-    """``t.tolist()`` of a 1-D floating tensor."""
-    return cast(list[float], t.tolist())  # pyright: ignore[reportUnknownMemberType]  # torch: tolist() -> bare list
 
 
 def _same_keys(state_dicts: Sequence[StateDict]) -> list[str]:
