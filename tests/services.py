@@ -67,7 +67,7 @@ def program_problem(program: str) -> str | None:
     install; None when it can. ``"sandbox"`` also needs bubblewrap to work here."""
     if program not in PROGRAMS:
         raise KeyError(f"unknown program {program!r}: add it to PROGRAMS in tests/services.py and to .ci/run")
-    binary = "bwrap" if program == "sandbox" else program
+    binary = _binary(program)
     if shutil.which(binary) is None:
         return f"{binary} is not installed (apt-get install {PROGRAMS[program]})"
     if program == "sandbox":
@@ -83,9 +83,14 @@ def require(program: str) -> str:
     problem = program_problem(program)
     if problem is not None:
         missing(problem)
-    path = shutil.which("bwrap" if program == "sandbox" else program)
+    path = shutil.which(_binary(program))
     assert path is not None
     return path
+
+
+def _binary(program: str) -> str:
+    """The executable behind a key of :data:`PROGRAMS` (the sandbox is bubblewrap's ``bwrap``)."""
+    return "bwrap" if program == "sandbox" else program
 
 
 @functools.cache
