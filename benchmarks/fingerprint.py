@@ -64,7 +64,9 @@ def fingerprint(name: str, preset: str, overrides: list[str], root: Path) -> dic
     cmd = [sys.executable, "-m", "popgrpo.cli", "train", "--config", preset, "--executor", "local", "--out", str(out)]
     for item in overrides:
         cmd += ["--set", item]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: popgrpo train exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
     result = {"metrics": frame_digest(out / "metrics.parquet")}
     if (out / "archive.parquet").exists():
         result["archive"] = frame_digest(out / "archive.parquet")
@@ -80,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plan = runs(args.epochs)
     if args.only:
+        unknown = sorted(set(args.only) - set(plan))
+        if unknown:
+            parser.error(f"--only: unknown run names {unknown}; choices: {', '.join(plan)}")
         plan = {k: v for k, v in plan.items() if k in args.only}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
