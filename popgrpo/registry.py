@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_SHOWN_CHARS = 80  # of an unknown name, in the error that names it
 PLUGIN_GROUP = "popgrpo.plugins"
 
 
@@ -174,9 +175,16 @@ class Registry(Generic[T]):
     def unknown(self, name: object) -> UnknownChoice:
         """The error for a name that is not registered (one line)."""
         choices = sorted(self._entries)
-        close = difflib.get_close_matches(str(name), choices, n=3) if isinstance(name, str) else []
+        # A config is hostile input: a huge value neither floods the one-line message nor
+        # costs difflib's quadratic time.
+        close = (
+            difflib.get_close_matches(name, choices, n=3) if isinstance(name, str) and len(name) <= _SHOWN_CHARS else []
+        )
         hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-        text = f"{self.field}: unknown {self.kind} {name!r}{hint}; choices: {', '.join(choices)}"
+        shown = repr(name)
+        if len(shown) > _SHOWN_CHARS:
+            shown = shown[: _SHOWN_CHARS - 3] + "..."
+        text = f"{self.field}: unknown {self.kind} {shown}{hint}; choices: {', '.join(choices)}"
         if _state.failed:
             text += f" (plugins that failed to load: {'; '.join(_state.failed)})"
         return UnknownChoice(text)

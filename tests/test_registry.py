@@ -65,6 +65,17 @@ def test_unknown_choice_names_field_close_matches_and_choices():
         reg.register("bad", "no_colon_here")
 
 
+def test_a_huge_unknown_name_is_cut_in_the_one_line_error():
+    """A hostile config value of 100,000 characters gives a short message that still lists the choices."""
+    reg: Registry = Registry("environment", "env.kind", "")
+    reg.register("idea", _double)
+    with pytest.raises(UnknownChoice) as err:
+        reg.check("idea" + "x" * 100_000)
+    message = str(err.value)
+    assert len(message) < 200 and "\n" not in message
+    assert message.startswith("env.kind: unknown environment 'ideaxxx") and message.endswith("...; choices: idea")
+
+
 def test_builtins_are_known_without_importing_torch_or_ray():
     code = (
         "import sys; from popgrpo.config import load_config; "
