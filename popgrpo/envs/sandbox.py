@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import re
@@ -103,6 +104,9 @@ from collections.abc import Sequence
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from popgrpo.envs import sandbox_child
+from popgrpo.envs.sandbox_child import FORBIDDEN_EXIT, MEMORY_EXIT
+
 __all__ = [
     "ISOLATIONS",
     "REASONS",
@@ -119,10 +123,6 @@ __all__ = [
 
 REASONS = ("ok", "timeout", "memory", "crash", "forbidden", "leftover", "no_score", "out_of_range", "no_code")
 
-FORBIDDEN_EXIT = 86
-"""Exit status the bootstrap uses when the program did something the hook refused."""
-MEMORY_EXIT = 87
-"""Exit status the bootstrap uses when ``MemoryError`` reached the top level."""
 
 _STDERR_TAIL_BYTES = 8192
 _DETAIL_CHARS = 300
@@ -194,275 +194,11 @@ def extract_code(completion: str) -> str | None:
 
 # --------------------------------------------------------------------------- the child side
 
-# Runs in the child before the program: limits, audit hook, a fresh ``__main__``, then exec.
-# Kept free of the parent's imports; every name the hook needs is bound before it is installed,
-# and the hook never calls anything the program could have replaced or subclassed (it checks
-# exact types), so no program code ever runs inside the hook, where the nonce lives.
-_BOOTSTRAP = r"""
-import builtins, os, resource, sys, types
+CHILD_SCRIPT = os.path.abspath(sandbox_child.__file__)
+"""The child's source on the host (:mod:`popgrpo.envs.sandbox_child`), run by path."""
 
-FORBIDDEN_EXIT, MEMORY_EXIT = @FORBIDDEN_EXIT@, @MEMORY_EXIT@
-
-
-def set_limit(kind, soft, hard):
-    cur_hard = resource.getrlimit(kind)[1]
-    if cur_hard != resource.RLIM_INFINITY:
-        hard = min(hard, cur_hard)
-        soft = min(soft, hard)
-    resource.setrlimit(kind, (soft, hard))
-
-
-def install_hook(status_fd, nonce, contain):
-    root = os.path.realpath(os.getcwd())
-    prefix = root.rstrip(os.sep) + os.sep
-    me = os.getpid()
-    realpath, fsdecode, write, getframe = os.path.realpath, os.fsdecode, os.write, sys._getframe
-    _str, _bytes, _int, _float, _type, _repr = str, bytes, int, float, type, repr
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    devices = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
-    path_args = {
-        "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.link": (0, 1),
-        "os.symlink": (1,), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,),
-        "os.chflags": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "shutil.rmtree": (0,),
-        "os.chdir": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
-    }
-    processes = frozenset({
-        "subprocess.Popen", "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork",
-        "os.forkpty", "os.startfile", "pty.spawn", "_posixsubprocess.fork_exec", "_thread.start_new_thread",
-    })
-    network = frozenset({
-        "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
-        "socket.gethostbyname", "socket.gethostbyaddr", "socket.sethostname",
-    })
-    limits = frozenset({"resource.setrlimit", "resource.prlimit"})
-    # What would reach the interpreter's objects behind the program's back: every object (gc),
-    # other frames' code and locals from a trace or profile function, raw memory (ctypes).
-    introspection = frozenset({
-        "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
-        "sys._current_frames", "sys._current_exceptions", "sys.monitoring.register_callback",
-        "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata",
-        "ctypes.cdata/buffer", "ctypes.call_function", "cpython.PyInterpreterState_New",
-        "cpython._PySys_ClearAuditHooks",
-    })
-    # Interpreters without this hook, and modules whose job is to poke at interpreter internals.
-    modules = frozenset({"_xxsubinterpreters", "_interpreters", "_xxinterpchannels", "_testcapi",
-                         "_testinternalcapi", "_testmultiphase", "_testsinglephase", "_ctypes_test"})
-    state = {"violated": False, "frame": None, "scored": False}
-
-    # pathlib's paths, read through the slot their text is cached in (set by os.fspath before the
-    # audit event), so that nothing the program may have overridden runs here.
-    import pathlib
-    path_types = (pathlib.PosixPath, pathlib.PurePosixPath)
-    path_class_dict = pathlib.PurePath.__dict__  # a live view: later patches of the class show in it
-    path_fspath = path_class_dict.get("__fspath__")
-    path_text = path_class_dict["_str"].__get__ if "_str" in path_class_dict else None
-
-    def text_of(path):
-        t = _type(path)
-        if t is _str:
-            return path
-        if t is _bytes:
-            return fsdecode(path)
-        if (t is path_types[0] or t is path_types[1]) and path_text is not None and (
-            path_class_dict.get("__fspath__") is path_fspath
-        ):
-            try:
-                text = path_text(path)
-            except AttributeError:
-                return None
-            return text if _type(text) is _str else None
-        return None  # a str/bytes subclass or another path object: its methods are the program's code
-
-    def inside(path):
-        if path is None or _type(path) is _int:
-            return True  # an already-open descriptor: its opening was checked
-        text = text_of(path)
-        if text is None:
-            return False
-        if text in devices:
-            return True
-        real = realpath(text)
-        return real == root or real.startswith(prefix)
-
-    def under_proc(path):
-        text = text_of(path)
-        if text is None:
-            return _type(path) is not _int
-        real = realpath(text)
-        return real == "/proc" or real.startswith("/proc/")
-
-    def refuse(event, why):
-        if not state["violated"]:
-            state["violated"] = True
-            try:
-                write(status_fd, ("forbidden\t" + event + ": " + why + "\n").encode("utf-8", "replace")[:2000])
-            except OSError:
-                pass
-        raise PermissionError("sandbox refused " + event + ": " + why)
-
-    def report(value):
-        # Only the bootstrap's own frame, registered before the program ran, may report, once.
-        if state["scored"] or getframe(2) is not state["frame"]:
-            refuse("popgrpo.score", "only the sandbox reports a score")
-        state["scored"] = True
-        write(status_fd, ("score\t" + nonce + "\t" + _float.hex(value) + "\n").encode())
-
-    def hook(event, args):
-        if event[:8] == "popgrpo.":
-            if event == "popgrpo.begin":
-                if state["frame"] is not None:
-                    refuse(event, "only the sandbox starts a program")
-                state["frame"] = getframe(1)
-            elif event == "popgrpo.score":
-                report(args[0])
-            elif event == "popgrpo.violated" and state["violated"]:
-                raise PermissionError("violated")
-        elif not contain:
-            return
-        elif event == "open":
-            path, mode, flags = args
-            writing = (_type(mode) is _str and ("w" in mode or "a" in mode or "x" in mode or "+" in mode)) or (
-                _type(flags) is _int and flags & write_flags
-            )
-            if writing and not inside(path):
-                refuse(event, "write to " + _repr(text_of(path)) + " outside the working directory")
-            if under_proc(path):
-                refuse(event, "reading /proc, or a path of a type the sandbox does not read, is not allowed")
-        elif event in path_args:
-            for i in path_args[event]:
-                if not inside(args[i]):
-                    refuse(event, _repr(text_of(args[i])) + " is outside the working directory")
-        elif event in processes:
-            refuse(event, "child processes and threads are not allowed")
-        elif event in network:
-            refuse(event, "network access is not allowed")
-        elif event in limits:
-            refuse(event, "resource limits are fixed")
-        elif event in introspection:
-            refuse(event, "introspecting the interpreter is not allowed")
-        elif event == "import":
-            name = args[0]
-            if _type(name) is not _str:
-                refuse(event, "module names must be str")
-            if name in modules:
-                refuse(event, "module " + name + " is not allowed")
-            if name == "_ctypes" or name == "ctypes":
-                # Not a violation (numpy imports ctypes if it can), just unavailable: it reads
-                # and writes the interpreter's memory without any audit event.
-                raise ImportError("ctypes is not available in the sandbox")
-        elif event in ("os.kill", "os.killpg") and args[0] not in (0, me, -me):
-            refuse(event, "signals to other processes are not allowed")
-        elif event == "sqlite3.connect":
-            db = text_of(args[0])
-            if db is None:
-                refuse(event, "database names must be str, bytes or a pathlib path")
-            if db.startswith("file:"):
-                db = db[5:].split("?", 1)[0]
-            if db not in (":memory:", "") and not inside(db):
-                refuse(event, "database " + _repr(db) + " outside the working directory")
-        elif event == "sqlite3.enable_load_extension":
-            refuse(event, "sqlite extensions are not allowed")
-
-    sys.addaudithook(hook)
-
-
-def flush_and_exit(code):
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    os._exit(code)
-
-
-def read_all(fd):
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    return b"".join(chunks).decode("utf-8")
-
-
-def main():
-    program_fd, status_fd = int(sys.argv[1]), int(sys.argv[2])
-    cpu_s, as_bytes, fsize_bytes, nproc, contain = (int(a) for a in sys.argv[3:8])
-    nonce, _, source = read_all(program_fd).partition("\n")
-    set_limit(resource.RLIMIT_CORE, 0, 0)
-    set_limit(resource.RLIMIT_CPU, cpu_s, cpu_s)  # SIGXCPU stays blocked (below): the kernel's SIGKILL ends it
-    set_limit(resource.RLIMIT_AS, as_bytes, as_bytes)
-    set_limit(resource.RLIMIT_FSIZE, fsize_bytes, fsize_bytes)
-    if nproc > 0:
-        set_limit(resource.RLIMIT_NPROC, nproc, nproc)
-    # Signals stay blocked for the whole run (the seccomp filter refuses unblocking them), so no
-    # handler of the program's can run in between its last statement and the score's report.
-    # Faults and abort() stay deliverable: they are synchronous, so never pending past the program.
-    signal = __import__("signal")
-    synchronous = {signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGTRAP, signal.SIGSYS}
-    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals() - synchronous)
-    del signal, synchronous
-    install_hook(status_fd, nonce, contain)
-    del nonce  # it lives on only inside the hook, which no program code can reach
-    audit, _type, _float, _int, _bool, _write = sys.audit, type, float, int, bool, os.write
-    _issubclass, _dict_get, _permission_error = issubclass, dict.get, PermissionError
-
-    def violated():
-        try:
-            audit("popgrpo.violated")
-        except _permission_error:
-            return True
-        return False
-
-    audit("popgrpo.begin")
-    module = types.ModuleType("__main__")
-    module.__file__ = "<program>"
-    # A copy: patching the builtins module (``import builtins; builtins.abs = ...``) does not
-    # change the names the template's own score computation looks up after the code.
-    module.__builtins__ = dict(vars(builtins))
-    sys.modules["__main__"] = module
-    sys.argv = ["<program>"]
-    namespace = module.__dict__
-    out_of_memory = False
-    try:
-        code = compile(source, "<program>", "exec")
-        del source
-        exec(code, namespace)
-    except MemoryError:
-        out_of_memory = True  # handled below, once the traceback's frames are released
-    finally:
-        if violated():
-            flush_and_exit(FORBIDDEN_EXIT)
-    if out_of_memory:
-        namespace.clear()
-        try:
-            _write(status_fd, b"memory\tMemoryError\n")
-            _write(2, b"MemoryError\n")
-        except OSError:
-            pass
-        flush_and_exit(MEMORY_EXIT)
-    # The program ran to its end: its global ``score`` is the result. Exact types only, so that
-    # no method of the program's runs here; int and float subclasses are read through the base.
-    value = _dict_get(namespace, "score")
-    kind = _type(value)
-    if kind is _bool or value is None:
-        value = None
-    elif _issubclass(kind, _float):
-        value = _float.__float__(value)
-    elif _issubclass(kind, _int):
-        value = _float(_int.__index__(value))
-    else:
-        value = None
-    if value is None:
-        _write(status_fd, b"noscore\tthe program ran to its end without a numeric global `score`\n")
-    else:
-        audit("popgrpo.score", value)
-    flush_and_exit(0)
-
-
-main()
-""".replace("@FORBIDDEN_EXIT@", str(FORBIDDEN_EXIT)).replace("@MEMORY_EXIT@", str(MEMORY_EXIT))
+SANDBOX_CHILD = "/popgrpo/sandbox_child.py"
+"""Where bubblewrap binds :data:`CHILD_SCRIPT` (read-only) inside the sandbox."""
 
 
 def child_env(workdir: str) -> dict[str, str]:
@@ -488,35 +224,29 @@ def child_env(workdir: str) -> dict[str, str]:
     }
 
 
-def _python_command(
-    python: str,
-    site_packages: bool,
-    program_fd: int,
-    status_fd: int,
-    limits: SandboxLimits,
-    nproc: int,
-    audit_hook: bool = True,
-) -> list[str]:
-    """The interpreter's argv: the bootstrap reads the nonce and the program from ``program_fd``.
+def _python_command(python: str, site_packages: bool, script: str, control_fd: int) -> list[str]:
+    """The interpreter's argv: the child ``script`` reads everything else from ``control_fd``."""
+    flags = ["-I", "-B", "-X", "utf8"] + ([] if site_packages else ["-S"])
+    return [python, *flags, script, str(control_fd)]
+
+
+def _limits_message(limits: SandboxLimits, status_fd: int, ready_fd: int, nproc: int, audit_hook: bool) -> bytes:
+    """The child's first line on its control pipe (:func:`popgrpo.envs.sandbox_child.parse_limits`).
 
     ``audit_hook=False`` keeps only the hook's score reporting, not its refusals: the security
     tests use it to check that the kernel layer contains a program on its own.
     """
-    flags = ["-I", "-B", "-X", "utf8"] + ([] if site_packages else ["-S"])
     mb = 1024 * 1024
-    return [
-        python,
-        *flags,
-        "-c",
-        _BOOTSTRAP,
-        str(program_fd),
-        str(status_fd),
-        str(int(limits.cpu_s)),
-        str(int(limits.memory_mb) * mb),
-        str(int(limits.file_size_mb) * mb),
-        str(nproc),
-        str(int(audit_hook)),
-    ]
+    message = {
+        "status_fd": status_fd,
+        "ready_fd": ready_fd,
+        "cpu_s": int(limits.cpu_s),
+        "memory_bytes": int(limits.memory_mb) * mb,
+        "file_size_bytes": int(limits.file_size_mb) * mb,
+        "nproc": nproc,
+        "contain": bool(audit_hook),
+    }
+    return json.dumps(message).encode() + b"\n"
 
 
 # --------------------------------------------------------------------------- isolation
@@ -624,7 +354,8 @@ def _bwrap_command(bwrap: str, work: str, seccomp_fd: int, roots: Sequence[str])
 
     ``--as-pid-1``: the interpreter is the namespace's init, so when it exits the kernel kills
     whatever else is left in it (nothing can be: process creation is refused). ``--die-with-parent``:
-    killing bubblewrap kills the program. The host's ``/proc``, ``/home``, ``/root``, ``/etc``
+    killing bubblewrap kills the program. The child's script is bound at :data:`SANDBOX_CHILD`.
+    The host's ``/proc``, ``/home``, ``/root``, ``/etc``
     (beyond the dynamic loader's cache), the trainer's files and sockets are not there at all.
     """
     cmd = [
@@ -645,6 +376,7 @@ def _bwrap_command(bwrap: str, work: str, seccomp_fd: int, roots: Sequence[str])
         if root == SANDBOX_WORKDIR or root.startswith(SANDBOX_WORKDIR + "/"):
             raise SandboxUnavailable(f"the interpreter lives under {SANDBOX_WORKDIR}, where programs run")
         cmd += ["--ro-bind", root, root]
+    cmd += ["--ro-bind", CHILD_SCRIPT, SANDBOX_CHILD]  # the child's code, and nothing else of popgrpo's
     cmd += [
         "--bind", work, SANDBOX_WORKDIR,
         "--chdir", SANDBOX_WORKDIR, "--seccomp", str(seccomp_fd), "--",
@@ -890,6 +622,196 @@ def _wait_session_gone(sid: int, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+class SandboxChild:
+    """One started sandbox: its process, its directory and the pipes it reads and answers on.
+
+    :func:`spawn_child` starts it and sends the limits; the child then gets warm and writes one
+    byte on :attr:`ready_fd` (the warm pool polls it), and waits for its program, which
+    :meth:`send` writes. :meth:`finish` waits for the end (the wall clock runs from the moment
+    the program was written), kills the group, reaps, classifies and removes the directory.
+    :meth:`discard` does the killing and cleaning for a child that never ran a program. Each
+    child runs at most one program.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], base: str, control_fd: int, ready_fd: int, bwrap: bool) -> None:
+        self.proc = proc
+        self.base = base
+        self.control_fd: int | None = control_fd
+        self.ready_fd: int | None = ready_fd
+        self.bwrap = bwrap
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def exited(self) -> bool:
+        """Whether the child has exited (left unreaped, so its pid and group stay reserved)."""
+        return _has_exited(self.proc.pid)
+
+    def close_ready(self) -> None:
+        """Stop listening for the warm signal (the child ignores a closed pipe)."""
+        if self.ready_fd is not None:
+            os.close(self.ready_fd)
+            self.ready_fd = None
+
+    def read_ready(self) -> bool:
+        """After :attr:`ready_fd` polled readable: True when the child is warm, False when it died."""
+        assert self.ready_fd is not None
+        try:
+            warm = os.read(self.ready_fd, 1) == b"r"
+        except OSError:
+            warm = False
+        self.close_ready()
+        return warm
+
+    def send(self, nonce: str, code: str, deadline: float) -> bool:
+        """Write the nonce and the program, then end of file; False when the child was gone.
+
+        Non-blocking writes, so a child that does not read cannot hold the caller past
+        ``deadline`` (the program's wall clock, already running); it is then killed as late.
+        """
+        payload = memoryview(f"{nonce}\n{code}".encode())
+        fd = self.control_fd
+        assert fd is not None, "a sandbox runs one program"
+        os.set_blocking(fd, False)
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        try:
+            while payload:
+                try:
+                    payload = payload[os.write(fd, payload) :]
+                except BlockingIOError:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    poller.poll(remaining * 1000)
+        except BrokenPipeError:
+            return False
+        finally:
+            os.close(fd)
+            self.control_fd = None
+        return True
+
+    def finish(
+        self, nonce: str, limits: SandboxLimits, score_range: tuple[float, float], deadline: float
+    ) -> ExecutionResult:
+        """Wait until the program ends or ``deadline``; always kills its group, reaps it, cleans up."""
+        pid = self.proc.pid
+        exited, leftover = False, 0
+        try:
+            exited = _wait_for_exit(pid, max(0.0, deadline - time.monotonic()))
+            if exited and not self.bwrap:
+                # Under bubblewrap nothing can be left: the program is its pid namespace's init,
+                # whose exit kills the namespace, and it cannot create processes. Without it, look
+                # (the exited leader is an unreaped zombie; a scan of /proc costs tens of ms here).
+                leftover = _session_members(pid)
+        finally:
+            self._close_pipes()
+            if self.bwrap and not exited:
+                _kill_below_leader(pid)
+            _kill_group(pid)  # the unreaped leader keeps the pgid from being reused
+            _, wait_status, usage = os.wait4(pid, 0)
+            self.proc.returncode = os.waitstatus_to_exitcode(wait_status)
+            if not exited or leftover:
+                _wait_session_gone(pid)  # under bwrap the program is a grandchild, killed with its group
+        returncode = self.proc.returncode
+        if self.bwrap and 128 < returncode < 128 + signal.NSIG:
+            returncode = -(returncode - 128)  # bubblewrap reports a signal as 128 + its number
+        try:
+            outcome = _Outcome(
+                returncode=returncode,
+                wall_timeout=not exited,
+                cpu_time_s=usage.ru_utime + usage.ru_stime,
+                status=_read_status(os.path.join(self.base, "status"), nonce),
+                stdout=_tail(os.path.join(self.base, "stdout"), limits.max_output_bytes),
+                stderr=_tail(os.path.join(self.base, "stderr"), _STDERR_TAIL_BYTES),
+                leftover=leftover,
+            )
+        finally:
+            shutil.rmtree(self.base, ignore_errors=True)
+        return _classify(outcome, limits, score_range)
+
+    def discard(self) -> None:
+        """Kill the child (its whole group), reap it and remove its directory. Idempotent."""
+        self._close_pipes()
+        if self.proc.returncode is None:
+            pid = self.proc.pid
+            if self.bwrap and not _has_exited(pid):
+                _kill_below_leader(pid, timeout=0.5)
+            _kill_group(pid)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            self.proc.returncode = -signal.SIGKILL
+            _wait_session_gone(pid, timeout=1.0)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def _close_pipes(self) -> None:
+        self.close_ready()
+        if self.control_fd is not None:
+            os.close(self.control_fd)
+            self.control_fd = None
+
+
+def spawn_child(
+    limits: SandboxLimits, python: str, site_packages: bool, isolation: str, audit_hook: bool = True
+) -> SandboxChild:
+    """Start one sandbox and send it its limits; it gets warm on its own and waits for a program.
+
+    Its fresh directory under the system's temp dir holds ``work/`` (the program's working
+    directory), ``stdout``, ``stderr`` and ``status``.
+    """
+    bwrap = shutil.which("bwrap") if isolation == "bwrap" else None
+    if isolation == "bwrap" and bwrap is None:
+        raise SandboxUnavailable("bubblewrap disappeared since the sandbox was created")
+    base = tempfile.mkdtemp(prefix="popgrpo-sandbox-")
+    child_fds: list[int] = []  # the child's ends, closed here once it has them
+    parent_fds: list[int] = []  # ours, kept by the SandboxChild
+    try:
+        work = os.path.join(base, "work")
+        os.mkdir(work, 0o700)
+        control_r, control_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        child_fds += [control_r, ready_w]
+        parent_fds += [control_w, ready_r]
+        with (
+            open(os.path.join(base, "stdout"), "wb") as out,
+            open(os.path.join(base, "stderr"), "wb") as err,
+            open(os.path.join(base, "status"), "wb") as status,
+        ):
+            if bwrap:
+                child_fds.append(_memfd("popgrpo-seccomp", seccomp_program()))
+                python_cmd = _python_command(python, site_packages, SANDBOX_CHILD, control_r)
+                cmd = [
+                    *_bwrap_command(bwrap, work, child_fds[-1], _interpreter_roots(python, site_packages)),
+                    *python_cmd,
+                ]
+                env, cwd = child_env(SANDBOX_WORKDIR), None
+            else:
+                cmd, env, cwd = _python_command(python, site_packages, CHILD_SCRIPT, control_r), child_env(work), work
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=(status.fileno(), *child_fds),
+                start_new_session=True,
+            )
+            header = _limits_message(limits, status.fileno(), ready_w, nproc=1 if bwrap else 0, audit_hook=audit_hook)
+    except BaseException:
+        for fd in child_fds + parent_fds:
+            os.close(fd)
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    for fd in child_fds:
+        os.close(fd)
+    child = SandboxChild(proc, base, control_w, ready_r, bwrap=bwrap is not None)
+    with contextlib.suppress(BrokenPipeError):
+        os.write(control_w, header)  # a few hundred bytes into an empty pipe: never blocks
+    return child
+
+
 def _execute(
     code: str,
     limits: SandboxLimits,
@@ -899,75 +821,17 @@ def _execute(
     isolation: str,
     audit_hook: bool = True,
 ) -> ExecutionResult:
-    """Run one program in a fresh process and directory; always kills its group and reaps it."""
-    nonce = secrets.token_hex(16)
-    bwrap = shutil.which("bwrap") if isolation == "bwrap" else None
-    if isolation == "bwrap" and bwrap is None:
-        raise SandboxUnavailable("bubblewrap disappeared since the sandbox was created")
-    with contextlib.ExitStack() as stack:
-        base = stack.enter_context(tempfile.TemporaryDirectory(prefix="popgrpo-sandbox-", ignore_cleanup_errors=True))
-        work = os.path.join(base, "work")
-        os.mkdir(work, 0o700)
-        paths = {name: os.path.join(base, name) for name in ("stdout", "stderr", "status")}
-        fds: list[int] = []
-        stack.callback(lambda: [os.close(fd) for fd in fds])
-        fds.append(_memfd("popgrpo-program", f"{nonce}\n{code}".encode()))
-        with (
-            open(paths["stdout"], "wb") as out,
-            open(paths["stderr"], "wb") as err,
-            open(paths["status"], "wb") as status,
-        ):
-            python_cmd = _python_command(
-                python, site_packages, fds[0], status.fileno(), limits, nproc=1 if bwrap else 0, audit_hook=audit_hook
-            )
-            if bwrap:
-                fds.append(_memfd("popgrpo-seccomp", seccomp_program()))
-                cmd = [*_bwrap_command(bwrap, work, fds[1], _interpreter_roots(python, site_packages)), *python_cmd]
-                env, cwd = child_env(SANDBOX_WORKDIR), None
-            else:
-                cmd, env, cwd = python_cmd, child_env(work), work
-            proc = subprocess.Popen(
-                cmd,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                pass_fds=(status.fileno(), *fds),
-                start_new_session=True,
-            )
-        for fd in fds:
-            os.close(fd)
-        fds.clear()
-        exited, leftover = False, 0
-        try:
-            exited = _wait_for_exit(proc.pid, limits.timeout_s)
-            if exited and not bwrap:
-                # Under bubblewrap nothing can be left: the program is its pid namespace's init,
-                # whose exit kills the namespace, and it cannot create processes. Without it, look
-                # (the exited leader is an unreaped zombie; a scan of /proc costs tens of ms here).
-                leftover = _session_members(proc.pid)
-        finally:
-            if bwrap and not exited:
-                _kill_below_leader(proc.pid)
-            _kill_group(proc.pid)  # the unreaped leader keeps the pgid from being reused
-            _, wait_status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(wait_status)
-            if not exited or leftover:
-                _wait_session_gone(proc.pid)  # under bwrap the program is a grandchild, killed with its group
-        returncode = proc.returncode
-        if bwrap and 128 < returncode < 128 + signal.NSIG:
-            returncode = -(returncode - 128)  # bubblewrap reports a signal as 128 + its number
-        outcome = _Outcome(
-            returncode=returncode,
-            wall_timeout=not exited,
-            cpu_time_s=usage.ru_utime + usage.ru_stime,
-            status=_read_status(paths["status"], nonce),
-            stdout=_tail(paths["stdout"], limits.max_output_bytes),
-            stderr=_tail(paths["stderr"], _STDERR_TAIL_BYTES),
-            leftover=leftover,
-        )
-    return _classify(outcome, limits, score_range)
+    """Run one program in a fresh sandbox started for it (the one-shot, cold path)."""
+    child = spawn_child(limits, python, site_packages, isolation, audit_hook)
+    try:
+        child.close_ready()
+        nonce = secrets.token_hex(16)
+        deadline = time.monotonic() + limits.timeout_s
+        child.send(nonce, code, deadline)  # a child that died starting is classified by its exit below
+    except BaseException:
+        child.discard()
+        raise
+    return child.finish(nonce, limits, score_range, deadline)
 
 
 class Sandbox:
@@ -1065,8 +929,29 @@ class Sandbox:
                 except (InvalidStateError, CancelledError):
                     pass  # the batch already failed or was cancelled by the caller
 
-        run = functools.partial(
-            _execute,
+        items = [self._pool.submit(self._run_one, code) for _, code in pending]
+        batch.add_done_callback(lambda b: [f.cancel() for f in items] if b.cancelled() else None)
+        for (index, _), fut in zip(pending, items, strict=True):
+            fut.add_done_callback(functools.partial(item_done, index))
+        return batch
+
+    def submit_one(self, code: str | None) -> Future[ExecutionResult]:
+        """Start one program and return at once with a Future of its result (``None`` → ``no_code``).
+
+        For a trainer that hands each program over as soon as its completion is generated.
+        """
+        if code is None:
+            done: Future[ExecutionResult] = Future()
+            done.set_result(_NO_CODE)
+            return done
+        if not isinstance(code, str):
+            raise TypeError(f"code must be str or None, got {type(code).__name__}")
+        return self._pool.submit(self._run_one, code)
+
+    def _run_one(self, code: str) -> ExecutionResult:
+        """Run one program on the calling (worker) thread: a fresh sandbox started for it."""
+        return _execute(
+            code,
             limits=self.limits,
             python=self.python,
             site_packages=self.site_packages,
@@ -1074,11 +959,6 @@ class Sandbox:
             isolation=self.isolation,
             audit_hook=self._audit_hook,
         )
-        items = [self._pool.submit(run, code) for _, code in pending]
-        batch.add_done_callback(lambda b: [f.cancel() for f in items] if b.cancelled() else None)
-        for (index, _), fut in zip(pending, items, strict=True):
-            fut.add_done_callback(functools.partial(item_done, index))
-        return batch
 
     def close(self) -> None:
         """Wait for running programs, cancel queued ones, stop the pool. Idempotent."""
