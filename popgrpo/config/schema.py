@@ -175,6 +175,11 @@ class TextEnvConfig(Section):
         description="Seed of the fixed random projection from embeddings to the archive's 2 behaviour dimensions; independent of run.seed so every run shares one behaviour space.",
     )
     embed_batch_size: int = Field(default=64, ge=1, description="Completions embedded per forward pass.")
+    sandbox_pool_size: int | None = Field(
+        default=None,
+        ge=0,
+        description="Warm sandboxes each process keeps started ahead of need for the execution rewards (popgrpo.envs.sandbox_pool): each still runs one program and is discarded, and a program's result is the same as in a sandbox started for it. null: 2 per core; 0: no pool, a fresh sandbox per program when it is needed. Passed as `pool_size` to reward callables that take it (execution_score, program_reward) unless their kwargs set it.",
+    )
 
     _absolute_prompts_path = field_validator("prompts_path")(lambda v: absolute_if_exists(v))
 

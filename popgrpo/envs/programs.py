@@ -224,13 +224,15 @@ def program_reward(
     memory_mb: int = 256,
     max_workers: int | None = None,
     isolation: str = "bwrap",
+    pool_size: int | None = 0,
 ) -> tuple[list[float], list[str]]:
     """The program task's reward ``Q · B`` per completion, and the sandbox's reason for each.
 
     The completion is the program itself (the prompt, its header, is a comment and is not
     part of it). ``B`` comes from running it in the sandbox with the standard library only
     (:data:`SUCCESS_TEMPLATE`); ``Q`` from :func:`program_quality`. Reasons are the
-    sandbox's (``ok``, ``crash``, ``timeout``, ``no_score``, ...).
+    sandbox's (``ok``, ``crash``, ``timeout``, ``no_score``, ...). ``pool_size`` as for
+    :func:`popgrpo.envs.rewards.execution_score` (a warm sandbox pool, or 0: one-shot).
     """
     from popgrpo.envs.rewards import execution_score
 
@@ -246,6 +248,7 @@ def program_reward(
         score_range=(-sys.float_info.max, sys.float_info.max),  # any finite number: B is whether it ran, not its value
         site_packages=False,
         isolation=isolation,
+        pool_size=pool_size,
     )
     rewards = [program_quality(code, scale) if r == "ok" else 0.0 for r, code in zip(reasons, completions, strict=True)]
     return rewards, reasons

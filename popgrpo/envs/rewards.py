@@ -4,13 +4,23 @@ Each is called as ``fn(prompts, completions, **kwargs)`` with one prompt per com
 (:class:`popgrpo.envs.text.TextEnv`), TRL's reward-function convention, and returns one float
 per completion or ``(floats, reasons)``. Write your own the same way and name it by import
 path in the config.
+
+:class:`SandboxReward` is the execution reward for any other trainer: an object called as
+``reward(completions, **kwargs)`` returning one float per completion, TRL's ``GRPOTrainer``
+``reward_funcs`` convention (plain text or conversational completions), running the programs
+in a warm sandbox pool (:mod:`popgrpo.envs.sandbox_pool`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["execution_score", "target_fraction"]
+if TYPE_CHECKING:
+    from popgrpo.envs.sandbox import ExecutionResult, Sandbox
+
+__all__ = ["SandboxReward", "execution_score", "target_fraction"]
 
 
 def target_fraction(prompts: Sequence[str], completions: Sequence[str], target: str = "a") -> list[float]:
@@ -38,6 +48,7 @@ def execution_score(
     score_range: Sequence[float] = (0.0, 1.0),
     site_packages: bool = True,
     isolation: str = "bwrap",
+    pool_size: int | None = 0,
 ) -> tuple[list[float], list[str]]:
     """Run each completion's code in the sandbox; the program's global ``score`` is the reward.
 
@@ -51,21 +62,144 @@ def execution_score(
     ``site_packages=False`` starts them with the standard library only, several times faster.
     ``isolation="none"`` runs them without bubblewrap and seccomp (explicit opt-out, warned).
 
+    ``pool_size``: 0 starts a fresh sandbox for each program when it is needed (one-shot); ``N``
+    runs them in this process's warm pool of ``N`` sandboxes for these settings, kept between
+    calls (:func:`popgrpo.envs.sandbox_pool.shared_pool`); None: a pool of the default size. The
+    results are the same either way. With ``env.kind=text`` it comes from
+    ``env.text.sandbox_pool_size`` unless the reward's kwargs set it.
+
     The template runs in the same interpreter as the code it wraps: compute the score after the
     code, from values whose type you check (``type(value) in (int, float)``), so that an object
     the code returns cannot compute its own score.
     """
-    from popgrpo.envs.sandbox import Sandbox, SandboxLimits, extract_code
+    from popgrpo.envs.sandbox import SandboxLimits
+
+    programs = _programs(prompts, completions, template, fenced)
+    limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
+    lo, hi = score_range
+    span = (float(lo), float(hi))
+    if pool_size == 0:
+        from popgrpo.envs.sandbox import Sandbox
+
+        with Sandbox(
+            limits, max_workers=max_workers, score_range=span, site_packages=site_packages, isolation=isolation
+        ) as sandbox:
+            results = sandbox.run_many(programs)
+    else:
+        from popgrpo.envs.sandbox_pool import shared_pool
+
+        pool = shared_pool(limits, pool_size, max_workers, span, site_packages=site_packages, isolation=isolation)
+        results = pool.run_many(programs)
+    return [r.score for r in results], [r.reason for r in results]
+
+
+def _programs(prompts: Sequence[str], completions: Sequence[str], template: str, fenced: bool) -> list[str | None]:
+    """Each completion's program (``template`` around its code), None where it has no code."""
+    from popgrpo.envs.sandbox import extract_code
 
     programs: list[str | None] = []
     for prompt, completion in zip(prompts, completions, strict=True):
         code = extract_code(completion) if fenced else completion
         programs.append(None if code is None else template.format(code=code, prompt=repr(prompt)))
-    limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
-    lo, hi = score_range
-    span = (lo, hi)
-    with Sandbox(
-        limits, max_workers=max_workers, score_range=span, site_packages=site_packages, isolation=isolation
-    ) as sandbox:
-        results = sandbox.run_many(programs)
-    return [r.score for r in results], [r.reason for r in results]
+    return programs
+
+
+def _text(item: Any) -> str:
+    """A completion or prompt as text: a string, or TRL's conversational form (a list of
+    ``{"role", "content"}`` messages: the last message's content)."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Sequence) and item and isinstance(item[-1], dict):
+        content = item[-1].get("content", "")
+        if isinstance(content, str):
+            return content
+        # content parts, as in multimodal chat templates: keep the text parts
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    raise TypeError(f"expected a completion as str or a list of chat messages, got {type(item).__name__}")
+
+
+class SandboxReward:
+    """Sandboxed execution reward for any trainer: ``reward(completions, **kwargs) -> list[float]``.
+
+    The signature of TRL's ``GRPOTrainer(reward_funcs=[...])``: TRL calls it with
+    ``prompts=``, ``completions=``, ``completion_ids=`` and the dataset's columns as keywords;
+    a completion may be text or a list of chat messages (the last message is the answer). The
+    program and its score are as for :func:`execution_score` (same ``template``, ``fenced``,
+    limits, ``score_range``). Programs run in this process's warm pool of ``pool_size``
+    sandboxes (None: :func:`popgrpo.envs.sandbox_pool.default_pool_size`; 0: a fresh sandbox per
+    program, started when it is needed). The reasons of the last call are kept in
+    :attr:`last_reasons`.
+
+    :meth:`submit` hands over one completion as soon as it is generated and returns a Future,
+    for a trainer that overlaps execution with generation. The object holds only its settings
+    (the pool is the process's), so it pickles.
+
+    Example (TRL)::
+
+        from trl import GRPOConfig, GRPOTrainer
+        from popgrpo.envs.rewards import SandboxReward
+
+        reward = SandboxReward(timeout_s=2, memory_mb=256, site_packages=False)
+        trainer = GRPOTrainer(model=..., reward_funcs=[reward], args=GRPOConfig(...), train_dataset=...)
+    """
+
+    def __init__(
+        self,
+        template: str = "{code}",
+        fenced: bool = True,
+        timeout_s: float = 5.0,
+        cpu_s: int = 5,
+        memory_mb: int = 512,
+        score_range: Sequence[float] = (0.0, 1.0),
+        site_packages: bool = True,
+        isolation: str = "bwrap",
+        pool_size: int | None = None,
+        max_workers: int | None = None,
+        name: str = "sandbox_execution",
+    ) -> None:
+        from popgrpo.envs.sandbox import SandboxLimits
+
+        self.limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
+        lo, hi = score_range
+        self.score_range = (float(lo), float(hi))
+        self.template, self.fenced = template, fenced
+        self.site_packages, self.isolation = site_packages, isolation
+        self.pool_size, self.max_workers = pool_size, max_workers
+        self.__name__ = name  # what TRL logs the reward as
+        self.last_reasons: list[str] = []
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The process's pool for these settings (or, with ``pool_size=0``, a one-shot sandbox)."""
+        if self.pool_size == 0:
+            from popgrpo.envs.sandbox import _default_sandbox_for
+
+            return _default_sandbox_for(
+                self.limits, self.max_workers, self.score_range, self.site_packages, self.isolation
+            )
+        from popgrpo.envs.sandbox_pool import shared_pool
+
+        return shared_pool(
+            self.limits,
+            self.pool_size,
+            self.max_workers,
+            self.score_range,
+            site_packages=self.site_packages,
+            isolation=self.isolation,
+        )
+
+    def __call__(self, completions: Sequence[Any], prompts: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
+        """One reward per completion (0 where the program failed; see :attr:`last_reasons`)."""
+        texts = [_text(c) for c in completions]
+        prompt_texts = [_text(p) for p in prompts] if prompts is not None else [""] * len(texts)
+        results = self.sandbox.run_many(_programs(prompt_texts, texts, self.template, self.fenced))
+        self.last_reasons = [r.reason for r in results]
+        return [r.score for r in results]
+
+    def submit(self, completion: Any, prompt: Any = "") -> Future[ExecutionResult]:
+        """Start one completion's program now; the Future gives its :class:`ExecutionResult`."""
+        [program] = _programs([_text(prompt)], [_text(completion)], self.template, self.fenced)
+        return self.sandbox.submit_one(program)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "last_reasons": []}

@@ -973,29 +973,50 @@ class Sandbox:
 
 # --------------------------------------------------------------------------- the reward
 
-_DEFAULT_SANDBOXES: dict[SandboxLimits, Sandbox] = {}
+_DEFAULT_SANDBOXES: dict[tuple[object, ...], Sandbox] = {}
 _DEFAULT_LOCK = threading.Lock()
 
 
-def _default_sandbox(limits: SandboxLimits) -> Sandbox:
-    """One lazily created, shared sandbox per distinct limits (pools are reused across batches)."""
+def _default_sandbox_for(
+    limits: SandboxLimits,
+    max_workers: int | None = None,
+    score_range: tuple[float, float] = (0.0, 1.0),
+    site_packages: bool = True,
+    isolation: str = "bwrap",
+) -> Sandbox:
+    """One lazily created, shared one-shot sandbox per distinct settings (reused across batches)."""
+    key = (limits, max_workers, score_range, site_packages, isolation)
     with _DEFAULT_LOCK:
-        if limits not in _DEFAULT_SANDBOXES:
-            _DEFAULT_SANDBOXES[limits] = Sandbox(limits)
-        return _DEFAULT_SANDBOXES[limits]
+        if key not in _DEFAULT_SANDBOXES:
+            _DEFAULT_SANDBOXES[key] = Sandbox(
+                limits, max_workers, score_range=score_range, site_packages=site_packages, isolation=isolation
+            )
+        return _DEFAULT_SANDBOXES[key]
 
 
 def score_completions(
-    completions: Sequence[str], *, sandbox: Sandbox | None = None, **limit_overrides: float
+    completions: Sequence[str],
+    *,
+    sandbox: Sandbox | None = None,
+    pool_size: int | None = 0,
+    **limit_overrides: float,
 ) -> tuple[list[float], list[str]]:
     """Rewards and reasons for a batch of completions: :func:`extract_code` → :meth:`Sandbox.run_many`.
 
     Without ``sandbox`` a module-level default is created on first use; ``limit_overrides``
     (fields of :class:`SandboxLimits`, e.g. ``timeout_s=2``) select a default with those limits.
+    ``pool_size`` picks which default: 0 a one-shot sandbox, ``N`` (None: the default size) the
+    process's warm pool of ``N`` sandboxes (:func:`popgrpo.envs.sandbox_pool.shared_pool`).
     """
     if sandbox is not None and limit_overrides:
         raise TypeError("pass limits to the Sandbox you give, not to score_completions")
     if sandbox is None:
-        sandbox = _default_sandbox(replace(SandboxLimits(), **limit_overrides))
+        limits = replace(SandboxLimits(), **limit_overrides)
+        if pool_size == 0:
+            sandbox = _default_sandbox_for(limits)
+        else:
+            from popgrpo.envs.sandbox_pool import shared_pool
+
+            sandbox = shared_pool(limits, pool_size)
     results = sandbox.run_many([extract_code(c) for c in completions])
     return [r.score for r in results], [r.reason for r in results]

@@ -29,6 +29,7 @@ of prompts; this module says what they are worth and where they sit:
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
 from collections import Counter
@@ -66,6 +67,18 @@ def resolve_callable(path: str) -> Callable:
     if not callable(fn):
         raise ValueError(f"reward {path!r}: {module_name} has no callable {attr!r}")
     return fn
+
+
+def _with_pool_size(fn: Callable, kwargs: dict, pool_size: int | None) -> dict:
+    """``kwargs`` plus ``pool_size`` (env.text.sandbox_pool_size) when ``fn`` takes that keyword
+    and the config's kwargs for it do not set it."""
+    if "pool_size" in kwargs:
+        return kwargs
+    try:
+        takes = "pool_size" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a callable without a signature (a C function)
+        takes = False
+    return {**kwargs, "pool_size": pool_size} if takes else kwargs
 
 
 def load_prompts(inline: Sequence[str], path: str | None, field: str = "prompt") -> list[str]:
@@ -157,7 +170,11 @@ class TextEnv:
         self.cfg = cfg
         self.device = torch.device(device)
         self.prompts = load_prompts(cfg.prompts, cfg.prompts_path, cfg.prompt_field)
-        self.rewards = [(spec.fn, resolve_callable(spec.fn), spec.weight, dict(spec.kwargs)) for spec in cfg.rewards]
+        self.rewards = [
+            (spec.fn, fn, spec.weight, _with_pool_size(fn, dict(spec.kwargs), cfg.sandbox_pool_size))
+            for spec in cfg.rewards
+            for fn in [resolve_callable(spec.fn)]
+        ]
         self._model: SentenceTransformer | None = None
         self._centre: torch.Tensor | None = None
         self._directions: torch.Tensor | None = None
