@@ -995,28 +995,18 @@ def _default_sandbox_for(
 
 
 def score_completions(
-    completions: Sequence[str],
-    *,
-    sandbox: Sandbox | None = None,
-    pool_size: int | None = 0,
-    **limit_overrides: float,
+    completions: Sequence[str], *, sandbox: Sandbox | None = None, **limit_overrides: float
 ) -> tuple[list[float], list[str]]:
     """Rewards and reasons for a batch of completions: :func:`extract_code` → :meth:`Sandbox.run_many`.
 
-    Without ``sandbox`` a module-level default is created on first use; ``limit_overrides``
-    (fields of :class:`SandboxLimits`, e.g. ``timeout_s=2``) select a default with those limits.
-    ``pool_size`` picks which default: 0 a one-shot sandbox, ``N`` (None: the default size) the
-    process's warm pool of ``N`` sandboxes (:func:`popgrpo.envs.sandbox_pool.shared_pool`).
+    Without ``sandbox`` a module-level one-shot default is created on first use;
+    ``limit_overrides`` (fields of :class:`SandboxLimits`, e.g. ``timeout_s=2``) select a default
+    with those limits. For warm sandboxes pass ``sandbox=shared_pool(limits)``
+    (:mod:`popgrpo.envs.sandbox_pool`).
     """
     if sandbox is not None and limit_overrides:
         raise TypeError("pass limits to the Sandbox you give, not to score_completions")
     if sandbox is None:
-        limits = replace(SandboxLimits(), **limit_overrides)
-        if pool_size == 0:
-            sandbox = _default_sandbox_for(limits)
-        else:
-            from popgrpo.envs.sandbox_pool import shared_pool
-
-            sandbox = shared_pool(limits, pool_size)
+        sandbox = _default_sandbox_for(replace(SandboxLimits(), **limit_overrides))
     results = sandbox.run_many([extract_code(c) for c in completions])
     return [r.score for r in results], [r.reason for r in results]
