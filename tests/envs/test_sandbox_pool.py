@@ -163,3 +163,15 @@ def test_shared_pool_is_one_per_configuration():
 def test_pool_size_must_be_positive():
     with pytest.raises(ValueError, match="at least one sandbox"):
         SandboxPool(LIMITS, size=0)
+
+
+def test_the_cost_benchmark_runs(tmp_path):
+    import json
+
+    from benchmarks.sandbox_cost import main
+
+    out = tmp_path / "cost.json"
+    main(["--runs", "2", "--rounds", "2", "--batch", "2", "--out", str(out)])
+    numbers = json.loads(out.read_text())
+    assert set(numbers["one_at_a_time_ms"]) == {"bwrap /bin/true", "one-shot", "pool", "one-shot / pool"}
+    assert numbers["batched_ms_per_program"]["pool"]["median"] > 0
