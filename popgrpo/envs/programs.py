@@ -64,7 +64,7 @@ OPERATION_NODES = (
 )
 
 # The program task's sandbox template: the program, then its `result` handed over as the score.
-# B = 1 when the sandbox reports `ok`: the bootstrap, outside the program's reach, accepts only a
+# B = 1 when the sandbox reports `ok`: the sandbox child, outside the program's reach, accepts only a
 # finite int or float (no bool; a subclass read through its base, none of its methods called), so a
 # program that shadows `type`, `int` or the builtins cannot pass anything else off as a number.
 # Anything else leaves no score (`no_score`); no `result` at all is a NameError (`crash`).

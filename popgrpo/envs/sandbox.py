@@ -16,7 +16,7 @@ runs in its **own** new interpreter, in layers:
   refuses process and thread creation, ``connect``, ``ptrace``, other processes' memory and
   signals, io_uring, namespaces, mounts and unblocking signals (the list is
   ``_SECCOMP_REFUSED``).
-* **limits**, set by the bootstrap before the program runs: ``RLIMIT_CPU`` (``cpu_s``; its
+* **limits**, set by the child (:mod:`popgrpo.envs.sandbox_child`) before the program runs: ``RLIMIT_CPU`` (``cpu_s``; its
   ``SIGXCPU`` is blocked, so the kernel's ``SIGKILL`` at the same limit ends the program), ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_CORE = 0`` and, under
   bubblewrap, ``RLIMIT_NPROC = 1`` (per user namespace). They are set in the child rather than
   in ``preexec_fn``, which is unsafe with threads (:meth:`Sandbox.run_many` spawns from a
@@ -32,16 +32,20 @@ runs in its **own** new interpreter, in layers:
   in the program cannot hide it: the run is ``"forbidden"`` whatever happens next. The hook
   checks exact types and binds every name it uses before the program runs. No program code
   ever runs inside it, so patching builtins does not change what it refuses.
-* ``python -I -B -X utf8 -c BOOTSTRAP``: isolated mode, no ``.pyc`` writes; a scrubbed
-  environment (:func:`child_env`); ``start_new_session=True``, so the group is killed as a
-  whole when the run ends and the leader is reaped.
+* ``python -I -B -X utf8 sandbox_child.py CONTROL_FD``: isolated mode, no ``.pyc`` writes; the
+  child's script is a module of its own that imports only the standard library, bound
+  read-only at :data:`SANDBOX_CHILD`; a scrubbed environment (:func:`child_env`);
+  ``start_new_session=True``, so the group is killed as a whole when the run ends and the
+  leader is reaped. The child reads its limits as one JSON line on the control pipe, gets warm,
+  then reads the program from the same pipe (:class:`SandboxChild`), so a sandbox can be
+  started ahead of its program (the warm pool, :mod:`popgrpo.envs.sandbox_pool`).
 
 **The score** is the program's global ``score`` when it runs to its end. Printed output is not
-a score. The parent draws a nonce per run and passes it, with the program's source, on an
-anonymous in-memory file that the bootstrap reads and closes before the program starts. The
-nonce then lives only in the audit hook's closure. After ``exec`` returns, the bootstrap reads
+a score. The parent draws a nonce per run and writes it, with the program's source, on the
+control pipe, which the child reads to its end and closes before the program starts. The
+nonce then lives only in the audit hook's closure. After ``exec`` returns, the child reads
 ``score`` (exact ``int``/``float`` only, never calling the program's methods) and raises the
-``popgrpo.score`` audit event. The hook accepts that event only from the bootstrap's own
+``popgrpo.score`` audit event. The hook accepts that event only from the child's own
 frame (registered before the program ran) and only once, and writes
 ``score<TAB>nonce<TAB>value`` to the status descriptor. Signals other than synchronous faults
 stay blocked, so no handler of the program's runs between its last statement and that read.
@@ -56,7 +60,7 @@ subinterpreter or ``dir_fd`` tricks the hook misses reach the host, and only pro
 stay in the program's session are detected as left behind.
 
 **Memory.** ``RLIMIT_AS`` caps *virtual address space*, not resident memory. Python turns a
-refused allocation into ``MemoryError`` (the usual path, caught by the bootstrap), but the limit
+refused allocation into ``MemoryError`` (the usual path, caught by the child), but the limit
 also counts what is reserved and never touched: glibc malloc arenas (hence
 ``MALLOC_ARENA_MAX=2``), numpy/OpenBLAS buffers; a CUDA context would not fit at all. Set
 ``memory_mb`` with headroom for the libraries the programs import (``import numpy`` fits in
@@ -64,7 +68,7 @@ also counts what is reserved and never touched: glibc malloc arenas (hence
 
 Reasons (:data:`REASONS`) and how each is detected, first match wins (:func:`_classify`):
 
-``forbidden``     the hook recorded a violation in the status file (or the bootstrap exited 86);
+``forbidden``     the hook recorded a violation in the status file (or the child exited 86);
 ``leftover``      another process of the program's session was alive when it exited;
 ``timeout``       the wall clock ran out (we killed the group), or the CPU limit fired
                   (``SIGXCPU``, or ``SIGKILL`` with CPU time at the limit);
@@ -288,7 +292,7 @@ def seccomp_program() -> bytes:
     Built with libseccomp (through ``pyseccomp``): default allow, the syscalls above refused,
     ``clone3`` answered ``ENOSYS`` (so that glibc falls back to ``clone``, which is refused),
     ``kill`` only to the program itself (pid 1 in its namespace) or its group (0),
-    ``rt_sigprocmask`` only to block (the bootstrap blocks every signal; see ``_BOOTSTRAP``).
+    ``rt_sigprocmask`` only to block (the child blocks every signal; see :func:`popgrpo.envs.sandbox_child.block_signals`).
     Other architectures' syscall tables (x32, i386) kill the process.
     """
     import errno
@@ -496,7 +500,7 @@ def _last_line(text: str) -> str:
 
 
 def _read_status(path: str, nonce: str) -> dict[str, str]:
-    """The bootstrap's out-of-band reports (``kind<TAB>detail`` lines), first of each kind.
+    """The child's out-of-band reports (``kind<TAB>detail`` lines), first of each kind.
 
     A ``score`` line counts only with this run's nonce (``score<TAB>nonce<TAB>float.hex``): the
     program can write to the descriptor too, but it never learns the nonce. ``score`` is kept as
