@@ -96,7 +96,9 @@ def one_at_a_time(runs: int, site_packages: bool) -> dict[str, dict[str, float]]
         SandboxPool(limits, size=2, max_workers=1, site_packages=site_packages) as pool,
     ):
         for _ in range(2):  # page cache, threads, the filter's compilation
-            bare(), _check([cold.run(PROBE)]), _check([pool.run(PROBE)])
+            bare()
+            _check([cold.run(PROBE)])
+            _check([pool.run(PROBE)])
         for _ in range(runs):
             rows["bwrap /bin/true"].append(_ms(bare))
             c = _ms(lambda: _check([cold.run(PROBE)]))
@@ -122,7 +124,8 @@ def batched(batch: int, rounds: int, site_packages: bool) -> dict[str, dict[str,
         Sandbox(limits, site_packages=site_packages) as cold,
         SandboxPool(limits, size=batch, site_packages=site_packages) as pool,
     ):
-        _check(cold.run_many(codes)), _check(pool.run_many(codes))
+        _check(cold.run_many(codes))
+        _check(pool.run_many(codes))
         pool.wait_warm(timeout=120)
         for _ in range(rounds):
             c = _ms(lambda: _check(cold.run_many(codes))) / batch
@@ -143,7 +146,8 @@ def overhead(site_packages: bool, runs: int) -> tuple[float, float, float]:
         Sandbox(limits, max_workers=1, site_packages=site_packages, isolation="none") as bare,
         Sandbox(limits, max_workers=1, site_packages=site_packages, isolation="bwrap") as isolated,
     ):
-        bare.run(PROBE), isolated.run(PROBE)
+        bare.run(PROBE)
+        isolated.run(PROBE)
         pairs = [(_ms(lambda: bare.run(PROBE)), _ms(lambda: isolated.run(PROBE))) for _ in range(runs)]
     return (
         statistics.median(p[0] for p in pairs),

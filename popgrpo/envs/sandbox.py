@@ -107,6 +107,7 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from popgrpo.envs import sandbox_child
 from popgrpo.envs.sandbox_child import FORBIDDEN_EXIT, MEMORY_EXIT
@@ -838,6 +839,9 @@ def _execute(
     return child.finish(nonce, limits, score_range, deadline)
 
 
+_SandboxT = TypeVar("_SandboxT", bound="Sandbox")
+
+
 class Sandbox:
     """Runs programs, each in its own isolated, limited process, on a thread pool.
 
@@ -968,7 +972,7 @@ class Sandbox:
         """Wait for running programs, cancel queued ones, stop the pool. Idempotent."""
         self._pool.shutdown(wait=True, cancel_futures=True)
 
-    def __enter__(self) -> Sandbox:
+    def __enter__(self: _SandboxT) -> _SandboxT:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -108,6 +108,7 @@ class SandboxPool(Sandbox):
         self._broken = False  # sandboxes keep dying while they start: programs run cold meanwhile
         self.started = 0  # sandboxes started by the pool thread
         self.discarded = 0  # sandboxes that died or were killed without running a program
+        self._owner = os.getpid()  # a forked copy of this process must not touch the sandboxes
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(target=self._refill, name="popgrpo-sandbox-pool", daemon=True)
@@ -143,7 +144,8 @@ class SandboxPool(Sandbox):
                     except Exception:  # out of descriptors, processes, disk: retried after a pause
                         failures += 1
                         break
-                    self.started += 1
+                    with self._cond:
+                        self.started += 1
                     assert child.ready_fd is not None
                     booting[child.ready_fd] = child
                     poller.register(child.ready_fd, select.POLLIN)
@@ -188,7 +190,8 @@ class SandboxPool(Sandbox):
             self._discard(child)
 
     def _discard(self, child: SandboxChild) -> None:
-        self.discarded += 1
+        with self._cond:
+            self.discarded += 1
         child.discard()
 
     # ---- handing out --------------------------------------------------------------------------
@@ -254,7 +257,13 @@ class SandboxPool(Sandbox):
 
     # ---- shutting down ------------------------------------------------------------------------
     def close(self) -> None:
-        """Wait for running programs, cancel queued ones, kill every warm sandbox. Idempotent."""
+        """Wait for running programs, cancel queued ones, kill every warm sandbox. Idempotent.
+
+        In a process forked from the pool's (which has none of its threads), it does nothing:
+        the sandboxes are the parent's.
+        """
+        if os.getpid() != self._owner:
+            return
         super().close()
         with self._cond:
             if self._shut:
