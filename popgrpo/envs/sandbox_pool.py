@@ -73,7 +73,9 @@ class SandboxPool(Sandbox):
         size: sandboxes kept warm (default :func:`default_pool_size`). A batch larger than the
             pool waits for the refill, so the start cost is hidden entirely when the pool holds
             a step's programs and the trainer has other work while it refills.
-        max_workers: programs running at once (default ``size``).
+        max_workers: programs running at once (default ``os.cpu_count()``, as for ``Sandbox``:
+            more programs than cores at once would share the cores and reach their wall-clock
+            limits sooner than the same programs one-shot).
     """
 
     def __init__(
@@ -93,7 +95,7 @@ class SandboxPool(Sandbox):
             raise ValueError(f"a sandbox pool holds at least one sandbox, got size={size}")
         super().__init__(
             limits,
-            max_workers=max_workers or size,
+            max_workers=max_workers,
             python=python,
             score_range=score_range,
             site_packages=site_packages,
