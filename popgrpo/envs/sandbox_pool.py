@@ -108,6 +108,8 @@ class SandboxPool(Sandbox):
         self._closed = False
         self._shut = False
         self._broken = False  # sandboxes keep dying while they start: programs run cold meanwhile
+        self._running = 0  # programs being run now
+        self._waiting = 0  # programs waiting for a warm sandbox
         self.started = 0  # sandboxes started by the pool thread
         self.discarded = 0  # sandboxes that died or were killed without running a program
         self._owner = os.getpid()  # a forked copy of this process must not touch the sandboxes
@@ -125,6 +127,9 @@ class SandboxPool(Sandbox):
     def _refill(self) -> None:
         """Keep ``size`` sandboxes warm or starting; move each to the ready queue once it says so.
 
+        It refills while no program runs, or as soon as one waits for a sandbox: starting
+        interpreters beside running programs would slow them on a machine with few cores.
+
         This thread starts every pooled sandbox and lives as long as the pool: bubblewrap's
         ``--die-with-parent`` follows the *thread* that started it.
         """
@@ -138,6 +143,10 @@ class SandboxPool(Sandbox):
                     if self._closed:
                         return
                     wanted = self.size - len(self._ready) - len(booting)
+                    if self._running and not self._waiting:
+                        # Starting interpreters takes CPU from the programs running now; wait
+                        # until they are done (or one waits for a sandbox) to refill.
+                        wanted = 0
                 for _ in range(wanted):
                     try:
                         child = spawn_child(
@@ -202,8 +211,14 @@ class SandboxPool(Sandbox):
         while True:
             dead: SandboxChild | None = None
             with self._cond:
-                while not self._ready and not self._closed and not self._broken:
-                    self._cond.wait()
+                if not self._ready and not self._closed and not self._broken:
+                    self._waiting += 1
+                    self._wake()
+                    try:
+                        while not self._ready and not self._closed and not self._broken:
+                            self._cond.wait()
+                    finally:
+                        self._waiting -= 1
                 if self._ready:
                     child = self._ready.popleft()
                     self._wake()
@@ -218,6 +233,18 @@ class SandboxPool(Sandbox):
 
     def _run_one(self, code: str) -> ExecutionResult:
         """Run one program in a warm sandbox; the wall clock starts as the program is written."""
+        with self._cond:
+            self._running += 1
+        try:
+            return self._run_in_pool(code)
+        finally:
+            with self._cond:
+                self._running -= 1
+                idle = self._running == 0
+            if idle:
+                self._wake()  # the pool thread refills now
+
+    def _run_in_pool(self, code: str) -> ExecutionResult:
         for _ in range(_HANDOUT_TRIES):
             child = self._take()
             if child is None:
