@@ -6,7 +6,8 @@ generated program runs (``python -m benchmarks.sandbox_cost``). :class:`SandboxP
 starts one: bubblewrap's namespaces and seccomp filter in place, the interpreter up with its
 rlimits set and its signals blocked, blocked reading its program from a pipe
 (:mod:`popgrpo.envs.sandbox_child`). A background thread refills the pool while the trainer does
-other work. What the pool never does:
+other work: when no program runs, or as soon as one waits for a sandbox. What the pool never
+does:
 
 * **share**: each sandbox runs exactly one program and is then killed with its process group and
   its directory removed. No fork server, no second program in a process, namespace, interpreter
