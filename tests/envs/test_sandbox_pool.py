@@ -175,3 +175,14 @@ def test_the_cost_benchmark_runs(tmp_path):
     numbers = json.loads(out.read_text())
     assert set(numbers["one_at_a_time_ms"]) == {"bwrap /bin/true", "one-shot", "pool", "one-shot / pool"}
     assert numbers["batched_ms_per_program"]["pool"]["median"] > 0
+
+
+def test_a_program_not_read_before_its_deadline_times_out_and_never_runs_in_part(tmp_path):
+    # 1.2 MB of program, 1 ms of wall clock: the child (still starting) cannot read it in time.
+    # Were the pipe closed before the kill, the child would run the part it had read.
+    mark = tmp_path / "ran"
+    code = f"open({str(mark)!r}, 'w')\n" + "x = 1\n" * 200_000 + "score = 1.0"
+    with Sandbox(SandboxLimits(timeout_s=0.001), max_workers=1, site_packages=False, _audit_hook=False) as sb:
+        result = sb.run(code)
+    assert result.reason == "timeout"
+    assert not mark.exists()
