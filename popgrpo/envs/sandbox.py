@@ -768,17 +768,22 @@ class SandboxChild:
 
 
 def spawn_child(
-    limits: SandboxLimits, python: str, site_packages: bool, isolation: str, audit_hook: bool = True
+    limits: SandboxLimits,
+    python: str,
+    site_packages: bool,
+    isolation: str,
+    audit_hook: bool = True,
+    temp_dir: str | None = None,
 ) -> SandboxChild:
     """Start one sandbox and send it its limits; it gets warm on its own and waits for a program.
 
-    Its fresh directory under the system's temp dir holds ``work/`` (the program's working
-    directory), ``stdout``, ``stderr`` and ``status``.
+    Its fresh directory under ``temp_dir`` (default: the system's temp dir) holds ``work/`` (the
+    program's working directory), ``stdout``, ``stderr`` and ``status``.
     """
     bwrap = shutil.which("bwrap") if isolation == "bwrap" else None
     if isolation == "bwrap" and bwrap is None:
         raise SandboxUnavailable("bubblewrap disappeared since the sandbox was created")
-    base = tempfile.mkdtemp(prefix="popgrpo-sandbox-")
+    base = tempfile.mkdtemp(prefix="popgrpo-sandbox-", dir=temp_dir)
     child_fds: list[int] = []  # the child's ends, closed here once it has them
     parent_fds: list[int] = []  # ours, kept by the SandboxChild
     try:
@@ -835,9 +840,10 @@ def _execute(
     score_range: tuple[float, float],
     isolation: str,
     audit_hook: bool = True,
+    temp_dir: str | None = None,
 ) -> ExecutionResult:
     """Run one program in a fresh sandbox started for it (the one-shot, cold path)."""
-    child = spawn_child(limits, python, site_packages, isolation, audit_hook)
+    child = spawn_child(limits, python, site_packages, isolation, audit_hook, temp_dir)
     try:
         child.close_ready()
         nonce = secrets.token_hex(16)
@@ -864,7 +870,9 @@ class Sandbox:
     raises :class:`SandboxUnavailable` here, before anything runs, when that is impossible on
     this machine. ``isolation="none"`` is the explicit opt-out: the audit hook alone, with a
     warning on stderr. ``score_range`` (default ``(0, 1)``) bounds the scores a program may
-    report; anything outside scores 0 with reason ``out_of_range``.
+    report; anything outside scores 0 with reason ``out_of_range``. Each program's directory is
+    made under ``temp_dir`` (default: the system's temp dir; a size-limited filesystem there
+    bounds what programs can write to the disk).
     """
 
     def __init__(
@@ -876,6 +884,7 @@ class Sandbox:
         *,
         site_packages: bool = True,
         isolation: str = "bwrap",
+        temp_dir: str | None = None,
         _audit_hook: bool = True,
     ) -> None:
         if score_range is None or len(score_range) != 2:
@@ -900,6 +909,7 @@ class Sandbox:
         self.score_range = (low, high)
         self.site_packages = site_packages
         self.isolation = isolation
+        self.temp_dir = temp_dir
         self._audit_hook = _audit_hook  # False only in tests of the kernel layer alone
         self._pool = ThreadPoolExecutor(max_workers or os.cpu_count() or 1, thread_name_prefix="popgrpo-sandbox")
 
@@ -976,6 +986,7 @@ class Sandbox:
             score_range=self.score_range,
             isolation=self.isolation,
             audit_hook=self._audit_hook,
+            temp_dir=self.temp_dir,
         )
 
     def close(self) -> None:

@@ -69,7 +69,7 @@ class SandboxPool(Sandbox):
     """A :class:`~popgrpo.envs.sandbox.Sandbox` whose programs run in sandboxes started ahead of need.
 
     Args:
-        limits, python, score_range, site_packages, isolation: as for ``Sandbox``; every warm
+        limits, python, score_range, site_packages, isolation, temp_dir: as for ``Sandbox``; every warm
             sandbox is started with them.
         size: sandboxes kept warm (default :func:`default_pool_size`). A batch larger than the
             pool waits for the refill, so the start cost is hidden entirely when the pool holds
@@ -89,6 +89,7 @@ class SandboxPool(Sandbox):
         *,
         site_packages: bool = True,
         isolation: str = "bwrap",
+        temp_dir: str | None = None,
         _audit_hook: bool = True,
     ) -> None:
         size = default_pool_size() if size is None else size
@@ -101,6 +102,7 @@ class SandboxPool(Sandbox):
             score_range=score_range,
             site_packages=site_packages,
             isolation=isolation,
+            temp_dir=temp_dir,
             _audit_hook=_audit_hook,
         )
         self.size = size
@@ -151,7 +153,12 @@ class SandboxPool(Sandbox):
                 for _ in range(wanted):
                     try:
                         child = spawn_child(
-                            self.limits, self.python, self.site_packages, self.isolation, self._audit_hook
+                            self.limits,
+                            self.python,
+                            self.site_packages,
+                            self.isolation,
+                            self._audit_hook,
+                            self.temp_dir,
                         )
                     except Exception:  # out of descriptors, processes, disk: retried after a pause
                         failures += 1

@@ -96,12 +96,8 @@ def test_submit_one_returns_before_the_program_ends(pool):
     assert pool.submit_one(None).result().reason == "no_code"
 
 
-def test_close_kills_every_sandbox_and_removes_its_directory(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
-    p = SandboxPool(LIMITS, size=3, site_packages=False)
+def test_close_kills_every_sandbox_and_removes_its_directory(tmp_path):
+    p = SandboxPool(LIMITS, size=3, site_packages=False, temp_dir=str(tmp_path))
     assert p.wait_warm(timeout=30)
     warm = p.pids()
     assert len(os.listdir(tmp_path)) == 3

@@ -185,11 +185,7 @@ def test_writes_meant_for_the_next_program_do_not_reach_it(pool):
         assert hashlib.sha256(f.read()).hexdigest() == child_before
 
 
-def test_a_program_that_fills_the_disk_leaves_nothing_behind(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR: the pool's directories go there
+def test_a_program_that_fills_the_disk_leaves_nothing_behind(tmp_path):
     filler = (
         "chunk = b'x' * (1 << 20)\n"
         "for i in range(48):\n"  # bounded: 48 MiB on the host disk, 48 MiB in the sandbox's /tmp
@@ -199,7 +195,7 @@ def test_a_program_that_fills_the_disk_leaves_nothing_behind(tmp_path, monkeypat
         "score = 0.25"
     )
     # The kernel layer alone: with the audit hook, the first write to /tmp already ends the run.
-    with SandboxPool(LIMITS, size=2, site_packages=False, _audit_hook=False) as pool:
+    with SandboxPool(LIMITS, size=2, site_packages=False, temp_dir=str(tmp_path), _audit_hook=False) as pool:
         assert pool.wait_warm(timeout=60)
         assert pool.run(filler).reason in ("ok", "timeout")  # done, or out of time on a loaded machine
         assert pool.run_many([PROBE] * 3) == [FRESH] * 3
