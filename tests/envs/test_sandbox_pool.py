@@ -116,17 +116,18 @@ from popgrpo.envs.sandbox import SandboxLimits
 pool = SandboxPool(SandboxLimits(timeout_s=1.0), size=3, site_packages=False, isolation=sys.argv[1])
 assert pool.wait_warm(timeout=30)
 print(" ".join(map(str, pool.pids())), flush=True)
-os.kill(os.getpid(), signal.SIGKILL)  # the trainer dies without closing anything
-"""
+if sys.argv[2] == "killed":
+    os.kill(os.getpid(), signal.SIGKILL)  # the trainer dies without closing anything
+"""  # otherwise it ends normally, without closing the pool: the exit handler does
 
 
-@pytest.mark.parametrize("isolation", ["bwrap", "none"])
-def test_nothing_outlives_a_trainer_that_is_killed(isolation, tmp_path):
+@pytest.mark.parametrize(("isolation", "end"), [("bwrap", "killed"), ("none", "killed"), ("bwrap", "exits")])
+def test_nothing_outlives_a_trainer_that_is_killed_or_exits(isolation, end, tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_TRAINER), isolation], env=env, capture_output=True, timeout=120
+        [sys.executable, "-c", textwrap.dedent(_TRAINER), isolation, end], env=env, capture_output=True, timeout=120
     )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert proc.returncode == (-signal.SIGKILL if end == "killed" else 0), proc.stderr.decode()[-2000:]
     pids = [int(p) for p in proc.stdout.split()]
     assert len(pids) == 3
     deadline = time.monotonic() + 10
@@ -135,6 +136,8 @@ def test_nothing_outlives_a_trainer_that_is_killed(isolation, tmp_path):
     for pid in alive:  # clean up before failing
         os.kill(pid, signal.SIGKILL)
     assert alive == []
+    if end == "exits":
+        assert os.listdir(tmp_path) == []  # and their directories are gone
 
 
 def test_a_pool_whose_sandboxes_cannot_start_runs_programs_cold_and_does_not_hang():
