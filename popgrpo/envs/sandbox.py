@@ -117,6 +117,7 @@ __all__ = [
     "REASONS",
     "ExecutionResult",
     "Sandbox",
+    "SandboxChild",
     "SandboxLimits",
     "SandboxUnavailable",
     "bwrap_problem",
@@ -124,6 +125,7 @@ __all__ = [
     "extract_code",
     "score_completions",
     "seccomp_program",
+    "spawn_child",
 ]
 
 REASONS = ("ok", "timeout", "memory", "crash", "forbidden", "leftover", "no_score", "out_of_range", "no_code")
