@@ -43,14 +43,14 @@ import math
 import statistics
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import simpy
 
 from popgrpo.sim.costs import CostModel
 
-__all__ = ["ClusterShape", "Scheduling", "SimResult", "Workload", "simulate"]
+__all__ = ["ClusterShape", "Mode", "Scheduling", "SimResult", "Workload", "simulate"]
 
 Mode = Literal["sync", "async"]
 
@@ -134,7 +134,10 @@ class _Sim:
         self.cores = [simpy.Resource(self.env, capacity=cluster.cores_per_node) for _ in range(cluster.nodes)]
         self.live = [True] * cluster.nodes
         self.actors = [_Actor(i, i % cluster.nodes) for i in range(work.actors)]
-        self.sizes = [len(range(i * work.members_per_actor, min(work.members, (i + 1) * work.members_per_actor))) for i in range(work.actors)]
+        self.sizes = [
+            len(range(i * work.members_per_actor, min(work.members, (i + 1) * work.members_per_actor)))
+            for i in range(work.actors)
+        ]
         self.target = work.members * work.epochs
         self.useful = self.wasted = self.merges = self.restarts = self.rebases = 0
         self.busy_s = 0.0  # core-seconds of useful epochs
@@ -207,7 +210,9 @@ class _Sim:
                 self.rebases += 1
                 self.wasted += e * self.sizes[actor.index]
                 actor.progress = 0
-                yield from self.on_core(actor.node, self.costs.adopt_s(self.costs.weight_bytes) * self.sizes[actor.index])
+                yield from self.on_core(
+                    actor.node, self.costs.adopt_s(self.costs.weight_bytes) * self.sizes[actor.index]
+                )
                 actor.base = self.version
                 return (yield from self.train_round(actor, n_epochs))
             self.staleness_seen = max(self.staleness_seen, self.version - actor.base)
@@ -279,7 +284,8 @@ class _Sim:
             # before that moves the actor and has it rebuilt (:meth:`rebuilt`).
             yield self.env.all_of(list(procs.values()))
             for a in self.actors:
-                self.credit(a, *procs[a.index].value)
+                n_epochs, core_s = cast(tuple[int, float], procs[a.index].value)
+                self.credit(a, n_epochs, core_s)
             if r < len(lengths) - 1:
                 yield from self.driver_merge()
                 self.version += 1
