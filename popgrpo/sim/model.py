@@ -20,10 +20,13 @@ What is modelled, and how it maps onto the real run (popgrpo.runtime):
   next round starts. The last round has no merge.
 * **Async** (``scheduler.mode: async``): an actor that finishes its T epochs reports and
   waits; once ``buffer`` = B reports are in, the driver merges from them (fetch, merge) and
-  sends the merge to those B actors, which adopt it and go on; its per-round work for the B
-  reporters runs in the background (it still takes a core of the driver's node). A merge raises the version; an actor never starts an epoch from a base more
-  than ``max_staleness`` = S versions old: it drops the epochs of its round so far (counted
-  as wasted) and adopts the newest merge first. B = K, S = 0 is the sync schedule.
+  sends the merge to the actors that reported, which adopt it and go on; its per-round work
+  for them runs in the background (it still takes a core of the driver's node). Staleness
+  is bounded as in stale-synchronous-parallel training (Ho et al., 2013): a merge raises
+  the version, and the driver holds a merge back while publishing it would leave an actor
+  still training from a base more than ``max_staleness`` = S merges old; the reports that
+  come in meanwhile join the merge. So no epoch is ever trained from a base more than S
+  merges old and no work is thrown away; S = 0 (whatever B) is the sync schedule.
 * **Faults.** Nodes are lost at exponential intervals (``node_mtbf_s`` for the whole
   cluster) and come back after ``node_return_s``; the actors on a lost node lose their
   current round, are rebuilt (``start_s``) on the live node with the fewest actors and redo
@@ -97,7 +100,7 @@ class SimResult:
     merges: int
     utilisation: float  # useful member-epoch core-seconds / (cores × wall)
     restarts: int
-    rebases: int  # rounds dropped for staleness (async)
+    held_s: float  # async: time merges were held back for staleness
     max_staleness_seen: int  # the oldest base (in merges) any epoch was trained from
     round_s: list[float] = field(default_factory=list)  # sync: each round's wall time
     finished: bool = True  # False: the time limit came first (a hung sync run without a deadline)
@@ -139,7 +142,9 @@ class _Sim:
             for i in range(work.actors)
         ]
         self.target = work.members * work.epochs
-        self.useful = self.wasted = self.merges = self.restarts = self.rebases = 0
+        self.useful = self.wasted = self.merges = self.restarts = 0
+        self.held_s = 0.0
+        self.reported = self.env.event()  # fires at each report: a held merge looks again
         self.busy_s = 0.0  # core-seconds of useful epochs
         self.round_times: list[float] = []  # actor rounds, for the hang deadline
         self.sync_rounds: list[float] = []
@@ -206,15 +211,6 @@ class _Sim:
             return (yield from self.train_round(actor, n_epochs))
         core_s = 0.0
         for e in range(n_epochs):
-            if self.sched.mode == "async" and self.version - actor.base > self.sched.max_staleness:
-                self.rebases += 1
-                self.wasted += e * self.sizes[actor.index]
-                actor.progress = 0
-                yield from self.on_core(
-                    actor.node, self.costs.adopt_s(self.costs.weight_bytes) * self.sizes[actor.index]
-                )
-                actor.base = self.version
-                return (yield from self.train_round(actor, n_epochs))
             self.staleness_seen = max(self.staleness_seen, self.version - actor.base)
             seconds = m * self.sizes[actor.index] * self.costs.epoch_s
             yield from self.on_core(actor.node, seconds)
@@ -255,6 +251,7 @@ class _Sim:
         return min((n for n in range(self.cluster.nodes) if self.live[n]), key=lambda n: load[n], default=0)
 
     def adopt(self, actor: _Actor, version: int) -> Generator[Any, Any, None]:
+        actor.base = version  # it trains from this merge once adopted
         yield from self.rebuilt(actor)
         yield self.env.timeout(self.costs.call_s)
         yield from self.on_core(actor.node, self.costs.adopt_s(self.costs.weight_bytes) * self.sizes[actor.index])
@@ -306,14 +303,27 @@ class _Sim:
             event = self.env.event()
             self.waiting[actor.index] = event
             self.buffer.append(actor)
+            self.staleness_seen = max(self.staleness_seen, self.version - actor.base)
+            self.reported.succeed()
+            self.reported = self.env.event()
             if len(self.buffer) >= self.sched.buffer_for(len(self.actors)) and not self.merge_wanted.triggered:
                 self.merge_wanted.succeed()
             version = yield event
             yield from self.adopt(actor, version)
 
+    def may_merge(self) -> bool:
+        """A merge now leaves no actor still training from a base more than S merges old."""
+        waiting = {a.index for a in self.buffer}
+        oldest = min((a.base for a in self.actors if a.index not in waiting), default=self.version + 1)
+        return self.version + 1 - oldest <= self.sched.max_staleness
+
     def async_driver(self) -> Generator[Any, Any, None]:
         while True:
             yield self.merge_wanted
+            held = self.env.now
+            while not self.may_merge():
+                yield self.reported
+            self.held_s += self.env.now - held
             self.merge_wanted = self.env.event()
             reporters, self.buffer = self.buffer, []
             yield from self.driver_merge()
@@ -372,7 +382,7 @@ class _Sim:
             merges=self.merges,
             utilisation=self.busy_s / (cores * wall) if wall > 0 else 0.0,
             restarts=self.restarts,
-            rebases=self.rebases,
+            held_s=self.held_s,
             max_staleness_seen=self.staleness_seen,
             round_s=self.sync_rounds,
             finished=finished,
