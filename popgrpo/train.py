@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from tqdm import tqdm
 
 from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, load_config
+from popgrpo.runtime.async_loop import AsyncExecutor, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
 from popgrpo.telemetry.checkpoint import Checkpointer
@@ -59,6 +61,11 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
     config = load_config(out.path / "config.yaml")
     if (out.path / "summary.json").exists():
         raise ResumeError(f"{out.path} has already finished (summary.json exists)")
+    if config.scheduler.mode == "async":
+        raise ResumeError(
+            f"{out.path} ran with scheduler.mode=async, which keeps no checkpoint to resume from yet; "
+            "start it again (or run with scheduler.mode=sync to be able to resume)"
+        )
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     info = checkpointer.latest()
     if checkpointer.fallback is not None:
@@ -101,6 +108,7 @@ def _run(
         total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
     )
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
+    synchronous = config.scheduler.mode == "sync"
 
     def on_round(round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None) -> None:
         nonlocal best_max
@@ -109,12 +117,17 @@ def _run(
         out.write_metrics(rows)
         if record is not None:
             out.append_lineage(record)
-        member_states, archive_states = executor.snapshot()
-        heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared) if loggers.loggers else {}
+        # Asynchronous rounds write no checkpoint: the members are mid-round at different
+        # points, and asking every actor for its state would wait for all of them.
+        member_states, archive_states = executor.snapshot() if synchronous else ([], [])
+        heatmaps = (
+            archive_heatmaps(archive_states, shared=config.archive.shared) if loggers.loggers and synchronous else {}
+        )
         # Logged (and flushed) before the checkpoint: a run killed in between recomputes this
         # round on resume, and TensorBoard purges what it logged, so no round goes missing.
         loggers.log_round(RoundReport(round_index, epoch_end, new, record, heatmaps))
-        checkpointer.save(round_index, epoch_end, member_states, archive_states)
+        if synchronous:
+            checkpointer.save(round_index, epoch_end, member_states, archive_states)
         for event in executor.events:
             out.append_event({"round": round_index, **event})
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
@@ -122,7 +135,7 @@ def _run(
         best_max = max([best_max, *(r["reward_max"] for r in new)])
         last = [r for r in new if r["epoch"] == epoch_end - 1]
         diversity = sum(r["diversity"] for r in last) / len(last)
-        bar.update(len(member_rows[0]))
+        bar.update(len(rows) // len(member_rows) - bar.n)  # epochs per member, on average
         bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
 
     failed = True
@@ -130,7 +143,10 @@ def _run(
         if restore is not None:
             executor.load_member_states(restore[0])
             executor.load_archive_states(restore[1])
-        run_rounds(config, executor, on_round, start_round=start_round)
+        if synchronous:
+            run_rounds(config, executor, on_round, start_round=start_round)
+        else:
+            run_async(config, cast(AsyncExecutor, executor), on_round)
         failed = False
     finally:
         bar.close()

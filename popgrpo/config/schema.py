@@ -508,6 +508,20 @@ class SchedulerConfig(Section):
         ge=0,
         description="svd: upper bound w_max of the singular-component factors w_i ~ U[0, w_max] (CycleQD appendix A.1.3: 0.3).",
     )
+    mode: Literal["sync", "async"] = Field(
+        default="sync",
+        description="`sync`: every round waits for every member (the paper's loop). `async` (Ray executor): a member that finishes its T epochs reports; once scheduler.buffer members have reported, the driver selects and merges from the newest result of every member and sends the merge to those that reported, while the others go on training. A merge is held back while it would leave a member still training from a base more than scheduler.max_staleness merges old (stale-synchronous parallel), so max_staleness 0 gives the sync schedule bit for bit. docs/guides/scale.md.",
+    )
+    buffer: int | None = Field(
+        default=None,
+        ge=1,
+        description="async: members whose reports a merge waits for, B (None: the whole population, K). Reports come per member actor, so with population.members_per_actor > 1 a merge may take more.",
+    )
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description="async: S, the most merges a member's base may fall behind while it trains. 0: the sync schedule; larger lets fast members go on while slow ones finish.",
+    )
     svd_mode: Literal["scale", "add"] = Field(
         default="scale",
         description="svd: `scale` is CycleQD §3.3's formula, τ' = U diag(w ⊙ σ) Vᵀ (with w_max = 0.3 every component shrinks to at most 30%, pulling members towards θ_0); `add` is CycleQD's released code, τ' = τ + U diag(w ⊙ σ) Vᵀ, i.e. factors 1 + w.",
@@ -642,6 +656,13 @@ class Config(Section):
                 "members estimate pass@k from each group of G ideas"
             )
         self._check_language_model()
+        sched = self.scheduler
+        if sched.mode == "async" and not sched.enabled:
+            raise ValueError("scheduler.mode=async needs scheduler.enabled=true (there are no rounds to run asynchronously)")
+        if sched.buffer is not None and sched.buffer > self.population.size:
+            raise ValueError(
+                f"scheduler.buffer ({sched.buffer}) must be <= population.size ({self.population.size}): a merge cannot wait for more members than exist"
+            )
         if "novelty" in self.scheduler.objectives and not self.maxent.novelty.enabled:
             raise ValueError(
                 "scheduler.objectives: `novelty` needs maxent.novelty.enabled=true (it is NaN for every member otherwise)"

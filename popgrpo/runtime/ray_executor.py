@@ -240,6 +240,63 @@ class RayExecutor:
         self._adopted = states
         return infos
 
+    # ---- asynchronous rounds: one actor at a time (popgrpo.runtime.async_loop) ---------------
+    @property
+    def groups(self) -> list[list[int]]:
+        """The members of each actor, which train and report together."""
+        return [list(group) for group in self._groups]
+
+    def submit_train(self, g: int, n_epochs: int) -> Any:
+        """Start ``n_epochs`` of actor ``g``'s members; the handle goes to :meth:`wait_train`."""
+        return (g, n_epochs, self._actors[g].train.remote(n_epochs))
+
+    def wait_train(self, handles: list[Any]) -> tuple[Any, dict[int, list[dict]]]:
+        """The first of ``handles`` to finish, and its rows per member.
+
+        An actor lost meanwhile is rebuilt from its members' restore points (the states its
+        last ``adopt`` sent back, or its initial state) and its call is made again; the
+        others keep training.
+        """
+        attempts: dict[int, int] = {}
+        while True:
+            by_ref = {h[2]: h for h in handles}
+            ready, _ = ray.wait(list(by_ref), num_returns=1)
+            handle = by_ref[ready[0]]
+            g, n_epochs, ref = handle
+            try:
+                return handle, ray.get(ref)
+            except RayActorError as exc:
+                if exc.actor_init_failed:
+                    raise
+                attempts[g] = attempts.get(g, 0) + 1
+                if attempts[g] > self.config.population.max_restarts:
+                    raise RuntimeError(
+                        f"member actor {g} (members {self._groups[g]}) was lost {attempts[g]} times in one round "
+                        f"(population.max_restarts={self.config.population.max_restarts}); giving up"
+                    ) from exc
+                self._rebuild_group(g, reason=str(exc).splitlines()[0])
+                handles[handles.index(handle)] = (g, n_epochs, self._actors[g].train.remote(n_epochs))
+
+    def adopt_groups(
+        self,
+        groups: Sequence[int],
+        base: Mapping[str, torch.Tensor],
+        mutation: WeightMutation,
+        rounds: Mapping[int, int],
+    ) -> dict[int, dict]:
+        """The members of ``groups`` adopt ``base``, actor ``g`` with round index ``rounds[g]``.
+
+        Returns each member's mutation description; the states sent back become those
+        members' restore points.
+        """
+        ref = ray.put(dict(base))
+        parts = self._call("adopt", lambda g: (ref, mutation, rounds[g]), groups=list(groups))
+        infos: dict[int, dict] = {}
+        for part in parts.values():
+            infos.update(part["infos"])
+            self.recovery.set_member_points(self.n_members, part["members"], part["archives"])
+        return infos
+
     def _merge_parts(self, parts: Iterable[Mapping[str, Mapping[int, Any]]], keys: Sequence[str]) -> list[list[Any]]:
         """Per-actor answers ``{key: {member id: value}}`` → for each key, the values in member order."""
         merged: dict[str, dict[int, Any]] = {key: {} for key in keys}
@@ -290,7 +347,7 @@ class RayExecutor:
             )  # see _archive_states
             self._note_archive_restart()
         self.recovery.set_restore_point(members, archives)
-        return self.recovery.members or [], self.recovery.archives
+        return members, self.recovery.archives
 
     def _note_archive_restart(self) -> None:
         """Report a restart of the archive actor that Ray performed during the round."""
