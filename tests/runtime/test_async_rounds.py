@@ -114,3 +114,37 @@ def test_on_ray_no_staleness_is_sync_and_packed_actors_report_together(ray_local
         members = set(record["async"]["members"])
         assert all(set(g) <= members or members.isdisjoint(g) for g in groups)  # an actor reports whole
     assert pd.read_parquet(tmp_path / "packed" / "metrics.parquet").groupby("member").size().eq(30).all()
+
+
+@pytest.mark.ray
+def test_a_member_actor_killed_mid_round_is_rebuilt_and_the_run_is_unchanged(ray_local, tmp_path):
+    """S = 0 makes the run deterministic, so a SIGKILLed actor rebuilt from its members' restore
+    points (their last adopted states) must give the uninterrupted in-process numbers."""
+    import os
+    import signal
+
+    import ray
+
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from tests.driving import kill_when_busy
+
+    sets = ["population.size=4", "population.members_per_actor=2", "population.resources.num_cpus=0.5",
+            "run.epochs=6", "scheduler.interval_epochs=2", "grpo.steps_per_epoch=8", "qd.enabled=true"]  # fmt: skip
+    train(_config(*sets), tmp_path / "reference", progress=False)
+    killed = []
+
+    def killing(cfg, run_dir):
+        executor = RayExecutor(cfg, run_dir=run_dir)
+        actor = executor._actors[0]
+        pid = ray.get(actor.pid.remote())
+        killed.append(kill_when_busy(actor, lambda: os.kill(pid, signal.SIGKILL)))
+        return executor
+
+    train(_config(*sets, "scheduler.mode=async"), tmp_path / "killed", executor_factory=killing, progress=False)
+    assert killed and killed[0].wait(timeout=5)
+    events = [json.loads(line) for line in (tmp_path / "killed" / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("member_actor_restarted") == 1
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "reference" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        pd.read_parquet(tmp_path / "killed" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+    )
