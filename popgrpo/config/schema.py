@@ -436,6 +436,16 @@ class PopulationConfig(Section):
     resources: ResourcesConfig = Field(
         default_factory=ResourcesConfig, description="Resources per member actor on Ray."
     )
+    hang_deadline_factor: float = Field(
+        default=10.0,
+        ge=1,
+        description="A member actor that has not answered a `train` call within this many times the median time per epoch of the calls answered so far (times the call's epochs) is taken as hung (a stopped process, a frozen node) and replaced like a lost one: rebuilt from its restore point, its call made again. No deadline until some call has been answered.",
+    )
+    hang_deadline_min_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="No call is taken as hung sooner than this many seconds; it is also the deadline of the short calls (adopt, weights, states).",
+    )
     max_restarts: int = Field(
         default=3,
         ge=0,
