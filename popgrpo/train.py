@@ -61,11 +61,6 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
     config = load_config(out.path / "config.yaml")
     if (out.path / "summary.json").exists():
         raise ResumeError(f"{out.path} has already finished (summary.json exists)")
-    if config.scheduler.mode == "async":
-        raise ResumeError(
-            f"{out.path} ran with scheduler.mode=async, which keeps no checkpoint to resume from yet; "
-            "start it again (or run with scheduler.mode=sync to be able to resume)"
-        )
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     info = checkpointer.latest()
     if checkpointer.fallback is not None:
@@ -77,13 +72,29 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         out.append_event(event)
         tqdm.write(f"popgrpo: resume: checkpoint_fallback: {checkpointer.fallback}")
     rows: list[dict] = []
-    start_round, restore = 0, None
+    start_round, restore, async_state = 0, None, None
     if info is not None:
         start_round, restore = info["round"] + 1, checkpointer.load(info)
+        async_state = info.get("extra", {}).get("async")
         if (out.path / "metrics.parquet").exists():
-            rows = [r for r in out.read_metrics().to_dict("records") if r["epoch"] < info["epoch_end"]]
+            written = out.read_metrics().to_dict("records")
+            # Async rounds: the rows written up to the checkpoint's merge, in the order written.
+            rows = (
+                written[: async_state["rows"]]
+                if async_state
+                else [r for r in written if r["epoch"] < info["epoch_end"]]
+            )
     out.truncate_lineage(max_round=info["round"] if info else -1)
-    return _run(config, out, executor_factory, progress, start_round=start_round, rows=rows, restore=restore)
+    return _run(
+        config,
+        out,
+        executor_factory,
+        progress,
+        start_round=start_round,
+        rows=rows,
+        restore=restore,
+        async_state=async_state,
+    )
 
 
 def _run(
@@ -94,6 +105,7 @@ def _run(
     start_round: int,
     rows: list[dict],
     restore: tuple[list[dict], list[LocalArchiveState]] | None,
+    async_state: dict | None = None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     done = len({r["epoch"] for r in rows})
@@ -110,24 +122,29 @@ def _run(
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
     synchronous = config.scheduler.mode == "sync"
 
-    def on_round(round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None) -> None:
+    def on_round(
+        round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None, state: dict | None = None
+    ) -> None:
         nonlocal best_max
         new = [row for per_member in member_rows for row in per_member]
         rows.extend(new)
         out.write_metrics(rows)
         if record is not None:
             out.append_lineage(record)
-        # Asynchronous rounds write no checkpoint: the members are mid-round at different
-        # points, and asking every actor for its state would wait for all of them.
-        member_states, archive_states = executor.snapshot() if synchronous else ([], [])
-        heatmaps = (
-            archive_heatmaps(archive_states, shared=config.archive.shared) if loggers.loggers and synchronous else {}
-        )
+        # Asynchronous rounds: members still training are mid-round, and asking their actors
+        # for their states would wait for them; the checkpoint holds every member's restore
+        # point (its state when it last adopted a merge) and where each actor is, so that a
+        # resumed run redoes those rounds. At the end everyone is idle: their states.
+        if synchronous or record is None:
+            member_states, archive_states = executor.snapshot()
+        else:
+            member_states, archive_states = cast(AsyncExecutor, executor).restore_points()
+        heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared) if loggers.loggers else {}
         # Logged (and flushed) before the checkpoint: a run killed in between recomputes this
         # round on resume, and TensorBoard purges what it logged, so no round goes missing.
         loggers.log_round(RoundReport(round_index, epoch_end, new, record, heatmaps))
-        if synchronous:
-            checkpointer.save(round_index, epoch_end, member_states, archive_states)
+        extra = None if state is None else {"async": {**state, "rows": len(rows)}}
+        checkpointer.save(round_index, epoch_end, member_states, archive_states, extra)
         for event in executor.events:
             out.append_event({"round": round_index, **event})
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
@@ -146,7 +163,7 @@ def _run(
         if synchronous:
             run_rounds(config, executor, on_round, start_round=start_round)
         else:
-            run_async(config, cast(AsyncExecutor, executor), on_round)
+            run_async(config, cast(AsyncExecutor, executor), on_round, state=async_state)
         failed = False
     finally:
         bar.close()

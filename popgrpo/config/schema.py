@@ -668,7 +668,9 @@ class Config(Section):
         self._check_language_model()
         sched = self.scheduler
         if sched.mode == "async" and not sched.enabled:
-            raise ValueError("scheduler.mode=async needs scheduler.enabled=true (there are no rounds to run asynchronously)")
+            raise ValueError(
+                "scheduler.mode=async needs scheduler.enabled=true (there are no rounds to run asynchronously)"
+            )
         if sched.buffer is not None and sched.buffer > self.population.size:
             raise ValueError(
                 f"scheduler.buffer ({sched.buffer}) must be <= population.size ({self.population.size}): a merge cannot wait for more members than exist"

@@ -15,7 +15,8 @@ are keyed by the merge's number, each member's mutation by its own round, so wit
 Each merge is written as it happens (``on_merge``: metrics of every report since the last
 write, the lineage record with an ``async`` part: the merge's number, the members whose
 reports it used with their bases and rounds, and the members still training with their
-bases; loggers). No checkpoint is written, so an asynchronous run cannot be resumed yet. A member actor that is lost is rebuilt from its members' restore points
+bases; loggers; a checkpoint of every member's restore point and of where each actor is,
+from which ``popgrpo train --resume`` continues). A member actor that is lost is rebuilt from its members' restore points
 (the states their last ``adopt`` sent back) and redoes its round; the others go on.
 """
 
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 
 import torch
 
+from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.algorithms.async_rounds import merge_due, merge_members
 from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.config import Config
@@ -56,38 +58,62 @@ class AsyncExecutor(Protocol):
         rounds: Mapping[int, int],
     ) -> dict[int, dict]: ...
 
+    def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
+        """Every member's state when it last adopted a merge (or its initial state), and the
+        archives' states that go with them; the first call must come while no actor is busy."""
+        ...
+
 
 def run_async(
     config: Config,
     executor: AsyncExecutor,
-    on_merge: Callable[[int, int, list[list[dict]], dict | None], None],
+    on_merge: Callable[[int, int, list[list[dict]], dict | None, dict | None], None],
+    state: Mapping[str, Any] | None = None,
 ) -> None:
     """Train every member ``run.epochs`` epochs in asynchronous rounds.
 
-    ``on_merge(merge, epoch_end, rows_per_member, record)`` follows each merge (``record`` its
-    lineage) and the end of the run (``record`` None); ``rows_per_member`` holds the rows
-    reported since the previous call (empty lists for the members that did not report).
+    ``on_merge(merge, epoch_end, rows_per_member, record, state)`` follows each merge
+    (``record`` its lineage) and the end of the run (``record`` None); ``rows_per_member``
+    holds the rows reported since the previous call (empty lists for the members that did not
+    report), ``state`` where every actor is (JSON-able: the number of merges, each actor's
+    round and base, the actors that have finished), for the checkpoint. A resumed run passes
+    the checkpoint's ``state`` back, with its members already at their restore points: every
+    actor that had not finished redoes its round from there.
     """
     sched = config.scheduler
     lengths = round_lengths(config.run.epochs, sched.interval_epochs)
     last_round = len(lengths) - 1
     groups = executor.groups
     buffer_size = sched.buffer or config.population.size
-    round_of = [0] * len(groups)  # the round each actor trains, or has just reported
-    base_of = [0] * len(groups)  # the merge each actor trains from (0: its initial weights)
-    handles = [executor.submit_train(g, lengths[0]) for g in range(len(groups))]
-    training = set(range(len(groups)))
+    version = int(state["merges"]) if state else 0
+    round_of = list(state["round_of"]) if state else [0] * len(groups)  # the round each actor trains
+    base_of = list(state["base_of"]) if state else [0] * len(groups)  # the merge it trains from
+    finished: set[int] = set(state["finished"]) if state else set()
+    executor.restore_points()  # taken now, while no actor is busy
+    training = set(range(len(groups))) - finished
+    # Submitted in the order the interrupted run had them in flight: in-process, that order is
+    # the order of the reports, so a resumed run merges as the uninterrupted one would.
+    order = list(state["in_flight"]) if state else sorted(training)
+    handles = [executor.submit_train(g, lengths[round_of[g]]) for g in order]
     buffer: list[int] = []
     pending: dict[int, list[dict]] = {k: [] for k in range(executor.n_members)}
     newest: dict[int, dict] = {}
-    version = 0
     evaluators = LazyEvaluator(config)
 
     def flush(merge: int, epoch_end: int, record: dict | None) -> None:
         rows = [pending[k] for k in range(executor.n_members)]
+        if record is None and not any(rows):
+            return  # a resumed run that had already finished every round
         for k in pending:
             pending[k] = []
-        on_merge(merge, epoch_end, rows, record)
+        where = {
+            "merges": version,
+            "round_of": round_of,
+            "base_of": base_of,
+            "finished": sorted(finished),
+            "in_flight": [h[0] for h in handles],
+        }
+        on_merge(merge, epoch_end, rows, record, where)
 
     while training or buffer:
         may_still_report = sum(len(groups[g]) for g in training if round_of[g] < last_round)
@@ -129,4 +155,6 @@ def run_async(
             newest[k] = member_rows[-1]
         if round_of[g] < last_round:
             buffer.append(g)
+        else:
+            finished.add(g)
     flush(version, config.run.epochs, None)

@@ -147,6 +147,11 @@ class LocalExecutor:
     ) -> dict[int, dict]:
         return {k: self.members[k].adopt(base, mutation, rounds[g]) for g in groups for k in self.groups[g]}
 
+    def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
+        """In this process a member trains only inside :meth:`wait_train`, so between calls every
+        member holds the state it had when it last adopted a merge."""
+        return self.snapshot()
+
     def member_states(self) -> list[dict]:
         return [m.state_dict() for m in self.members]
 

@@ -337,6 +337,15 @@ class RayExecutor:
             self.recovery.set_member_points(self.n_members, part["members"], part["archives"])
         return infos
 
+    def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
+        """Each member's restore point and the archives' (see :class:`AsyncExecutor`)."""
+        if self.recovery.members is None or any(state is None for state in self.recovery.members):
+            self.recovery.set_restore_point(*self.snapshot())  # every actor is idle: their states now
+        members = [state for state in self.recovery.members or [] if state is not None]
+        if not self._in_groups:  # a shared archive (or Redis): the archive actor's states now
+            return members, cast(list[LocalArchiveState], ray.get(self.archive_actor.state_dicts.remote()))
+        return members, list(self.recovery.archives)
+
     def _merge_parts(self, parts: Iterable[Mapping[str, Mapping[int, Any]]], keys: Sequence[str]) -> list[list[Any]]:
         """Per-actor answers ``{key: {member id: value}}`` → for each key, the values in member order."""
         merged: dict[str, dict[int, Any]] = {key: {} for key in keys}

@@ -14,7 +14,7 @@ import pytest
 
 from popgrpo.algorithms.async_rounds import held_back, merge_due, merge_members
 from popgrpo.config import ConfigError, load_config, preset_path
-from popgrpo.train import ResumeError, resume, train
+from popgrpo.train import resume, train
 
 BASE = ["run.seed=42", "run.epochs=30", "run.loggers=[]", "scheduler.interval_epochs=10"]
 
@@ -80,16 +80,11 @@ def test_bounded_staleness_merges_the_reporters_and_keeps_the_bound(tmp_path):
     assert metrics.groupby("member")["epoch"].agg(["count", "max"]).eq([40, 39]).all().all()
 
 
-def test_async_config_errors_and_resume_is_refused(tmp_path):
+def test_async_config_errors():
     with pytest.raises(ConfigError, match=r"scheduler\.mode=async needs scheduler\.enabled=true"):
         load_config(preset_path("grpo"), ["scheduler.mode=async"])
     with pytest.raises(ConfigError, match=r"scheduler.buffer \(6\) must be <= population.size \(5\)"):
         _config("scheduler.mode=async", "scheduler.buffer=6")
-    run_dir = tmp_path / "run"
-    train(_config("scheduler.mode=async", "run.epochs=20"), run_dir, progress=False)
-    (run_dir / "summary.json").unlink()
-    with pytest.raises(ResumeError, match=r"scheduler\.mode=async, which keeps no checkpoint"):
-        resume(run_dir, progress=False)
 
 
 @pytest.mark.ray
@@ -148,3 +143,43 @@ def test_a_member_actor_killed_mid_round_is_rebuilt_and_the_run_is_unchanged(ray
         pd.read_parquet(tmp_path / "reference" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
         pd.read_parquet(tmp_path / "killed" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
     )
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def test_resume_after_a_crash_mid_run_gives_the_uninterrupted_run(tmp_path):
+    """In-process, reports come in submission order, which the checkpoint keeps: a run that
+    dies between two merges and is resumed merges as the uninterrupted one did."""
+    from popgrpo.runtime.executor import LocalExecutor
+
+    cfg = _config("scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1", "run.epochs=40")
+    train(cfg, tmp_path / "whole", progress=False)
+
+    def crashing(c, _run_dir):
+        executor = LocalExecutor(c)
+        calls = {"n": 0}
+        wait = executor.wait_train
+
+        def wait_then_crash(handles):
+            calls["n"] += 1
+            if calls["n"] == 9:  # after a few merges, mid-round for some members
+                raise _Crash("driver lost")
+            return wait(handles)
+
+        executor.wait_train = wait_then_crash  # type: ignore[method-assign]
+        return executor
+
+    with pytest.raises(_Crash):
+        train(cfg, tmp_path / "resumed", executor_factory=crashing, progress=False)
+    assert (tmp_path / "resumed" / "checkpoints" / "latest.json").is_file()
+    resume(tmp_path / "resumed", progress=False)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "whole" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        pd.read_parquet(tmp_path / "resumed" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+    )
+    assert _lineage(tmp_path / "whole") == _lineage(tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "archive.parquet").read_bytes() == (
+        tmp_path / "whole" / "archive.parquet"
+    ).read_bytes()
