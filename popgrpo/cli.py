@@ -181,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from popgrpo.ops import dashboards, monitor, ray_jobs
     from popgrpo.reward_models import cli as rm_cli
+    from popgrpo.sim import cli as sim_cli
     from popgrpo.study import cli as study_cli
 
     ray_jobs.add_parsers(sub)
@@ -188,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     monitor.add_parsers(sub)
     study_cli.add_parsers(sub)
     rm_cli.add_parsers(sub)
+    sim_cli.add_parsers(sub)
     return parser
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from tqdm import tqdm
 
 from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, load_config
+from popgrpo.runtime.async_loop import AsyncExecutor, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
 from popgrpo.telemetry.checkpoint import Checkpointer
@@ -70,13 +72,29 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         out.append_event(event)
         tqdm.write(f"popgrpo: resume: checkpoint_fallback: {checkpointer.fallback}")
     rows: list[dict] = []
-    start_round, restore = 0, None
+    start_round, restore, async_state = 0, None, None
     if info is not None:
         start_round, restore = info["round"] + 1, checkpointer.load(info)
+        async_state = info.get("extra", {}).get("async")
         if (out.path / "metrics.parquet").exists():
-            rows = [r for r in out.read_metrics().to_dict("records") if r["epoch"] < info["epoch_end"]]
+            written = out.read_metrics().to_dict("records")
+            # Async rounds: the rows written up to the checkpoint's merge, in the order written.
+            rows = (
+                written[: async_state["rows"]]
+                if async_state
+                else [r for r in written if r["epoch"] < info["epoch_end"]]
+            )
     out.truncate_lineage(max_round=info["round"] if info else -1)
-    return _run(config, out, executor_factory, progress, start_round=start_round, rows=rows, restore=restore)
+    return _run(
+        config,
+        out,
+        executor_factory,
+        progress,
+        start_round=start_round,
+        rows=rows,
+        restore=restore,
+        async_state=async_state,
+    )
 
 
 def _run(
@@ -87,6 +105,7 @@ def _run(
     start_round: int,
     rows: list[dict],
     restore: tuple[list[dict], list[LocalArchiveState]] | None,
+    async_state: dict | None = None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     done = len({r["epoch"] for r in rows})
@@ -101,20 +120,31 @@ def _run(
         total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
     )
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
+    synchronous = config.scheduler.mode == "sync"
 
-    def on_round(round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None) -> None:
+    def on_round(
+        round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None, state: dict | None = None
+    ) -> None:
         nonlocal best_max
         new = [row for per_member in member_rows for row in per_member]
         rows.extend(new)
         out.write_metrics(rows)
         if record is not None:
             out.append_lineage(record)
-        member_states, archive_states = executor.snapshot()
+        # Asynchronous rounds: members still training are mid-round, and asking their actors
+        # for their states would wait for them; the checkpoint holds every member's restore
+        # point (its state when it last adopted a merge) and where each actor is, so that a
+        # resumed run redoes those rounds. At the end everyone is idle: their states.
+        if synchronous or record is None:
+            member_states, archive_states = executor.snapshot()
+        else:
+            member_states, archive_states = cast(AsyncExecutor, executor).restore_points()
         heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared) if loggers.loggers else {}
         # Logged (and flushed) before the checkpoint: a run killed in between recomputes this
         # round on resume, and TensorBoard purges what it logged, so no round goes missing.
         loggers.log_round(RoundReport(round_index, epoch_end, new, record, heatmaps))
-        checkpointer.save(round_index, epoch_end, member_states, archive_states)
+        extra = None if state is None else {"async": {**state, "rows": len(rows)}}
+        checkpointer.save(round_index, epoch_end, member_states, archive_states, extra)
         for event in executor.events:
             out.append_event({"round": round_index, **event})
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
@@ -122,7 +152,7 @@ def _run(
         best_max = max([best_max, *(r["reward_max"] for r in new)])
         last = [r for r in new if r["epoch"] == epoch_end - 1]
         diversity = sum(r["diversity"] for r in last) / len(last)
-        bar.update(len(member_rows[0]))
+        bar.update(len(rows) // len(member_rows) - bar.n)  # epochs per member, on average
         bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
 
     failed = True
@@ -130,7 +160,10 @@ def _run(
         if restore is not None:
             executor.load_member_states(restore[0])
             executor.load_archive_states(restore[1])
-        run_rounds(config, executor, on_round, start_round=start_round)
+        if synchronous:
+            run_rounds(config, executor, on_round, start_round=start_round)
+        else:
+            run_async(config, cast(AsyncExecutor, executor), on_round, state=async_state)
         failed = False
     finally:
         bar.close()

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("algorithms", ("popgrpo.algorithms",)),
     ("runtime", ("popgrpo.runtime",)),
     ("one run, reward models", ("popgrpo.train", "popgrpo.reward_models")),
-    ("studies, operations", ("popgrpo.study", "popgrpo.ops", "popgrpo.lm_commands")),
+    ("studies, operations", ("popgrpo.study", "popgrpo.ops", "popgrpo.lm_commands", "popgrpo.sim")),
     ("entry points", ("popgrpo.cli", "popgrpo.__main__", "popgrpo.jobs")),
 ]
 

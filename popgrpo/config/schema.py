@@ -441,6 +441,16 @@ class PopulationConfig(Section):
     resources: ResourcesConfig = Field(
         default_factory=ResourcesConfig, description="Resources per member actor on Ray."
     )
+    hang_deadline_factor: float = Field(
+        default=10.0,
+        ge=1,
+        description="A member actor that has not answered a `train` call within this many times the median time per epoch of the calls answered so far (times the call's epochs) is taken as hung (a stopped process, a frozen node) and replaced like a lost one: rebuilt from its restore point, its call made again. No deadline until some call has been answered.",
+    )
+    hang_deadline_min_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="No call is taken as hung sooner than this many seconds; it is also the deadline of the short calls (adopt, weights, states).",
+    )
     max_restarts: int = Field(
         default=3,
         ge=0,
@@ -512,6 +522,20 @@ class SchedulerConfig(Section):
         default=0.3,
         ge=0,
         description="svd: upper bound w_max of the singular-component factors w_i ~ U[0, w_max] (CycleQD appendix A.1.3: 0.3).",
+    )
+    mode: Literal["sync", "async"] = Field(
+        default="sync",
+        description="`sync`: every round waits for every member (the paper's loop). `async` (Ray executor): a member that finishes its T epochs reports; once scheduler.buffer members have reported, the driver selects and merges from the newest result of every member and sends the merge to those that reported, while the others go on training. A merge is held back while it would leave a member still training from a base more than scheduler.max_staleness merges old (stale-synchronous parallel), so max_staleness 0 gives the sync schedule bit for bit. docs/guides/scale.md.",
+    )
+    buffer: int | None = Field(
+        default=None,
+        ge=1,
+        description="async: members whose reports a merge waits for, B (None: the whole population, K). Reports come per member actor, so with population.members_per_actor > 1 a merge may take more.",
+    )
+    max_staleness: int = Field(
+        default=0,
+        ge=0,
+        description="async: S, the most merges a member's base may fall behind while it trains. 0: the sync schedule; larger lets fast members go on while slow ones finish.",
     )
     svd_mode: Literal["scale", "add"] = Field(
         default="scale",
@@ -647,6 +671,15 @@ class Config(Section):
                 "members estimate pass@k from each group of G ideas"
             )
         self._check_language_model()
+        sched = self.scheduler
+        if sched.mode == "async" and not sched.enabled:
+            raise ValueError(
+                "scheduler.mode=async needs scheduler.enabled=true (there are no rounds to run asynchronously)"
+            )
+        if sched.buffer is not None and sched.buffer > self.population.size:
+            raise ValueError(
+                f"scheduler.buffer ({sched.buffer}) must be <= population.size ({self.population.size}): a merge cannot wait for more members than exist"
+            )
         if "novelty" in self.scheduler.objectives and not self.maxent.novelty.enabled:
             raise ValueError(
                 "scheduler.objectives: `novelty` needs maxent.novelty.enabled=true (it is NaN for every member otherwise)"

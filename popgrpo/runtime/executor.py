@@ -115,6 +115,43 @@ class LocalExecutor:
     def archives(self) -> list[LocalArchive]:
         return self._archives
 
+    # ---- asynchronous rounds: in this process, reports come in the order calls were made ----
+    @property
+    def groups(self) -> list[list[int]]:
+        """Members that train and report together: each alone, or all of them when vectorised."""
+        if self.config.population.vectorize:
+            return [list(range(self.n_members))]
+        return [[k] for k in range(self.n_members)]
+
+    def submit_train(self, g: int, n_epochs: int) -> tuple[int, int]:
+        return (g, n_epochs)
+
+    def wait_train(self, handles: list[tuple[int, int]]) -> tuple[tuple[int, int], dict[int, list[dict]]]:
+        """Trains the earliest submitted call now: in-process, arrival order is submission order."""
+        handle = handles[0]
+        g, n_epochs = handle
+        group = self.groups[g]
+        if self.config.population.vectorize:
+            from popgrpo.algorithms.packed import PackedMembers
+
+            rows = PackedMembers(self.members).train_epochs(n_epochs)
+            return handle, dict(zip(group, rows, strict=True))
+        return handle, {k: self.members[k].train_epochs(n_epochs) for k in group}
+
+    def adopt_groups(
+        self,
+        groups: Sequence[int],
+        base: Mapping[str, torch.Tensor],
+        mutation: WeightMutation,
+        rounds: Mapping[int, int],
+    ) -> dict[int, dict]:
+        return {k: self.members[k].adopt(base, mutation, rounds[g]) for g in groups for k in self.groups[g]}
+
+    def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
+        """In this process a member trains only inside :meth:`wait_train`, so between calls every
+        member holds the state it had when it last adopted a merge."""
+        return self.snapshot()
+
     def member_states(self) -> list[dict]:
         return [m.state_dict() for m in self.members]
 

@@ -52,6 +52,7 @@ from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
+from popgrpo.runtime.deadlines import CallDeadlines
 from popgrpo.runtime.executor import make_archives
 from popgrpo.runtime.recovery import RecoveryLog
 from popgrpo.telemetry.live import LiveMetrics
@@ -105,6 +106,8 @@ class RayExecutor:
         self._adopted: list[list[Any]] | None = None  # [members, archives] sent back by the last adopt
         self.restarts = 0
         self.events: list[dict] = []
+        pop = config.population
+        self._deadlines = CallDeadlines(pop.hang_deadline_factor, pop.hang_deadline_min_s)
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
         self._actors: list[Any] = [self._new_group(group) for group in self._groups]
         # The first call of each actor goes through _call like every later one: an actor lost
@@ -157,30 +160,63 @@ class RayExecutor:
         group's answer, whose type is the one ``method`` returns.
         """
         groups = range(len(self._actors)) if groups is None else groups
+        epochs = (lambda g: int(args_for(g)[0])) if method == "train" else (lambda g: 1)
         refs = {g: getattr(self._actors[g], method).remote(*args_for(g)) for g in groups}
+        started = dict.fromkeys(refs, time.monotonic())
         results: dict[int, Any] = {}
         attempts = dict.fromkeys(refs, 0)
         while refs:
-            ready, _ = ray.wait(list(refs.values()), num_returns=1)
+            waiting = {g: started[g] for g in refs}
+            ready, _ = ray.wait(list(refs.values()), num_returns=1, timeout=self._wait_s(method, waiting, epochs))
+            if not ready:  # some call is past its deadline: that actor is hung
+                for g in self._hung(method, waiting, epochs):
+                    del refs[g]
+                    self._lost(
+                        g, attempts, f"no answer to {method} within {time.monotonic() - started[g]:.0f} s (hung)"
+                    )
+                    refs[g] = getattr(self._actors[g], method).remote(*args_for(g))
+                    started[g] = time.monotonic()
+                continue
             g = next(g for g, ref in refs.items() if ref == ready[0])
             del refs[g]
             try:
                 results[g] = ray.get(ready[0])
+                self._deadlines.answered(method, time.monotonic() - started[g], epochs(g))
             except RayActorError as exc:  # died, or its node is gone
                 if exc.actor_init_failed:  # its __init__ raised: a bug or bad input, not a lost process
                     raise
-                attempts[g] += 1
-                limit = self.config.population.max_restarts
-                if attempts[g] > limit:
-                    raise RuntimeError(
-                        f"member actor {g} (members {self._groups[g]}) was lost {attempts[g]} times in one call "
-                        f"(population.max_restarts={limit}); giving up"
-                    ) from exc
-                self._rebuild_group(g, reason=str(exc).splitlines()[0])
+                self._lost(g, attempts, str(exc).splitlines()[0], exc)
                 refs[g] = getattr(self._actors[g], method).remote(*args_for(g))
+                started[g] = time.monotonic()
         if replayable:
             self.recovery.record(method, args_for)
         return results
+
+    def _wait_s(self, method: str, started: Mapping[int, float], epochs: Callable[[int], int]) -> float | None:
+        """Seconds until the first of the calls started at ``started`` is past its deadline."""
+        limits = [
+            started[g] + limit for g in started if (limit := self._deadlines.limit(method, epochs(g))) is not None
+        ]
+        return max(0.0, min(limits) - time.monotonic()) if limits else None
+
+    def _hung(self, method: str, started: Mapping[int, float], epochs: Callable[[int], int]) -> list[int]:
+        now = time.monotonic()
+        return [
+            g
+            for g in started
+            if (limit := self._deadlines.limit(method, epochs(g))) is not None and now - started[g] >= limit
+        ]
+
+    def _lost(self, g: int, attempts: dict[int, int], reason: str, cause: BaseException | None = None) -> None:
+        """Actor ``g`` died or hung during a call: rebuild it, unless it has been lost too often."""
+        attempts[g] = attempts.get(g, 0) + 1
+        limit = self.config.population.max_restarts
+        if attempts[g] > limit:
+            raise RuntimeError(
+                f"member actor {g} (members {self._groups[g]}) was lost {attempts[g]} times in one call "
+                f"(population.max_restarts={limit}; last: {reason}); giving up"
+            ) from cause
+        self._rebuild_group(g, reason=reason)
 
     def _rebuild_group(self, g: int, reason: str) -> None:
         group = self._groups[g]
@@ -240,6 +276,76 @@ class RayExecutor:
         self._adopted = states
         return infos
 
+    # ---- asynchronous rounds: one actor at a time (popgrpo.runtime.async_loop) ---------------
+    @property
+    def groups(self) -> list[list[int]]:
+        """The members of each actor, which train and report together."""
+        return [list(group) for group in self._groups]
+
+    def submit_train(self, g: int, n_epochs: int) -> Any:
+        """Start ``n_epochs`` of actor ``g``'s members; the handle goes to :meth:`wait_train`."""
+        return (g, n_epochs, self._actors[g].train.remote(n_epochs), time.monotonic())
+
+    def wait_train(self, handles: list[Any]) -> tuple[Any, dict[int, list[dict]]]:
+        """The first of ``handles`` to finish, and its rows per member.
+
+        An actor lost meanwhile is rebuilt from its members' restore points (the states its
+        last ``adopt`` sent back, or its initial state) and its call is made again; the
+        others keep training.
+        """
+        attempts: dict[int, int] = {}
+        epochs = {h[0]: int(h[1]) for h in handles}
+        while True:
+            by_ref = {h[2]: h for h in handles}
+            started = {h[0]: h[3] for h in handles}
+            ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=self._wait_s("train", started, epochs.__getitem__))
+            if not ready:  # some actor is past its deadline: hung
+                for g in self._hung("train", started, epochs.__getitem__):
+                    i = next(i for i, h in enumerate(handles) if h[0] == g)
+                    self._lost(g, attempts, f"no answer to train within {time.monotonic() - started[g]:.0f} s (hung)")
+                    handles[i] = self.submit_train(g, epochs[g])
+                continue
+            handle = by_ref[ready[0]]
+            g, n_epochs, ref, start = handle
+            try:
+                rows = cast(dict[int, list[dict]], ray.get(ref))  # see _archive_states
+                self._deadlines.answered("train", time.monotonic() - start, n_epochs)
+                return handle, rows
+            except RayActorError as exc:
+                if exc.actor_init_failed:
+                    raise
+                self._lost(g, attempts, str(exc).splitlines()[0], exc)
+                handles[handles.index(handle)] = self.submit_train(g, n_epochs)
+
+    def adopt_groups(
+        self,
+        groups: Sequence[int],
+        base: Mapping[str, torch.Tensor],
+        mutation: WeightMutation,
+        rounds: Mapping[int, int],
+    ) -> dict[int, dict]:
+        """The members of ``groups`` adopt ``base``, actor ``g`` with round index ``rounds[g]``.
+
+        Returns each member's mutation description; the states sent back become those
+        members' restore points.
+        """
+        ref = ray.put(dict(base))
+        parts = self._call("adopt", lambda g: (ref, mutation, rounds[g]), groups=list(groups))
+        infos: dict[int, dict] = {}
+        for part in parts.values():
+            infos.update(part["infos"])
+            self.recovery.set_member_points(self.n_members, part["members"], part["archives"])
+        return infos
+
+    def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
+        """Each member's restore point and the archives' (see :class:`AsyncExecutor`)."""
+        if self.recovery.members is None or any(state is None for state in self.recovery.members):
+            self.recovery.set_restore_point(*self.snapshot())  # every actor is idle: their states now
+        members = [state for state in self.recovery.members or [] if state is not None]
+        if not self._in_groups:  # a shared archive (or Redis): the archive actor's states now
+            return members, cast(list[LocalArchiveState], ray.get(self.archive_actor.state_dicts.remote()))
+        return members, list(self.recovery.archives)
+
     def _merge_parts(self, parts: Iterable[Mapping[str, Mapping[int, Any]]], keys: Sequence[str]) -> list[list[Any]]:
         """Per-actor answers ``{key: {member id: value}}`` → for each key, the values in member order."""
         merged: dict[str, dict[int, Any]] = {key: {} for key in keys}
@@ -290,7 +396,7 @@ class RayExecutor:
             )  # see _archive_states
             self._note_archive_restart()
         self.recovery.set_restore_point(members, archives)
-        return self.recovery.members or [], self.recovery.archives
+        return members, self.recovery.archives
 
     def _note_archive_restart(self) -> None:
         """Report a restart of the archive actor that Ray performed during the round."""

@@ -10,7 +10,7 @@ actor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -31,7 +31,8 @@ class RecoveryLog:
     """
 
     def __init__(self, initial_archives: Sequence[LocalArchiveState]) -> None:
-        self.members: list[dict[str, Any]] | None = None  # None: a new actor's own initial state
+        # None (all, or one member's entry): a new actor's own initial state.
+        self.members: list[dict[str, Any] | None] | None = None
         self.archives: list[LocalArchiveState] = list(initial_archives)
         self.calls: list[tuple[str, ArgsFor]] = []
 
@@ -47,6 +48,23 @@ class RecoveryLog:
             self.archives = list(archives)
         self.calls = []
 
+    def set_member_points(
+        self,
+        n_members: int,
+        members: Mapping[int, dict[str, Any]],
+        archives: Mapping[int, LocalArchiveState | None],
+    ) -> None:
+        """New restore points for some members only (asynchronous rounds: the states their
+        actor sent back with ``adopt``); the others keep theirs. Records no call: in
+        asynchronous rounds the call to redo after a rebuild is the one in flight."""
+        points: list[dict[str, Any] | None] = [None] * n_members if self.members is None else self.members
+        for k, state in members.items():
+            points[k] = state
+        self.members = points
+        for k, archive in archives.items():
+            if archive is not None:
+                self.archives[k] = archive
+
     def record(self, method: str, args_for: ArgsFor) -> None:
         """A state-changing call made on every actor since the restore point, to replay."""
         self.calls.append((method, args_for))
@@ -59,8 +77,9 @@ class RecoveryLog:
         which is not rolled back). Raises Ray's actor errors if the new actor dies too. The
         handles are ``Any``: Ray types an actor method's ``.remote`` as the method itself.
         """
-        if self.members is not None:
-            ray.get(actor.load_states.remote({k: self.members[k] for k in members}))
+        saved = {} if self.members is None else {k: self.members[k] for k in members if self.members[k] is not None}
+        if saved:  # members without a restore point start from the new actor's own initial state
+            ray.get(actor.load_states.remote(saved))
         else:
             ray.get(actor.pid.remote())  # wait until it is up
         own_archives = {k: self.archives[k] for k in members}

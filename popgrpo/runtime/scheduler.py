@@ -27,7 +27,18 @@ from popgrpo.core.selection import cyclic_objective, objective_scores, select_to
 from popgrpo.runtime.executor import Executor
 from popgrpo.schema import json_float
 
-__all__ = ["RoundPlan", "merge_selected", "mutation_for", "plan_round", "round_lengths", "run_rounds"]
+__all__ = [
+    "LazyEvaluator",
+    "MergeDecision",
+    "RoundPlan",
+    "decide_merge",
+    "describe_adoption",
+    "merge_selected",
+    "mutation_for",
+    "plan_round",
+    "round_lengths",
+    "run_rounds",
+]
 
 Weights = Mapping[str, torch.Tensor]
 
@@ -56,7 +67,7 @@ def plan_round(round_index: int, epoch_end: int, last_rows: list[dict], config: 
     sched = config.scheduler
     objective = cyclic_objective(round_index, sched.objectives)
     scores = objective_scores(last_rows, objective)
-    selected = select_top_m(scores, sched.top_m)
+    selected = select_top_m(scores, min(sched.top_m, len(scores)))  # an async merge may see fewer than M
     record = {
         "round": round_index,
         "epoch_end": epoch_end,
@@ -109,6 +120,67 @@ def mutation_for(config: Config) -> tuple[WeightMutation, dict]:
     return MUTATIONS.get(config.scheduler.mutate)(config.scheduler)
 
 
+@dataclass(frozen=True)
+class MergeDecision:
+    merged: dict[str, torch.Tensor]
+    mutation: WeightMutation
+    record: dict  # the lineage record: plan, merge, perturb (without the members) and eval
+
+
+class LazyEvaluator:
+    """The held-out evaluator, built on first use (greedy soup, ``eval.merged``), else never."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._evaluator: WeightsEvaluator | None = None
+
+    def get(self) -> WeightsEvaluator | None:
+        if self._evaluator is None and (self.config.scheduler.merge == "greedy_soup" or self.config.eval.merged):
+            self._evaluator = WeightsEvaluator(self.config)
+        return self._evaluator
+
+
+def decide_merge(
+    config: Config,
+    round_index: int,
+    epoch_end: int,
+    last_rows: list[dict],
+    fetch: Callable[[list[int]], list[dict[str, torch.Tensor]]],
+    evaluators: LazyEvaluator,
+) -> MergeDecision:
+    """Select from ``last_rows`` (one per member, by member id), merge, and choose the mutation.
+
+    ``fetch(member_ids)`` returns those members' weights. The record's ``selected`` names
+    member ids, also when ``last_rows`` holds only some members (asynchronous rounds).
+    """
+    plan = plan_round(round_index, epoch_end, last_rows, config)
+    ids = [int(r["member"]) for r in last_rows]
+    selected = [ids[i] for i in plan.selected]
+    weights = fetch(selected)
+    evaluator = evaluators.get()
+    held_out = None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
+    merged, merge_record = merge_selected(selected, weights, plan.scores, round_index, config, held_out)
+    merged_eval = (
+        evaluator(merged, round_index, PURPOSE_MERGED) if evaluator is not None and config.eval.merged else None
+    )
+    mutation, perturb_record = mutation_for(config)
+    record = {
+        **plan.record,
+        "selected": selected,
+        "merge": merge_record,
+        "perturb": perturb_record,
+        "eval": _eval_record(config, last_rows, merged_eval),
+    }
+    return MergeDecision(merged, mutation, record)
+
+
+def describe_adoption(record: dict, members: Sequence[int], infos: Sequence[dict]) -> None:
+    """Complete the record's ``perturb`` with the members that adopted and what each drew."""
+    record["perturb"]["members"] = list(members)
+    if any(infos):  # what each member drew (svd: its w), when the mutation describes it
+        record["perturb"]["w"] = {str(k): info for k, info in zip(members, infos, strict=True)}
+
+
 def run_rounds(
     config: Config,
     executor: Executor,
@@ -125,7 +197,7 @@ def run_rounds(
     """
     lengths = round_lengths(config.run.epochs, config.scheduler.interval_epochs)
     epoch_end = sum(lengths[:start_round])
-    evaluator: WeightsEvaluator | None = None
+    evaluators = LazyEvaluator(config)
     for round_index in range(start_round, len(lengths)):
         n_epochs = lengths[round_index]
         rows = executor.train(n_epochs, round_index)
@@ -134,28 +206,10 @@ def run_rounds(
         is_last = round_index == len(lengths) - 1
         if config.scheduler.enabled and not is_last:
             last_rows = [member_rows[-1] for member_rows in rows]
-            plan = plan_round(round_index, epoch_end, last_rows, config)
-            weights = executor.get_weights(plan.selected)
-            if evaluator is None and (config.scheduler.merge == "greedy_soup" or config.eval.merged):
-                evaluator = WeightsEvaluator(config)
-            held_out = (
-                None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
-            )
-            merged, merge_record = merge_selected(plan.selected, weights, plan.scores, round_index, config, held_out)
-            merged_eval = (
-                evaluator(merged, round_index, PURPOSE_MERGED) if evaluator is not None and config.eval.merged else None
-            )
-            mutation, perturb_record = mutation_for(config)
-            infos = executor.adopt(merged, mutation, round_index + 1)
-            perturb_record["members"] = list(range(len(last_rows)))
-            if any(infos or []):  # what each member drew (svd: its w), when the mutation describes it
-                perturb_record["w"] = {str(k): info for k, info in enumerate(infos or [])}
-            record = {
-                **plan.record,
-                "merge": merge_record,
-                "perturb": perturb_record,
-                "eval": _eval_record(config, last_rows, merged_eval),
-            }
+            decision = decide_merge(config, round_index, epoch_end, last_rows, executor.get_weights, evaluators)
+            infos = executor.adopt(decision.merged, decision.mutation, round_index + 1)
+            describe_adoption(decision.record, range(len(last_rows)), infos or [{}] * len(last_rows))
+            record = decision.record
         on_round(round_index, epoch_end, rows, record)
 
 

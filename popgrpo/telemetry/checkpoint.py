@@ -114,7 +114,10 @@ class Checkpointer:
         epoch_end: int,
         member_states: Sequence[Mapping[str, Any]],
         archive_states: Sequence[Mapping[str, Any]],
+        extra: Mapping[str, Any] | None = None,
     ) -> Path:
+        """Write round ``round_index``'s checkpoint; ``extra`` (JSON-able) is kept in its manifest
+        (asynchronous rounds keep where each member actor is there)."""
         folder = self.root / f"round_{round_index:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         hashes: dict[str, str] = {}
@@ -136,6 +139,8 @@ class Checkpointer:
             "path": folder.name,
             "sha256": hashes,
         }
+        if extra is not None:
+            latest["extra"] = dict(extra)
         atomic_write(folder / "manifest.json", json.dumps(latest).encode())
         atomic_write(self.root / "latest.json", json.dumps(latest).encode())
         self._prune(round_index)

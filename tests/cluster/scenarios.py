@@ -134,6 +134,43 @@ def node_loss() -> dict:
     return {"rows": rows, "lineage": lineage, **facts}
 
 
+def node_loss_async() -> dict:
+    """As :func:`node_loss`, in asynchronous rounds (S = 0: deterministic), through ``train``:
+    a worker is removed while an actor on it is training; the run completes on the other."""
+    import tempfile
+
+    import pandas as pd
+    import ray
+
+    from benchmarks.common import loopback_ray_cluster
+    from popgrpo.config import load_config, preset_path
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from popgrpo.train import train
+    from tests.driving import kill_when_busy
+
+    cfg = load_config(preset_path("pop_grpo"), [*CONFIGS["node_loss"], "scheduler.mode=async", "run.loggers=[]"])
+    facts: dict = {}
+    with loopback_ray_cluster({"num_cpus": 0}, worker_cpus=(2, 2), prefix="pgnodea-") as (cluster, workers, _):
+        victim = workers[0]
+        removed = []
+        holder = {}
+
+        def on_ray(c, run_dir):
+            ex = RayExecutor(c, run_dir=run_dir)
+            holder["executor"] = ex
+            on_victim = next(a for a in ex._actors if ray.get(a.node_id.remote()) == victim.node_id)
+            removed.append(kill_when_busy(on_victim, lambda: cluster.remove_node(victim, allow_graceful=False)))
+            return ex
+
+        with tempfile.TemporaryDirectory(prefix="pgnodea-run-") as tmp:
+            train(cfg, Path(tmp) / "run", executor_factory=on_ray, progress=False)
+            metrics = pd.read_parquet(Path(tmp) / "run" / "metrics.parquet")
+        facts["removed"] = bool(removed and removed[0].wait(timeout=5))
+        facts["restarts"] = holder["executor"].restarts
+    rows = metrics.drop(columns=["seconds"], errors="ignore").to_dict("records")
+    return {"rows": rows, **facts}
+
+
 def run(scenario: str, workdir: Path, extra_env: dict[str, str] | None = None, timeout: float = 600.0) -> dict:
     """Run ``scenario`` in an isolated subprocess (the test side); its result, or an AssertionError
     carrying the tail of its output."""
@@ -151,7 +188,7 @@ def run(scenario: str, workdir: Path, extra_env: dict[str, str] | None = None, t
 
 if __name__ == "__main__":
     scenario, result_path = sys.argv[1], sys.argv[2]
-    result = {"gcs_outage": gcs_outage, "node_loss": node_loss}[scenario]()
+    result = {"gcs_outage": gcs_outage, "node_loss": node_loss, "node_loss_async": node_loss_async}[scenario]()
     Path(result_path).write_text(json.dumps(result))
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: Ray's native threads can crash in it (tests/conftest.py)

@@ -1,0 +1,276 @@
+"""The scheduler simulator, validated against real Ray runs here, then run at 1,000 and 10,000 members.
+
+    python -m benchmarks.sim_validation [--quick] [--out BENCHMARKS.md] [--data DIR] [--figure PNG]
+
+1. **Calibrate** (:func:`popgrpo.sim.calibrate.calibrate`): every cost of the model measured
+   with the real components at sizes the validation does not use (member epochs alone,
+   merges of 2 and 8, in-process runs at K = 2 and 8, one Ray actor).
+2. **Validate**: real synchronous runs of the ``pop_grpo`` preset on an embedded Ray at
+   K = 5, 16 and 64 (64 as 8 actors of 8 members: one actor per member would not fit this
+   machine's memory), 5 rounds of T = 10 epochs; the mean wall time of the rounds with a
+   merge after the first, against the simulator's prediction for the same schedule on this
+   machine's cores (one node). Target: within 10%.
+3. **Scale**: 100 simulated nodes of 16 cores, K = 1,000 … 10,000 members (packed so that the
+   actors fit the cores, as ``check_fits`` requires), member times log-normal with σ = 1 per
+   actor-round, one node lost every 30 s on average (back after 60 s), 200 epochs per member;
+   sync vs async (B = a quarter of the actors, S = 4). Time to 200 epochs per member on
+   average, utilisation of the cores by useful member epochs, and the work lost.
+
+The costs, the validation and the curves go to ``--data`` as JSON, the tables between
+``<!-- sim:begin -->`` and ``<!-- sim:end -->`` in ``--out``, the curves to ``--figure``.
+``--quick`` runs the smallest sizes (for the smoke test): its numbers say nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import md_table, met
+
+BEGIN, END = "<!-- sim:begin -->", "<!-- sim:end -->"
+CORES = os.cpu_count() or 1
+TARGET = 0.10
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _config(k: int, per_actor: int, rounds: int, interval: int | None = None):
+    from popgrpo.config import load_config, preset_path
+
+    overrides = [
+        f"population.size={k}",
+        f"population.members_per_actor={per_actor}",
+        f"scheduler.top_m={min(3, k)}",
+        "run.loggers=[tensorboard]",
+    ]
+    cfg = load_config(preset_path("pop_grpo"), overrides)
+    t = interval or cfg.scheduler.interval_epochs
+    return load_config(
+        preset_path("pop_grpo"),
+        [*overrides, f"scheduler.interval_epochs={t}", f"run.epochs={rounds * t}"],
+    )
+
+
+def validate(costs, sizes: list[tuple[int, int]], rounds: int, interval: int | None) -> list[dict[str, Any]]:
+    """Real Ray runs vs the simulator, one row per (K, members per actor)."""
+    import ray
+
+    from popgrpo.runtime.cluster import start_local_ray
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from popgrpo.sim.calibrate import run_timed
+    from popgrpo.sim.model import ClusterShape, Scheduling, Workload, simulate
+
+    rows = []
+    for k, per_actor in sizes:
+        cfg = _config(k, per_actor, rounds, interval)
+        actors = math.ceil(k / per_actor)
+        start_local_ray(num_cpus=max(CORES, actors), include_dashboard=False)
+        try:
+            timer = run_timed(cfg, lambda c, d: RayExecutor(c, run_dir=d))
+        finally:
+            ray.shutdown()
+        measured = timer.round_seconds()[1:-1]
+        work = Workload(
+            members=k,
+            epochs=cfg.run.epochs,
+            interval=cfg.scheduler.interval_epochs,
+            top_m=cfg.scheduler.top_m,
+            members_per_actor=per_actor,
+        )
+        sim = simulate(costs, work, ClusterShape(1, CORES), Scheduling("sync"))
+        predicted = statistics.fmean(sim.round_s[1:-1])
+        real = statistics.fmean(measured)
+        rows.append(
+            {
+                "k": k,
+                "members_per_actor": per_actor,
+                "actors": actors,
+                "rounds_measured": len(measured),
+                "real_round_s": real,
+                "real_round_spread": [min(measured), max(measured)],
+                "sim_round_s": predicted,
+                "error": predicted / real - 1,
+                "real_train_s": statistics.fmean(timer.train_s[1:-1]),
+            }
+        )
+        print(f"K={k}: real {real:.3f} s/round, simulated {predicted:.3f} ({predicted / real - 1:+.1%})", flush=True)
+    return rows
+
+
+def scale(costs, members: list[int], epochs: int, nodes: int, cores: int, seeds: list[int]) -> list[dict[str, Any]]:
+    from popgrpo.sim.model import ClusterShape, Scheduling, Workload, simulate
+
+    rows = []
+    cluster = ClusterShape(nodes, cores)
+    for k in members:
+        per_actor = max(1, math.ceil(k / (nodes * cores)))
+        actors = math.ceil(k / per_actor)
+        work = Workload(
+            members=k,
+            epochs=epochs,
+            interval=10,
+            top_m=3,
+            members_per_actor=per_actor,
+            straggler_sigma=1.0,
+            node_mtbf_s=30.0,
+            node_return_s=60.0,
+        )
+        for name, sched in (("sync", Scheduling("sync")), ("async", Scheduling("async", max(1, actors // 4), 4))):
+            results = [simulate(costs, work, cluster, sched, seed=s) for s in seeds]
+            rows.append(
+                {
+                    "k": k,
+                    "mode": name,
+                    "buffer": sched.buffer_for(actors),
+                    "max_staleness": sched.max_staleness,
+                    "members_per_actor": per_actor,
+                    "wall_s": [r.wall_s for r in results],
+                    "utilisation": [r.utilisation for r in results],
+                    "wasted_share": [r.wasted_epochs / max(1, r.useful_epochs + r.wasted_epochs) for r in results],
+                    "restarts": [r.restarts for r in results],
+                }
+            )
+            print(f"K={k} {name}: {statistics.fmean(rows[-1]['wall_s']):.1f} s", flush=True)
+    return rows
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}–{format(max(values), fmt)})"
+
+
+def markdown(costs, validation: list[dict], curves: list[dict], seeds: int, command: str) -> str:
+    c = costs
+    lines = [
+        "### 7. Scheduler simulator: validated here, then 1,000–10,000 members",
+        "",
+        f"`{command}`; model: `popgrpo/sim/model.py`, costs: `popgrpo/sim/calibrate.py`.",
+        "",
+        "Measured costs (pop_grpo preset, this machine): "
+        f"epoch {c.epoch_s * 1e3:.1f} ms, weights {c.weight_bytes:,} B, Ray call {c.call_s * 1e3:.2f} ms, "
+        f"fetch {c.fetch_s.b * c.weight_bytes * 1e3:.2f} ms, adopt {c.adopt_s.b * c.weight_bytes * 1e3:.2f} ms, "
+        f"merge {c.merge_s.a * 1e3:.2f} + {c.merge_s.b * 1e3:.2f}·M ms, driver {c.driver_s.a * 1e3:.1f} + "
+        f"{c.driver_s.b * 1e3:.2f}·K ms per round, actor start {c.start_s:.2f} s.",
+        "",
+        md_table(
+            [
+                "K",
+                "actors × members",
+                "rounds",
+                "real s/round (min–max)",
+                "simulated s/round",
+                "error",
+                "target",
+                "status",
+            ],
+            [
+                [
+                    r["k"],
+                    f"{r['actors']} × {r['members_per_actor']}",
+                    r["rounds_measured"],
+                    f"{r['real_round_s']:.3f} ({r['real_round_spread'][0]:.3f}–{r['real_round_spread'][1]:.3f})",
+                    f"{r['sim_round_s']:.3f}",
+                    f"{r['error']:+.1%}",
+                    f"±{TARGET:.0%}",
+                    met(abs(r["error"]) <= TARGET),
+                ]
+                for r in validation
+            ],
+        ),
+        "",
+        f"At scale (100 nodes × 16 cores, log-normal member times σ = 1, a node lost every 30 s, "
+        f"{seeds} seeds: median (min–max)):",
+        "",
+        md_table(
+            ["K", "mode", "B", "S", "time to N epochs, s", "utilisation", "work lost", "restarts"],
+            [
+                [
+                    r["k"],
+                    r["mode"],
+                    r["buffer"],
+                    r["max_staleness"] if r["mode"] == "async" else "–",
+                    _spread(r["wall_s"], ".1f"),
+                    _spread(r["utilisation"], ".1%"),
+                    _spread(r["wasted_share"], ".1%"),
+                    _spread([float(x) for x in r["restarts"]], ".0f"),
+                ]
+                for r in curves
+            ],
+        ),
+        "",
+        "![time to N epochs and utilisation, sync vs async](docs/img/sim_scale.png)",
+    ]
+    return "\n".join(lines)
+
+
+def figure(curves: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for mode, colour in (("sync", "tab:red"), ("async", "tab:blue")):
+        rows = [r for r in curves if r["mode"] == mode]
+        ks = [r["k"] for r in rows]
+        for ax, key in zip(axes, ("wall_s", "utilisation"), strict=True):
+            med = [statistics.median(r[key]) for r in rows]
+            lo = [m - min(r[key]) for m, r in zip(med, rows, strict=True)]
+            hi = [max(r[key]) - m for m, r in zip(med, rows, strict=True)]
+            ax.errorbar(ks, med, yerr=[lo, hi], marker="o", color=colour, label=mode, capsize=3)
+    axes[0].set(xscale="log", xlabel="members K", ylabel="time to N epochs per member (s)")
+    axes[1].set(xscale="log", xlabel="members K", ylabel="core utilisation by useful epochs")
+    for ax in axes:
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle("Simulated: 100 nodes × 16 cores, log-normal member times (σ = 1), node loss")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smallest sizes; the numbers say nothing")
+    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument("--data", type=Path, default=ROOT / "benchmarks" / "data")
+    parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "img" / "sim_scale.png")
+    args = parser.parse_args(argv)
+
+    from popgrpo.sim.calibrate import calibrate
+
+    base = _config(5, 1, 4)
+    costs = calibrate(base, epochs=4 if args.quick else 20)
+    if args.quick:
+        validation = validate(costs, [(2, 1), (4, 2)], rounds=3, interval=2)
+        curves = scale(costs, [200, 400], epochs=20, nodes=10, cores=16, seeds=[0])
+    else:
+        validation = validate(costs, [(5, 1), (16, 1), (64, 8)], rounds=5, interval=None)
+        curves = scale(costs, [1000, 2000, 5000, 10000], epochs=200, nodes=100, cores=16, seeds=[0, 1, 2])
+    args.data.mkdir(parents=True, exist_ok=True)
+    (args.data / "sim_validation.json").write_text(
+        json.dumps({"costs": costs.to_json(), "validation": validation, "curves": curves}, indent=1) + "\n"
+    )
+    figure(curves, args.figure)
+    command = "python -m benchmarks.sim_validation" + (" --quick" if args.quick else "")
+    region = markdown(costs, validation, curves, len(curves[0]["wall_s"]), command)
+    text = args.out.read_text() if args.out.exists() else ""
+    block = f"{BEGIN}\n{region}\n{END}"
+    start, end = text.find(BEGIN), text.find(END)
+    text = (
+        text.rstrip("\n") + "\n\n" + block + "\n"
+        if start == -1 or end < start
+        else text[:start] + block + text[end + len(END) :]
+    )
+    args.out.write_text(text)
+    print(f"wrote {args.out}, {args.data / 'sim_validation.json'}, {args.figure}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

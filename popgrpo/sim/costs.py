@@ -1,0 +1,80 @@
+"""What each part of a round costs, as measured on a machine: the simulator's inputs.
+
+Every cost is a line ``a + b·x`` in seconds (:class:`Linear`), with ``x`` the quantity the
+part scales with: bytes moved, members merged, members in the population. The numbers come
+from :mod:`popgrpo.sim.calibrate`, which times the real calls (a member's epoch, a Ray actor
+round trip, moving a state dict through the object store, the merge, the driver's per-round
+writes) on the machine it runs on, and are saved as JSON so that a simulation can be re-run
+anywhere. Nothing here imports Ray or torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CostModel", "Linear"]
+
+
+@dataclass(frozen=True)
+class Linear:
+    """``a + b·x`` seconds."""
+
+    a: float = 0.0
+    b: float = 0.0
+
+    def __call__(self, x: float) -> float:
+        return self.a + self.b * x
+
+    @classmethod
+    def through(cls, x0: float, y0: float, x1: float, y1: float) -> Linear:
+        """The line through two measurements (slope clipped at 0: noise must not make a cost fall)."""
+        b = max(0.0, (y1 - y0) / (x1 - x0)) if x1 != x0 else 0.0
+        return cls(a=max(0.0, y0 - b * x0), b=b)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds per part of a round; see the module docstring for where each comes from.
+
+    ``epoch_s`` is one member's epoch on one core with nothing else running. ``call_s`` is a
+    Ray actor call's round trip with no payload. ``fetch_s(bytes)`` moves one state dict from
+    an actor to the driver (``get_weights``), ``adopt_s(bytes)`` sends the merged state dict to
+    an actor and has it adopt it (object-store fetch plus the member's mutation), ``merge_s(M)``
+    is the merge of ``M`` state dicts of ``weight_bytes`` each on the driver, ``driver_s(K)``
+    the driver's other per-round work for ``K`` members (selection, snapshot, metrics, lineage,
+    checkpoint, loggers), ``start_s`` an actor's start-up (a restart after a loss).
+    """
+
+    epoch_s: float
+    weight_bytes: int
+    call_s: float = 0.0
+    fetch_s: Linear = field(default_factory=Linear)
+    adopt_s: Linear = field(default_factory=Linear)
+    merge_s: Linear = field(default_factory=Linear)
+    driver_s: Linear = field(default_factory=Linear)
+    start_s: float = 0.0
+    machine: str = ""  # where it was measured, free text
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CostModel:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown cost fields: {', '.join(unknown)}")
+        kwargs: dict[str, Any] = {}
+        for name, value in data.items():
+            kwargs[name] = Linear(**value) if isinstance(value, dict) else value
+        return cls(**kwargs)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostModel:
+        return cls.from_json(json.loads(Path(path).read_text()))

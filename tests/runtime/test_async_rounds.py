@@ -1,0 +1,185 @@
+"""Asynchronous rounds (scheduler.mode: async): the decisions, and whole runs in-process and on Ray.
+
+With max_staleness 0 every merge waits for every member, so the run must be the sync run bit
+for bit (metrics) whatever the buffer; with a larger bound, merges take the members that
+reported and no member ever trains from a base more than S merges old.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from popgrpo.algorithms.async_rounds import held_back, merge_due, merge_members
+from popgrpo.config import ConfigError, load_config, preset_path
+from popgrpo.train import resume, train
+
+BASE = ["run.seed=42", "run.epochs=30", "run.loggers=[]", "scheduler.interval_epochs=10"]
+
+
+def _config(*extra: str):
+    return load_config(preset_path("pop_grpo"), [*BASE, *extra])
+
+
+def _lineage(run_dir):
+    return [json.loads(line) for line in (run_dir / "lineage.jsonl").read_text().splitlines()]
+
+
+def test_held_back_while_a_training_member_would_fall_more_than_s_behind():
+    assert held_back(version=3, training_bases=[3, 2], max_staleness=1)  # merge 4 leaves base 2 two behind
+    assert not held_back(version=3, training_bases=[3, 3], max_staleness=1)
+    assert held_back(version=0, training_bases=[0], max_staleness=0)
+    assert not held_back(version=0, training_bases=[], max_staleness=0)  # nobody training
+
+
+def test_merge_due_waits_for_b_reports_or_for_everyone_left():
+    # 2 buffered of B = 3, more may come: wait.
+    assert not merge_due(2, 3, may_still_report=2, version=0, training_bases=[0, 0], max_staleness=5)
+    assert merge_due(3, 3, may_still_report=2, version=0, training_bases=[0, 0], max_staleness=5)
+    # Only 1 more could report and B = 4: 2 + 1 < 4, so wait for it, then merge the 3.
+    assert not merge_due(2, 4, may_still_report=1, version=0, training_bases=[0], max_staleness=5)
+    assert merge_due(2, 4, may_still_report=0, version=0, training_bases=[0], max_staleness=5)  # a last round
+    assert not merge_due(0, 1, may_still_report=3, version=0, training_bases=[0], max_staleness=5)
+    # S = 0: never while anyone trains.
+    assert not merge_due(4, 2, may_still_report=1, version=2, training_bases=[2], max_staleness=0)
+
+
+def test_merge_members_are_ordered_by_id_not_by_arrival():
+    assert merge_members([[4], [0, 1], [2, 3]]) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("buffer", [None, 2])
+def test_no_staleness_is_the_sync_run_bit_for_bit(tmp_path, buffer):
+    train(_config(), tmp_path / "sync", progress=False)
+    extra = ["scheduler.mode=async"] + ([f"scheduler.buffer={buffer}"] if buffer else [])
+    train(_config(*extra), tmp_path / "async", progress=False)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "sync" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        pd.read_parquet(tmp_path / "async" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+    )
+    sync, asyn = _lineage(tmp_path / "sync"), _lineage(tmp_path / "async")
+    assert [{k: v for k, v in r.items() if k != "async"} for r in asyn] == sync
+    assert [r["async"]["members"] for r in asyn] == [[0, 1, 2, 3, 4]] * 2
+
+
+def test_bounded_staleness_merges_the_reporters_and_keeps_the_bound(tmp_path):
+    cfg = _config("scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1", "run.epochs=40")
+    train(cfg, tmp_path / "run", progress=False)
+    records = _lineage(tmp_path / "run")
+    assert len(records) > 3  # more merges than the sync run's 3
+    for record in records:
+        part = record["async"]
+        merge = part["merge"]
+        assert merge == records.index(record)
+        assert set(part["members"]).isdisjoint(int(k) for k in part["still_training"])
+        assert all(merge + 1 - base <= 1 for base in part["still_training"].values())
+        assert sorted(record["selected"]) == sorted(set(record["selected"]) & set(part["members"]))
+    metrics = pd.read_parquet(tmp_path / "run" / "metrics.parquet")
+    assert metrics.groupby("member")["epoch"].agg(["count", "max"]).eq([40, 39]).all().all()
+
+
+def test_async_config_errors():
+    with pytest.raises(ConfigError, match=r"scheduler\.mode=async needs scheduler\.enabled=true"):
+        load_config(preset_path("grpo"), ["scheduler.mode=async"])
+    with pytest.raises(ConfigError, match=r"scheduler.buffer \(6\) must be <= population.size \(5\)"):
+        _config("scheduler.mode=async", "scheduler.buffer=6")
+
+
+@pytest.mark.ray
+def test_on_ray_no_staleness_is_sync_and_packed_actors_report_together(ray_local, tmp_path):
+    from popgrpo.runtime.ray_executor import RayExecutor
+
+    def on_ray(cfg, run_dir):
+        return RayExecutor(cfg, run_dir=run_dir)
+
+    cpus = "population.resources.num_cpus=0.4"  # the test Ray has 2 CPUs
+    train(_config(cpus), tmp_path / "sync", executor_factory=on_ray, progress=False)
+    train(_config(cpus, "scheduler.mode=async"), tmp_path / "async", executor_factory=on_ray, progress=False)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "sync" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        pd.read_parquet(tmp_path / "async" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+    )
+    packed = _config(cpus, "scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1",
+                     "population.members_per_actor=2")  # fmt: skip
+    train(packed, tmp_path / "packed", executor_factory=on_ray, progress=False)
+    groups = [[0, 1], [2, 3], [4]]
+    for record in _lineage(tmp_path / "packed"):
+        members = set(record["async"]["members"])
+        assert all(set(g) <= members or members.isdisjoint(g) for g in groups)  # an actor reports whole
+    assert pd.read_parquet(tmp_path / "packed" / "metrics.parquet").groupby("member").size().eq(30).all()
+
+
+@pytest.mark.ray
+def test_a_member_actor_killed_mid_round_is_rebuilt_and_the_run_is_unchanged(ray_local, tmp_path):
+    """S = 0 makes the run deterministic, so a SIGKILLed actor rebuilt from its members' restore
+    points (their last adopted states) must give the uninterrupted in-process numbers."""
+    import os
+    import signal
+
+    import ray
+
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from tests.driving import kill_when_busy
+
+    sets = ["population.size=4", "population.members_per_actor=2", "population.resources.num_cpus=0.5",
+            "run.epochs=6", "scheduler.interval_epochs=2", "grpo.steps_per_epoch=8", "qd.enabled=true"]  # fmt: skip
+    train(_config(*sets), tmp_path / "reference", progress=False)
+    killed = []
+
+    def killing(cfg, run_dir):
+        executor = RayExecutor(cfg, run_dir=run_dir)
+        actor = executor._actors[0]
+        pid = ray.get(actor.pid.remote())
+        killed.append(kill_when_busy(actor, lambda: os.kill(pid, signal.SIGKILL)))
+        return executor
+
+    train(_config(*sets, "scheduler.mode=async"), tmp_path / "killed", executor_factory=killing, progress=False)
+    assert killed and killed[0].wait(timeout=5)
+    events = [json.loads(line) for line in (tmp_path / "killed" / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("member_actor_restarted") == 1
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "reference" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        pd.read_parquet(tmp_path / "killed" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+    )
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def test_resume_after_a_crash_mid_run_gives_the_uninterrupted_run(tmp_path):
+    """In-process, reports come in submission order, which the checkpoint keeps: a run that
+    dies between two merges and is resumed merges as the uninterrupted one did."""
+    from popgrpo.runtime.executor import LocalExecutor
+
+    cfg = _config("scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1", "run.epochs=40")
+    train(cfg, tmp_path / "whole", progress=False)
+
+    def crashing(c, _run_dir):
+        executor = LocalExecutor(c)
+        calls = {"n": 0}
+        wait = executor.wait_train
+
+        def wait_then_crash(handles):
+            calls["n"] += 1
+            if calls["n"] == 9:  # after a few merges, mid-round for some members
+                raise _Crash("driver lost")
+            return wait(handles)
+
+        executor.wait_train = wait_then_crash  # type: ignore[method-assign]
+        return executor
+
+    with pytest.raises(_Crash):
+        train(cfg, tmp_path / "resumed", executor_factory=crashing, progress=False)
+    assert (tmp_path / "resumed" / "checkpoints" / "latest.json").is_file()
+    resume(tmp_path / "resumed", progress=False)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "whole" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        pd.read_parquet(tmp_path / "resumed" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+    )
+    assert _lineage(tmp_path / "whole") == _lineage(tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "archive.parquet").read_bytes() == (
+        tmp_path / "whole" / "archive.parquet"
+    ).read_bytes()

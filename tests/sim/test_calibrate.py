@@ -1,0 +1,49 @@
+"""The round timer that calibration and validation read, on a real in-process run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from popgrpo.config import load_config, preset_path
+from popgrpo.runtime.executor import LocalExecutor
+from popgrpo.sim.calibrate import run_timed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_round_timer_splits_each_round_into_executor_calls_and_driver_work():
+    cfg = load_config(
+        preset_path("pop_grpo"),
+        ["population.size=2", "scheduler.top_m=2", "run.epochs=6", "scheduler.interval_epochs=2", "run.loggers=[]"],
+    )
+    timer = run_timed(cfg, lambda c, _d: LocalExecutor(c))
+    rounds = timer.round_seconds()
+    assert len(rounds) == 3 == len(timer.train_s) == len(timer.inside)
+    assert all(r > 0 for r in rounds)
+    # Inside executor calls: at least the training; the rest is the driver's, never negative.
+    assert all(i >= t > 0 for i, t in zip(timer.inside, timer.train_s, strict=True))
+    assert all(d >= 0 for d in timer.driver_seconds())
+    assert timer.adopt_s[0] > 0 and timer.adopt_s[-1] == 0  # the last round merges nothing
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_validation_benchmark_runs_end_to_end_quick(tmp_path):
+    """Calibration on Ray, the real-vs-simulated table and the curves, at the smallest sizes."""
+    out = tmp_path / "B.md"
+    out.write_text("# Benchmarks\n\nkept\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.sim_validation", "--quick", "--out", str(out),
+         "--data", str(tmp_path / "data"), "--figure", str(tmp_path / "sim.png")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = out.read_text()
+    assert text.startswith("# Benchmarks\n\nkept\n")
+    assert "| K | actors × members | rounds | real s/round (min–max) | simulated s/round | error |" in text
+    assert (tmp_path / "sim.png").stat().st_size > 10_000
+    assert (tmp_path / "data" / "sim_validation.json").is_file()

@@ -1,0 +1,134 @@
+"""The scheduler simulator against what its model says, case by case (no Ray, seconds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from popgrpo.sim.costs import CostModel, Linear
+from popgrpo.sim.model import ClusterShape, Scheduling, Workload, simulate
+
+COSTS = CostModel(
+    epoch_s=0.1,
+    weight_bytes=1_000_000,
+    call_s=0.002,
+    fetch_s=Linear(0.001, 2e-9),
+    adopt_s=Linear(0.003, 1e-9),
+    merge_s=Linear(0.0005, 0.004),
+    driver_s=Linear(0.05, 0.001),
+    start_s=1.5,
+)
+
+
+def test_sync_without_stragglers_is_the_sum_of_its_parts():
+    """K actors, each with its own core: a round is call + T epochs, then merge, adopt, writes."""
+    work = Workload(members=4, epochs=30, interval=10, top_m=2)
+    result = simulate(COSTS, work, ClusterShape(nodes=2, cores_per_node=2))
+    c = COSTS
+    train = c.call_s + 10 * c.epoch_s
+    merge = c.call_s + 2 * c.fetch_s(c.weight_bytes) + c.merge_s(2)
+    adopt = c.call_s + c.adopt_s(c.weight_bytes)
+    writes = c.driver_s(4)
+    expected = 3 * train + 2 * (merge + adopt) + 3 * writes
+    assert result.wall_s == pytest.approx(expected, rel=1e-9)
+    assert result.merges == 2 and result.useful_epochs == 4 * 30 and result.wasted_epochs == 0
+    assert result.round_s == pytest.approx([train + merge + adopt + writes] * 2 + [train + writes])
+
+
+def test_actors_beyond_the_cores_queue_for_them():
+    """Four actors on two cores train a round in twice the time of two actors."""
+    costs = CostModel(epoch_s=0.1, weight_bytes=0)
+    two = simulate(costs, Workload(members=2, epochs=10, interval=10), ClusterShape(1, 2))
+    four = simulate(costs, Workload(members=4, epochs=10, interval=10), ClusterShape(1, 2))
+    assert two.wall_s == pytest.approx(1.0)
+    assert four.wall_s == pytest.approx(2.0)
+    assert four.utilisation == pytest.approx(1.0) and two.utilisation == pytest.approx(1.0)
+
+
+def test_packed_actor_trains_its_members_one_after_another():
+    costs = CostModel(epoch_s=0.1, weight_bytes=0)
+    packed = simulate(costs, Workload(members=4, epochs=10, interval=10, members_per_actor=4), ClusterShape(1, 4))
+    assert packed.wall_s == pytest.approx(4.0)  # one actor, one core, 4 members × 10 epochs
+    assert packed.useful_epochs == 40
+
+
+def test_async_with_buffer_k_and_no_staleness_keeps_the_sync_schedule():
+    """B = K, S = 0: the same merges, nothing dropped; only the driver's writes leave the critical path."""
+    work = Workload(members=8, epochs=40, interval=10)
+    cluster = ClusterShape(2, 5)  # a spare core on the driver's node for its background writes
+    sync = simulate(COSTS, work, cluster, Scheduling("sync"))
+    asyn = simulate(COSTS, work, cluster, Scheduling("async", buffer=None, max_staleness=0))
+    assert asyn.merges == sync.merges == 3
+    assert asyn.wasted_epochs == 0 and asyn.held_s == 0 and asyn.max_staleness_seen == 0
+    writes_saved = 3 * COSTS.driver_s(8)  # three merges' writes run in the background
+    assert asyn.wall_s == pytest.approx(sync.wall_s - writes_saved, rel=1e-9)
+
+
+def test_stragglers_hold_the_sync_barrier_and_not_async():
+    work = Workload(members=32, epochs=40, interval=5, straggler_sigma=1.0)
+    cluster = ClusterShape(4, 8)
+    sync = simulate(COSTS, work, cluster, Scheduling("sync"), seed=3)
+    asyn = simulate(COSTS, work, cluster, Scheduling("async", buffer=8, max_staleness=4), seed=3)
+    assert asyn.wall_s < 0.75 * sync.wall_s
+    assert asyn.utilisation > sync.utilisation
+    calm = Workload(members=32, epochs=40, interval=5)
+    assert simulate(COSTS, calm, cluster, Scheduling("sync")).wall_s == pytest.approx(
+        simulate(COSTS, calm, cluster, Scheduling("async", buffer=8, max_staleness=4)).wall_s, rel=0.05
+    )
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 3])
+def test_no_epoch_trains_from_a_base_older_than_the_bound(staleness):
+    work = Workload(members=16, epochs=40, interval=5, straggler_sigma=1.0)
+    result = simulate(COSTS, work, ClusterShape(2, 8), Scheduling("async", buffer=4, max_staleness=staleness), seed=1)
+    assert result.max_staleness_seen <= staleness
+    assert result.finished and result.useful_epochs >= 16 * 40 and result.wasted_epochs == 0
+    if staleness < 3:
+        assert result.held_s > 0  # some merge had to wait for a slow actor
+    loose = simulate(COSTS, work, ClusterShape(2, 8), Scheduling("async", buffer=4, max_staleness=50), seed=1)
+    assert loose.max_staleness_seen > staleness  # the bound is what held it
+
+
+def test_no_staleness_is_the_sync_schedule_whatever_the_buffer():
+    """S = 0: every merge waits for every actor, so B < K merges as often as sync."""
+    work = Workload(members=8, epochs=40, interval=10, straggler_sigma=0.5)
+    cluster = ClusterShape(2, 5)
+    sync = simulate(COSTS, work, cluster, Scheduling("sync"), seed=4)
+    for buffer in (1, 4, 8):
+        asyn = simulate(COSTS, work, cluster, Scheduling("async", buffer=buffer, max_staleness=0), seed=4)
+        assert asyn.merges == sync.merges and asyn.max_staleness_seen == 0
+
+
+def test_a_hung_member_is_replaced_after_the_deadline_and_the_run_ends():
+    work = Workload(members=8, epochs=20, interval=5, hang_probability=0.1, deadline_factor=3.0)
+    for mode in ("sync", "async"):
+        result = simulate(COSTS, work, ClusterShape(2, 4), Scheduling(mode, buffer=4, max_staleness=2), seed=2)
+        assert result.finished and result.restarts > 0
+        # Each replacement costs at most the deadline plus a restart; nothing waits forever.
+        calm = simulate(COSTS, Workload(members=8, epochs=20, interval=5), ClusterShape(2, 4), Scheduling(mode))
+        assert result.wall_s <= calm.wall_s + result.restarts * (3.0 * 5 * 0.1 * 2 + COSTS.start_s + 1.0)
+
+
+def test_lost_nodes_cost_work_and_restarts_and_the_run_still_ends_deterministically():
+    work = Workload(members=64, epochs=20, interval=5, node_mtbf_s=2.0, node_return_s=5.0)
+    cluster = ClusterShape(8, 8)
+    for sched in (Scheduling("sync"), Scheduling("async", buffer=16, max_staleness=2)):
+        first = simulate(COSTS, work, cluster, sched, seed=5)
+        again = simulate(COSTS, work, cluster, sched, seed=5)
+        assert first == again
+        assert first.finished and first.restarts > 0 and first.wasted_epochs > 0
+        assert first.useful_epochs >= 64 * 20
+
+
+def test_a_time_limit_stops_a_run_that_cannot_finish():
+    result = simulate(COSTS, Workload(members=4, epochs=1000, interval=10), ClusterShape(1, 1), limit_s=5.0)
+    assert not result.finished and result.wall_s == pytest.approx(5.0)
+
+
+def test_costs_round_trip_through_json(tmp_path):
+    path = tmp_path / "costs.json"
+    COSTS.save(path)
+    assert CostModel.load(path) == COSTS
+    with pytest.raises(ValueError, match="unknown cost fields: bogus"):
+        CostModel.from_json({**COSTS.to_json(), "bogus": 1})
+    assert Linear.through(1, 2.0, 3, 1.0) == Linear(a=2.0, b=0.0)  # a falling fit is flat
+    assert Linear.through(0, 1.0, 2, 5.0) == Linear(a=1.0, b=2.0)
