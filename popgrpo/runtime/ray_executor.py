@@ -47,7 +47,7 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
-from popgrpo.algorithms.merges import WeightMutation
+from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
@@ -230,15 +230,31 @@ class RayExecutor:
             weights.update(part)
         return [weights[k] for k in member_ids]
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
-        """Every member adopts ``base`` with its mutation; the states the actors send back with
-        their answer serve the :meth:`snapshot` that follows (the round's checkpoint), without
-        another call."""
-        ref = ray.put(dict(base))  # one copy in the object store, shared by every actor
-        parts = self._call("adopt", lambda g: (ref, mutation, round_index), replayable=True).values()
+    def adopt(
+        self, bases: Mapping[str, Mapping[str, torch.Tensor]], adoptions: Mapping[int, Adoption], round_index: int
+    ) -> dict[int, dict]:
+        """The members in ``adoptions`` adopt their bases; the states every actor sends back with
+        its answer serve the :meth:`snapshot` that follows (the round's checkpoint), without
+        another call. Each distinct base is ``ray.put`` once; an actor gets the references of
+        the bases its members need and fetches each once."""
+        refs = {key: ray.put(dict(base)) for key, base in bases.items()}
+        mine = {g: {k: adoptions[k] for k in group if k in adoptions} for g, group in enumerate(self._groups)}
+        needed = {g: {a.base for a in part.values() if a.base in refs} for g, part in mine.items()}
+        parts = self._call(
+            "adopt", lambda g: ({key: refs[key] for key in sorted(needed[g])}, mine[g], round_index), replayable=True
+        ).values()
         infos, *states = self._merge_parts(parts, ("infos", "members", "archives"))
         self._adopted = states
-        return infos
+        return {k: infos[k] for k in adoptions}
+
+    def behaviours(self, member_ids: Sequence[int]) -> dict[int, list[list[float]]]:
+        wanted: dict[int, list[int]] = {}
+        for k in member_ids:
+            wanted.setdefault(self._group_of[k], []).append(k)
+        centroids: dict[int, list[list[float]]] = {}
+        for part in self._call("behaviours", lambda g: (wanted[g],), groups=list(wanted)).values():
+            centroids.update(part)
+        return {k: centroids[k] for k in member_ids}
 
     def _merge_parts(self, parts: Iterable[Mapping[str, Mapping[int, Any]]], keys: Sequence[str]) -> list[list[Any]]:
         """Per-actor answers ``{key: {member id: value}}`` → for each key, the values in member order."""
