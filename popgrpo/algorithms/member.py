@@ -49,7 +49,7 @@ from popgrpo.algorithms.step import (
 from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.merge import Mutation
-from popgrpo.core.repulsion import group_centroids, repulsion_penalty
+from popgrpo.core.repulsion import group_best, repulsion_penalty
 from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
 from popgrpo.envs import Environment, TextEnvironment
 from popgrpo.registry import REWARD_SOURCES
@@ -138,8 +138,8 @@ class Member:
         self.epochs_done = 0
         self.bad_rewards_total = 0
         self.repel: torch.Tensor | None = None  # [M, B] behaviours the returns are pushed from (adopt)
-        self._last_features: list[torch.Tensor] = []  # the last epoch's steps' [N, e] (behaviour_centroids)
-        self._last_shape: tuple[int, ...] = (0, 0)  # their (P, G)
+        # The last epoch's steps' ([N, e] features, [P, G] rewards), for behaviour_descriptors.
+        self._last_epoch: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @property
     def defers_archive_inserts(self) -> bool:
@@ -254,8 +254,7 @@ class Member:
 
     def end_epoch(self, steps: list[StepStats]) -> dict[str, Any]:
         """Close an epoch: the deferred archive inserts, then the epoch's metrics row."""
-        self._last_features = [s.scores.features for s in steps]
-        self._last_shape = steps[0].scores.rewards.shape if steps else (0, 0)
+        self._last_epoch = [(s.scores.features, s.scores.rewards) for s in steps]
         counts = self.inserts.end_epoch()
         if counts is None:
             counts = sum(s.archive.new for s in steps), sum(s.archive.improved for s in steps)
@@ -318,7 +317,7 @@ class Member:
         it does not depend on which process or executor performs it. With ``reset_optimizer``
         (the main paper's round) Adam's moments, which belong to the old weights, are reset; α,
         the reference policy and the novelty memory stay. ``repel`` (``[M][B]`` behaviour
-        centroids, :mod:`popgrpo.core.repulsion`) lowers the returns near them until the next
+        descriptors, :mod:`popgrpo.core.repulsion`) lowers the returns near them until the next
         adoption. Returns the mutation's description (:func:`~popgrpo.core.merge.mutate`; empty
         for Gaussian and for none).
         """
@@ -339,13 +338,15 @@ class Member:
             self.optimizer = make_optimizer(self.policy.parameters(), self.config)
         return info
 
-    def behaviour_centroids(self) -> list[list[float]]:
-        """``[P][B]``: the mean behaviour descriptor of each group of this member's last epoch
-        (:func:`~popgrpo.core.repulsion.group_centroids`); ``[]`` before any epoch."""
-        if not self._last_features:
+    def behaviour_descriptors(self) -> list[list[float]]:
+        """``[P][B]``: where each group of this member's last epoch found its best idea
+        (:func:`~popgrpo.core.repulsion.group_best`); ``[]`` before any epoch."""
+        if not self._last_epoch:
             return []
-        shape = (len(self._last_features), self._last_shape[0], self._last_shape[1], -1)
-        return group_centroids(self.rollouts.behaviour(torch.cat(self._last_features)).reshape(shape))
+        features = torch.cat([f for f, _ in self._last_epoch])
+        rewards = torch.stack([r for _, r in self._last_epoch])  # [S, P, G]
+        behaviours = self.rollouts.behaviour(features).reshape(*rewards.shape, -1)
+        return group_best(behaviours, rewards)
 
     # ---- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 ``scheduler.population`` names an entry of :data:`~popgrpo.registry.POPULATION_STEPS`; each is a
 function ``(PopulationInputs) → PopulationDecision`` that reads the members' metrics rows of
-the round (and, on demand, their behaviour centroids or the frontier store's index) and says,
+the round (and, on demand, their behaviour descriptors or the frontier store's index) and says,
 for each member that reported, where it continues from (:class:`Adoption`): its own weights,
 the merge of a set of members, a copy of another member, or a stored frontier snapshot; which
 mutation it adds; whether its Adam state is reset; which behaviours it is repelled from. The
@@ -88,7 +88,7 @@ class Adoption:
 
     ``base``: :data:`OWN`, :data:`MERGED`, :func:`copy_base` or :func:`elite_base`.
     ``mutation``: added to the base from the member's (member, round) stream; None adds nothing.
-    ``reset_optimizer``: Adam's moments start afresh. ``repel``: behaviour centroids ``[M][B]``
+    ``reset_optimizer``: Adam's moments start afresh. ``repel``: behaviour descriptors ``[M][B]``
     whose neighbourhood lowers the member's returns until its next adoption (None: none).
     """
 
@@ -126,8 +126,9 @@ class FrontierEntry:
 class PopulationInputs:
     """What a population step may read. ``rows[i]`` are member ``members[i]``'s rows of the round.
 
-    ``behaviours(ids)`` fetches each member's ``[P][B]`` group behaviour centroids of its last
-    epoch (one call to the executor; only mechanisms that need them ask). ``frontier`` is the frontier
+    ``behaviours(ids)`` fetches each member's ``[P][B]`` behaviour descriptors of its last
+    epoch: where each of its groups found its best idea (one call to the executor; only
+    mechanisms that need them ask). ``frontier`` is the frontier
     store's index as the last round left it.
     """
 
@@ -294,12 +295,12 @@ def truncation_step(inputs: PopulationInputs) -> PopulationDecision:
 
 
 def repulsion_step(inputs: PopulationInputs) -> PopulationDecision:
-    """Every member keeps its weights and is repelled from the behaviours of the members ranked above it.
+    """Every member keeps its weights and is repelled from where the members ranked above it earn their returns.
 
-    A member's behaviour is the centroids of its last epoch's groups (one per prompt,
-    ``inputs.behaviours``). The member ranked r-th (by the round's objective) gets the
-    centroids of ranks 0 … r−1; until its next adoption its returns are lowered by
-    ``scheduler.repulsion_strength`` times a Gaussian kernel (bandwidth
+    A member's behaviour is where its last epoch's groups found their best ideas (one
+    descriptor per prompt, ``inputs.behaviours``). The member ranked r-th (by the round's
+    objective) gets the descriptors of ranks 0 … r−1; until its next adoption its returns
+    are lowered by ``scheduler.repulsion_strength`` times a Gaussian kernel (bandwidth
     ``scheduler.repulsion_bandwidth``) of each idea's behaviour's distance to the nearest (:func:`popgrpo.core.repulsion.repulsion_penalty`): the taboo regions of
     NEA2 (Preuss 2012) and RS-CMSA (Ahrari et al. 2017), as a smooth kernel term in the spirit
     of SVGD's repulsion (Liu & Wang 2016) and DvD (Parker-Holder et al. 2020). The best member
@@ -309,16 +310,16 @@ def repulsion_step(inputs: PopulationInputs) -> PopulationDecision:
     if inputs.behaviours is None:
         raise ValueError("the repulsion step needs the members' behaviours (PopulationInputs.behaviours)")
     _, _, order, record = ranking(inputs)
-    centroids = inputs.behaviours(order)
+    descriptors = inputs.behaviours(order)
     mutation, description = _mutation(config)
     adoptions: dict[int, Adoption] = {}
     for rank, k in enumerate(order):
-        fitter = [tuple(float(v) for v in c) for j in order[:rank] for c in centroids[j]]
+        fitter = [tuple(float(v) for v in c) for j in order[:rank] for c in descriptors[j]]
         fitter = [c for c in fitter if not any(math.isnan(v) for v in c)]
         adoptions[k] = Adoption(OWN, mutation, config.scheduler.reset_optimizer, tuple(fitter))
     record.update(
         ranking=order,
-        centroids={str(k): [[json_float(float(v)) for v in c] for c in centroids[k]] for k in order},
+        behaviours={str(k): [[json_float(float(v)) for v in c] for c in descriptors[k]] for k in order},
         strength=config.scheduler.repulsion_strength,
         bandwidth=config.scheduler.repulsion_bandwidth,
     )

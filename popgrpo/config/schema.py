@@ -517,7 +517,7 @@ class SchedulerConfig(Section):
 
     population: PopulationStepName = Field(
         default="soup",
-        description="The population mechanism of a round's end (popgrpo.algorithms.population, docs/MECHANISMS.md). `soup`: every member continues from the merge of the top M (scheduler.merge) plus its mutation (main paper §4.3). `soup_svd`: the uniform soup with the SVD mutation in its `add` form, one named choice (ignores merge, mutate and svd_mode; docs/MERGING.md's ablation). `independent`: no averaging, each member keeps its weights and adds its mutation (ingredient arms: perturb + reset; reset only with mutate=none). `truncation`: the bottom truncation_fraction copy a top member and mutate (PBT exploit/explore, Jaderberg et al. 2017). `repulsion`: members keep their weights and their returns are lowered near the behaviours of fitter members (NEA2 / RS-CMSA taboo regions, DvD, SVGD). `frontier`: the bottom truncation_fraction return to stored snapshots of members that opened archive cells (Go-Explore, Ecoffet et al. 2021).",
+        description="The population mechanism of a round's end (popgrpo.algorithms.population, docs/MECHANISMS.md). `soup`: every member continues from the merge of the top M (scheduler.merge) plus its mutation (main paper §4.3). `soup_svd`: the uniform soup with the SVD mutation in its `add` form, one named choice (ignores merge, mutate and svd_mode; docs/MERGING.md's ablation). `independent`: no averaging, each member keeps its weights and adds its mutation (ingredient arms: perturb + reset; reset only with mutate=none). `truncation`: the bottom truncation_fraction copy a top member and mutate (PBT exploit/explore, Jaderberg et al. 2017). `repulsion`: members keep their weights and their returns are lowered near where fitter members found their best ideas (NEA2 / RS-CMSA taboo regions, DvD, SVGD). `frontier`: the bottom truncation_fraction return to stored snapshots of members that opened archive cells (Go-Explore, Ecoffet et al. 2021).",
     )
     reset_optimizer: bool = Field(
         default=True,
@@ -532,7 +532,7 @@ class SchedulerConfig(Section):
     repulsion_strength: float = Field(
         default=0.5,
         ge=0,
-        description="population=repulsion: s in r' = r − s·Σ_j exp(−‖b(x) − c_j‖²/(2h²)), c_j the behaviour centroids of the fitter members (in reward units: 0.5 is about the gap between two neighbouring peaks' qualities plus the noise σ).",
+        description="population=repulsion: s in r' = r − s·max_j exp(−‖b(x) − c_j‖²/(2h²)), c_j the behaviours where the fitter members' groups found their best ideas last epoch (in reward units; 0.5 is above the noise σ = 0.3 and below the gap from the lowest to the highest peak).",
     )
     repulsion_bandwidth: float = Field(
         default=0.1,

@@ -1,8 +1,8 @@
 """Repulsion from fitter members' behaviours: a kernel penalty on the returns (niching, taboo regions).
 
-A member that is told where fitter members search (the centroids ``c_j`` of their groups'
-behaviour descriptors) has each idea's return lowered by a Gaussian kernel of its
-behaviour's distance to the nearest of them::
+A member that is told where fitter members earn their returns (``c_j``: the behaviour
+descriptors of the best idea of each of their groups, :func:`group_best`) has each idea's
+return lowered by a Gaussian kernel of its behaviour's distance to the nearest of them::
 
     r'(x) = r(x) − s · max_j exp(−‖b(x) − c_j‖² / (2 h²))
 
@@ -20,7 +20,7 @@ import torch
 
 from popgrpo.core.tensor_lists import float_list
 
-__all__ = ["group_centroids", "repulsion_penalty"]
+__all__ = ["group_best", "repulsion_penalty"]
 
 
 def repulsion_penalty(
@@ -41,15 +41,18 @@ def repulsion_penalty(
     return (strength * torch.exp(-nearest / (2.0 * bandwidth**2))).to(behaviours.dtype)
 
 
-def group_centroids(behaviours: torch.Tensor) -> list[list[float]]:
-    """Each group's mean descriptor: ``behaviours [S, P, G, B]`` (S steps of P groups of G ideas) → ``[P][B]``.
+def group_best(behaviours: torch.Tensor, rewards: torch.Tensor) -> list[list[float]]:
+    """Where each group found its best idea: ``behaviours [S, P, G, B]``, ``rewards [S, P, G]`` → ``[P][B]``.
 
-    A member's behaviour in one epoch, one centre per prompt (a vector policy has one search
-    distribution per prompt, so a single mean would sit between its modes). Ideas with a NaN
-    descriptor are left out; a group with none gives NaNs.
+    For each of the P groups (one per prompt), the descriptor of its highest-reward idea over
+    the S steps (a member's behaviour "at the returns": where it earns its fitness). Ideas
+    with a non-finite reward or descriptor are left out; a group with none gives NaNs.
     """
-    b = behaviours.to(torch.float64)
-    keep = ~b.isnan().any(dim=-1, keepdim=True)  # [S, P, G, 1]
-    total = torch.where(keep, b, 0.0).sum(dim=(0, 2))  # [P, B]
-    count = keep.sum(dim=(0, 2)).to(torch.float64)  # [P, 1]
-    return [float_list(row) for row in total / count]  # 0/0 = NaN
+    s, p, g, b = behaviours.shape
+    flat_b = behaviours.to(torch.float64).permute(1, 0, 2, 3).reshape(p, s * g, b)
+    flat_r = rewards.to(torch.float64).permute(1, 0, 2).reshape(p, s * g)
+    usable = torch.isfinite(flat_r) & ~flat_b.isnan().any(dim=-1)
+    best = torch.where(usable, flat_r, -torch.inf).argmax(dim=1)  # [P]
+    picked = flat_b[torch.arange(p), best]  # [P, B]
+    picked = torch.where(usable.any(dim=1, keepdim=True), picked, torch.nan)
+    return [float_list(row) for row in picked]

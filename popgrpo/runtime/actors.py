@@ -234,7 +234,7 @@ class MemberGroup:
         return {"infos": infos, **self.snapshot()}
 
     def behaviours(self, member_ids: Sequence[int]) -> dict[int, list[list[float]]]:
-        return {k: self.members[k].behaviour_centroids() for k in member_ids}
+        return {k: self.members[k].behaviour_descriptors() for k in member_ids}
 
     def pid(self) -> int:
         return os.getpid()

@@ -47,7 +47,7 @@ class Executor(Protocol):
         ...
 
     def behaviours(self, member_ids: Sequence[int]) -> dict[int, list[list[float]]]:
-        """Each given member's ``[P][B]`` group behaviour centroids of its last epoch (:meth:`Member.behaviour_centroids`)."""
+        """Each given member's ``[P][B]`` behaviour descriptors of its last epoch (:meth:`Member.behaviour_descriptors`)."""
         ...
 
     def archives(self) -> list[LocalArchive]:
@@ -131,7 +131,7 @@ class LocalExecutor:
         return {k: adopt_one(self.members[k], bases, a, round_index) for k, a in adoptions.items()}
 
     def behaviours(self, member_ids: Sequence[int]) -> dict[int, list[list[float]]]:
-        return {k: self.members[k].behaviour_centroids() for k in member_ids}
+        return {k: self.members[k].behaviour_descriptors() for k in member_ids}
 
     def archives(self) -> list[LocalArchive]:
         return self._archives

@@ -251,10 +251,10 @@ class RayExecutor:
         wanted: dict[int, list[int]] = {}
         for k in member_ids:
             wanted.setdefault(self._group_of[k], []).append(k)
-        centroids: dict[int, list[list[float]]] = {}
+        descriptors: dict[int, list[list[float]]] = {}
         for part in self._call("behaviours", lambda g: (wanted[g],), groups=list(wanted)).values():
-            centroids.update(part)
-        return {k: centroids[k] for k in member_ids}
+            descriptors.update(part)
+        return {k: descriptors[k] for k in member_ids}
 
     def _merge_parts(self, parts: Iterable[Mapping[str, Mapping[int, Any]]], keys: Sequence[str]) -> list[list[Any]]:
         """Per-actor answers ``{key: {member id: value}}`` → for each key, the values in member order."""
