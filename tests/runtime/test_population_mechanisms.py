@@ -1,0 +1,156 @@
+"""Each population mechanism in a short run: what the members hold after a round is what the lineage says.
+
+With ``perturb_sigma = 0`` a member that copies or returns holds exactly the weights it was
+given, so the weights after each round can be checked against the weights before it and the
+decision the lineage records. The Ray test runs every mechanism end to end on actors and
+checks it gives the in-process run's numbers.
+"""
+
+import pandas as pd
+import pytest
+import torch
+
+from popgrpo.config import load_config, preset_path
+from popgrpo.runtime.executor import LocalExecutor
+from popgrpo.runtime.scheduler import run_rounds
+
+K = 4
+MECHANISMS = ["soup", "soup_svd", "independent", "truncation", "repulsion", "frontier"]
+
+
+def _cfg(*extra, epochs=6):
+    return load_config(
+        preset_path("pop_grpo"),
+        [
+            f"population.size={K}",
+            f"run.epochs={epochs}",
+            "scheduler.interval_epochs=2",
+            "grpo.steps_per_epoch=1",
+            "eval.samples=8",
+            "eval.k=4",
+            *extra,
+        ],
+    )
+
+
+def _drive(cfg, executor):
+    """Run every round; per decision: (record, every member's weights before adopting, after)."""
+    rounds, rows, before = [], [], []
+    adopt = executor.adopt
+
+    def adopt_and_watch(bases, adoptions, round_index):
+        before.append(executor.get_weights(range(K)))
+        return adopt(bases, adoptions, round_index)
+
+    executor.adopt = adopt_and_watch
+
+    def on_round(i, epoch_end, member_rows, record):
+        rows.extend(r for per in member_rows for r in per)
+        if record is not None:
+            rounds.append((record, before[-1], executor.get_weights(range(K))))
+
+    try:
+        run_rounds(cfg, executor, on_round)
+        final = executor.get_weights(range(K))
+    finally:
+        executor.close()
+    return rounds, rows, final
+
+
+def _equal(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_independent_without_mutation_or_reset_is_k_independent_runs():
+    # best-of-K by config: the population mechanism that changes nothing trains what no scheduler trains
+    cfg = _cfg("scheduler.population=independent", "scheduler.mutate=none", "scheduler.reset_optimizer=false")
+    off = _cfg("scheduler.enabled=false")
+    rounds, rows, final = _drive(cfg, LocalExecutor(cfg))
+    _, rows_off, final_off = _drive(off, LocalExecutor(off))
+    pd.testing.assert_frame_equal(pd.DataFrame(rows), pd.DataFrame(rows_off))
+    assert all(_equal(a, b) for a, b in zip(final, final_off, strict=True))
+    population = rounds[0][0]["population"]
+    assert population["kind"] == "independent" and population["extra_samples"] == 0
+    assert population["members"]["0"] == {"base": "own", "mutate": False, "reset": False}
+    assert "merge" not in rounds[0][0] and rounds[0][0]["perturb"] == {"kind": "none", "members": []}
+
+
+def test_perturb_and_reset_without_averaging_differs_from_independent_runs():
+    cfg = _cfg("scheduler.population=independent")
+    off = _cfg("scheduler.enabled=false")
+    rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
+    _, _, final_off = _drive(off, LocalExecutor(off))
+    for rec, before, after in rounds:
+        assert rec["perturb"]["members"] == list(range(K))
+        for k in range(K):  # own weights plus a small perturbation: near, not equal
+            diff = after[k]["trunk.0.weight"] - before[k]["trunk.0.weight"]
+            assert 0.005 < float(diff.std()) < 0.02
+
+
+def test_truncation_copies_are_exact_and_the_rest_untouched():
+    cfg = _cfg("scheduler.population=truncation", "scheduler.perturb_sigma=0", "scheduler.truncation_fraction=0.5")
+    rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
+    assert len(rounds) == 2
+    for rec, before, after in rounds:
+        copies = {int(d): s for d, s in rec["copies"].items()}
+        assert len(copies) == 2 and set(copies) == set(rec["ranking"][2:])
+        for k in range(K):
+            source = copies.get(k, k)
+            assert _equal(after[k], before[source])
+        assert rec["population"]["members"][str(rec["ranking"][-1])]["reset"] is True
+        assert rec["population"]["members"][str(rec["ranking"][0])] == {"base": "own", "mutate": False, "reset": False}
+
+
+def test_frontier_returns_to_stored_snapshots():
+    cfg = _cfg(
+        "scheduler.population=frontier",
+        "scheduler.perturb_sigma=0",
+        "scheduler.frontier_capacity=2",
+        epochs=8,
+    )
+    rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
+    snapshots = {}  # key → the weights of that member at the end of that round
+    for rec, before, after in rounds:
+        for entry in rec["frontier"]:
+            round_index, member = (int(x) for x in entry["key"].split("."))
+            if round_index == rec["round"]:
+                snapshots[entry["key"]] = before[member]
+        assert len(rec["frontier"]) <= 2
+        returners = {int(k): key for k, key in rec["returns"].items()}
+        assert returners and set(returners) == set(rec["ranking"][-1:])
+        for k in range(K):
+            expected = snapshots[returners[k]] if k in returners else before[k]
+            assert _equal(after[k], expected)
+    # a later round can return to an older snapshot (memory, not only a copy of the present)
+    assert any(int(key.split(".")[0]) < rec["round"] for rec, *_ in rounds for key in rec["returns"].values())
+
+
+def test_the_lineage_charges_greedy_soups_held_out_samples():
+    cfg = _cfg("scheduler.merge=greedy_soup")
+    rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
+    per_evaluation = cfg.policy.n_prompts * cfg.eval.samples
+    for rec, *_ in rounds:
+        population = rec["population"]
+        assert population["extra_samples"] == len(rec["merge"]["held_out"]) * per_evaluation > 0
+        assert population["eval_samples"] == per_evaluation  # the merged model's pass@k, reported only
+        assert population["members"]["0"] == {"base": "merged", "mutate": True, "reset": True}
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_each_mechanism_runs_on_ray_as_in_process(ray_local, mechanism):
+    from popgrpo.runtime.ray_executor import RayExecutor
+
+    overrides = [
+        f"scheduler.population={mechanism}",
+        "population.members_per_actor=2",
+        "population.resources.num_cpus=0.5",
+        "eval.merged=false",
+    ]
+    cfg = _cfg(*overrides)
+    local = _drive(cfg, LocalExecutor(cfg))
+    remote = _drive(cfg, RayExecutor(cfg))
+    assert [r[0] for r in remote[0]] == [r[0] for r in local[0]]  # lineage, bit for bit
+    assert {r[0]["population"]["kind"] for r in remote[0]} == {mechanism}
+    pd.testing.assert_frame_equal(pd.DataFrame(remote[1]), pd.DataFrame(local[1]))
+    assert all(_equal(a, b) for a, b in zip(remote[2], local[2], strict=True))
