@@ -24,6 +24,7 @@ from popgrpo.algorithms.initial_weights import round0_weights
 from popgrpo.algorithms.merges import MERGES, MergeInputs
 from popgrpo.algorithms.population import (
     MERGED,
+    OWN,
     POPULATION_STEPS,
     Adoption,
     FrontierEntry,
@@ -140,7 +141,10 @@ class PopulationRounds:
         fetched: dict[int, Weights] = {}
         if decision.merge:  # the merge set first, best first, in one call
             fetched.update(zip(decision.merge, executor.get_weights(decision.merge), strict=True))
-        rest = [k for k in decision.fetch if k not in fetched]
+        copied = [
+            int(a.base.removeprefix("member:")) for a in decision.adoptions.values() if a.base.startswith("member:")
+        ]
+        rest = sorted({k for k in [*decision.fetch, *copied] if k not in fetched})
         if rest:
             fetched.update(zip(rest, executor.get_weights(rest), strict=True))
         bases: dict[str, Weights] = {}
@@ -174,8 +178,12 @@ class PopulationRounds:
                 bases[adoption.base] = fetched[int(adoption.base.removeprefix("member:"))]
             elif adoption.base.startswith("elite:"):
                 bases[adoption.base] = self.snapshots[adoption.base.removeprefix("elite:")]
+            elif adoption.base not in (OWN, MERGED) or (adoption.base == MERGED and not decision.merge):
+                raise ValueError(
+                    f"{config.scheduler.population}: an adoption names base {adoption.base!r}, which it did not ask for"
+                )
         infos = executor.adopt(bases, decision.adoptions, round_index + 1)
-        mutated = [k for k in members if decision.adoptions[k].mutation is not None]
+        mutated = [k for k, a in sorted(decision.adoptions.items()) if a.mutation is not None]
         perturb_record = {**decision.mutation, "members": mutated}
         if any(infos[k] for k in mutated):  # what each member drew (svd: its w), when the mutation describes it
             perturb_record["w"] = {str(k): infos[k] for k in mutated}
