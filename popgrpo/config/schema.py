@@ -37,6 +37,7 @@ __all__ = [
     "MAX_ARCHIVE_CELLS",
     "MAX_CELLS_PER_DIM",
     "MAX_POPULATION",
+    "MECHANISMS_WITHOUT_MERGE",
     "Config",
     "ConfigError",
     "Section",
@@ -79,6 +80,10 @@ def absolute_if_exists(path: str | None) -> str | None:
 
 # What the driver's held-out evaluation of weights reports (popgrpo.algorithms.evaluation).
 HELD_OUT_METRICS = (POP_SCORE, "reward_mean", "reward_max", "diversity", "pass_at_1", "pass_at_k", "best_at_k")
+
+
+# The built-in population mechanisms that merge nothing (scheduler.top_m and merge unused).
+MECHANISMS_WITHOUT_MERGE = ("independent", "truncation", "repulsion", "frontier")
 
 
 # Upper bounds of the sizes that allocate memory at start-up (each member's policy, Adam state
@@ -460,7 +465,7 @@ class SchedulerConfig(Section):
         ge=1,
         description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off.",
     )
-    top_m: int = Field(default=3, ge=1, description="Members averaged into the soup, M (paper: 3).")
+    top_m: int = Field(default=3, ge=1, description="Members averaged into the soup, M (paper: 3); used by scheduler.population=soup and soup_svd.")
     perturb_sigma: float = Field(
         default=0.01,
         ge=0,
@@ -648,7 +653,8 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _cross_field(self) -> Config:
-        if self.scheduler.enabled and self.scheduler.top_m > self.population.size:
+        merges = self.scheduler.population not in MECHANISMS_WITHOUT_MERGE
+        if self.scheduler.enabled and merges and self.scheduler.top_m > self.population.size:
             raise ValueError(
                 f"scheduler.top_m ({self.scheduler.top_m}) must be <= population.size "
                 f"({self.population.size}): cannot average more members than exist"

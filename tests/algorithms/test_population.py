@@ -206,3 +206,11 @@ def test_a_plugin_step_is_a_registered_function():
     finally:
         POPULATION_STEPS._entries.pop("test_copy_best")
         POPULATION_STEPS._resolved.pop("test_copy_best", None)
+
+
+def test_top_m_binds_only_the_mechanisms_that_merge():
+    base = ["population.size=2", "scheduler.enabled=true"]  # top_m defaults to 3
+    with pytest.raises(ConfigError, match="top_m"):
+        load_config(None, [*base, "scheduler.population=soup_svd"])
+    for mechanism in ("independent", "truncation", "repulsion", "frontier"):
+        assert load_config(None, [*base, f"scheduler.population={mechanism}"]).scheduler.top_m == 3
