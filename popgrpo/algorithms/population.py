@@ -319,7 +319,7 @@ def repulsion_step(inputs: PopulationInputs) -> PopulationDecision:
         adoptions[k] = Adoption(OWN, mutation, config.scheduler.reset_optimizer, tuple(fitter))
     record.update(
         ranking=order,
-        behaviours={str(k): [[json_float(float(v)) for v in c] for c in descriptors[k]] for k in order},
+        descriptors={str(k): [[json_float(float(v)) for v in c] for c in descriptors[k]] for k in order},
         strength=config.scheduler.repulsion_strength,
         bandwidth=config.scheduler.repulsion_bandwidth,
     )

@@ -216,7 +216,7 @@ class PopulationRounds:
 def _adoption_record(adoption: Adoption) -> dict:
     """One member's line of the population record."""
     out: dict = {"base": adoption.base, "mutate": adoption.mutation is not None, "reset": adoption.reset_optimizer}
-    if adoption.repel is not None:  # how many centres; they are the record's behaviours of the fitter members
+    if adoption.repel is not None:  # how many centres; they are the record's descriptors of the fitter members
         out["repel"] = len(adoption.repel)
     return out
 
