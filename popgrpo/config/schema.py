@@ -465,7 +465,11 @@ class SchedulerConfig(Section):
         ge=1,
         description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off.",
     )
-    top_m: int = Field(default=3, ge=1, description="Members averaged into the soup, M (paper: 3); used by scheduler.population=soup and soup_svd.")
+    top_m: int = Field(
+        default=3,
+        ge=1,
+        description="Members averaged into the soup, M (paper: 3); used by scheduler.population=soup and soup_svd.",
+    )
     perturb_sigma: float = Field(
         default=0.01,
         ge=0,
