@@ -33,7 +33,7 @@ def _cfg(*extra, epochs=6):
     )
 
 
-def _drive(cfg, executor):
+def _drive(cfg, executor, close=True):
     """Run every round; per decision: (record, every member's weights before adopting, after)."""
     rounds, rows, before = [], [], []
     adopt = executor.adopt
@@ -53,7 +53,9 @@ def _drive(cfg, executor):
         run_rounds(cfg, executor, on_round)
         final = executor.get_weights(range(K))
     finally:
-        executor.close()
+        executor.adopt = adopt
+        if close:
+            executor.close()
     return rounds, rows, final
 
 
@@ -137,29 +139,38 @@ def test_the_lineage_charges_greedy_soups_held_out_samples():
         assert population["members"]["0"] == {"base": "merged", "mutate": True, "reset": True}
 
 
-# soup, soup_svd and independent take no path of their own on Ray (the merged base, or none,
-# is sent; test_merge_strategies runs the soup with the svd mutation on Ray): slow only, to
-# keep the default suite short.
-ON_RAY = [
-    pytest.param(m, marks=pytest.mark.slow) if m in ("soup", "soup_svd", "independent") else m for m in MECHANISMS
-]
-
-
 @pytest.mark.ray
-@pytest.mark.parametrize("mechanism", ON_RAY)
-def test_each_mechanism_runs_on_ray_as_in_process(ray_local, mechanism):
+def test_every_mechanism_runs_on_ray_as_in_process(ray_local):
+    # The mechanism is the driver's decision: one set of actors serves every mechanism in
+    # turn, each run starting from the actors' initial state.
     from popgrpo.runtime.ray_executor import RayExecutor
 
-    overrides = [
-        f"scheduler.population={mechanism}",
-        "population.members_per_actor=2",
-        "population.resources.num_cpus=0.5",
-        "eval.merged=false",
-    ]
-    cfg = _cfg(*overrides, epochs=4)  # two rounds: one decision
-    local = _drive(cfg, LocalExecutor(cfg))
-    remote = _drive(cfg, RayExecutor(cfg))
-    assert len(remote[0]) == 1 and [r[0] for r in remote[0]] == [r[0] for r in local[0]]  # lineage, bit for bit
-    assert {r[0]["population"]["kind"] for r in remote[0]} == {mechanism}
-    pd.testing.assert_frame_equal(pd.DataFrame(remote[1]), pd.DataFrame(local[1]))
-    assert all(_equal(a, b) for a, b in zip(remote[2], local[2], strict=True))
+    overrides = ["population.members_per_actor=2", "population.resources.num_cpus=0.5", "eval.merged=false"]
+    executor = RayExecutor(_cfg(*overrides, epochs=4))
+    members, archives = executor.snapshot()
+    try:
+        for mechanism in MECHANISMS:
+            cfg = _cfg(*overrides, f"scheduler.population={mechanism}", epochs=4)  # two rounds: one decision
+            local = _drive(cfg, LocalExecutor(cfg))
+            executor.load_member_states(members)
+            executor.load_archive_states(archives)
+            remote = _drive(cfg, executor, close=False)
+            assert len(remote[0]) == 1 and [r[0] for r in remote[0]] == [r[0] for r in local[0]], mechanism
+            assert remote[0][0][0]["population"]["kind"] == mechanism
+            pd.testing.assert_frame_equal(pd.DataFrame(remote[1]), pd.DataFrame(local[1]))
+            assert all(_equal(a, b) for a, b in zip(remote[2], local[2], strict=True)), mechanism
+    finally:
+        executor.close()
+
+
+def test_pop_with_one_member_is_its_own_soup_plus_perturbation():
+    # The ingredient arm "Pop-GRPO with K = 1": no population, only the round's perturbation and reset.
+    one = _cfg("population.size=1", "scheduler.top_m=1")
+    off = _cfg("population.size=1", "scheduler.enabled=false")
+    records = []
+    pop, alone = LocalExecutor(one), LocalExecutor(off)
+    run_rounds(one, pop, lambda i, e, rows, record: records.append(record))
+    run_rounds(off, alone, lambda *_: None)
+    assert [r["merge"]["members"] for r in records if r] == [[0], [0]]
+    assert all(r["perturb"]["members"] == [0] for r in records if r)
+    assert not _equal(pop.get_weights([0])[0], alone.get_weights([0])[0])
