@@ -174,3 +174,20 @@ def test_pop_with_one_member_is_its_own_soup_plus_perturbation():
     assert [r["merge"]["members"] for r in records if r] == [[0], [0]]
     assert all(r["perturb"]["members"] == [0] for r in records if r)
     assert not _equal(pop.get_weights([0])[0], alone.get_weights([0])[0])
+
+
+def test_a_round_over_some_members_touches_only_them():
+    # What an asynchronous round does: decide and adopt for the members that reported.
+    from popgrpo.runtime.scheduler import PopulationRounds
+
+    cfg = _cfg("scheduler.population=truncation", "scheduler.truncation_fraction=0.5", "scheduler.perturb_sigma=0")
+    executor = LocalExecutor(cfg)
+    rows = executor.train(2)
+    before = executor.get_weights(range(K))
+    reported = [0, 2, 3]
+    record = PopulationRounds(cfg, executor).end_round(0, 2, reported, [rows[k] for k in reported])
+    after = executor.get_weights(range(K))
+    assert sorted(record["population"]["members"]) == ["0", "2", "3"] and set(record["scores"]) == {"0", "2", "3"}
+    ((copy, source),) = ((int(d), s) for d, s in record["copies"].items())
+    assert {copy, source} <= set(reported) and _equal(after[copy], before[source])
+    assert _equal(after[1], before[1])  # did not report: untouched
