@@ -15,6 +15,7 @@ docs/MERGING.md and docs/MECHANISMS.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -126,79 +127,87 @@ class PopulationRounds:
         self.snapshots: dict[str, Weights] = {}  # frontier entry key → the weights stored with it
 
     def end_round(self, round_index: int, epoch_end: int, members: list[int], rows: list[list[dict]]) -> dict:
-        """Decide, fetch, merge, adopt; return the round's lineage record."""
-        config, executor = self.config, self.executor
+        """Decide, fetch, merge, adopt for ``members`` (with their ``rows``); return the round's lineage record."""
         inputs = PopulationInputs(
             round_index=round_index,
             epoch_end=epoch_end,
             members=members,
             rows=rows,
-            config=config,
-            behaviours=executor.behaviours,
+            config=self.config,
+            behaviours=self.executor.behaviours,
             frontier=tuple(self.frontier),
         )
         decision: PopulationDecision = self.step(inputs)
-        fetched: dict[int, Weights] = {}
-        if decision.merge:  # the merge set first, best first, in one call
-            fetched.update(zip(decision.merge, executor.get_weights(decision.merge), strict=True))
-        copied = [
-            int(a.base.removeprefix("member:")) for a in decision.adoptions.values() if a.base.startswith("member:")
-        ]
-        rest = sorted({k for k in [*decision.fetch, *copied] if k not in fetched})
-        if rest:
-            fetched.update(zip(rest, executor.get_weights(rest), strict=True))
-        bases: dict[str, Weights] = {}
-        merge_record, merged_eval, eval_samples = None, None, 0
-        extra_samples = decision.extra_samples
-        if decision.merge:
-            if self.evaluator is None and (config.scheduler.merge == "greedy_soup" or config.eval.merged):
-                self.evaluator = WeightsEvaluator(config)
-            evaluator = self.evaluator
-            held_out = (
-                None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
-            )
-            merged, merge_record = merge_selected(
-                decision.merge,
-                [fetched[k] for k in decision.merge],
-                decision.merge_scores,
-                round_index,
-                config,
-                held_out,
-            )
-            per_evaluation = config.policy.n_prompts * config.eval.samples
-            extra_samples += len(merge_record.get("held_out", [])) * per_evaluation  # greedy soup's candidates
-            if evaluator is not None and config.eval.merged:
-                merged_eval = evaluator(merged, round_index, PURPOSE_MERGED)
-                eval_samples = per_evaluation
-            bases[MERGED] = merged
+        fetched = self._fetch(decision)
+        merged = self._merge(decision, fetched, round_index)
         if decision.frontier is not None:
             self._update_frontier(decision.frontier, fetched, round_index)
-        for adoption in decision.adoptions.values():
-            if adoption.base.startswith("member:"):
-                bases[adoption.base] = fetched[int(adoption.base.removeprefix("member:"))]
-            elif adoption.base.startswith("elite:"):
-                bases[adoption.base] = self.snapshots[adoption.base.removeprefix("elite:")]
-            elif adoption.base not in (OWN, MERGED) or (adoption.base == MERGED and not decision.merge):
-                raise ValueError(
-                    f"{config.scheduler.population}: an adoption names base {adoption.base!r}, which it did not ask for"
-                )
-        infos = executor.adopt(bases, decision.adoptions, round_index + 1)
+        bases = self._bases(decision, fetched, merged.weights)
+        infos = self.executor.adopt(bases, decision.adoptions, round_index + 1)
         mutated = [k for k, a in sorted(decision.adoptions.items()) if a.mutation is not None]
         perturb_record = {**decision.mutation, "members": mutated}
         if any(infos[k] for k in mutated):  # what each member drew (svd: its w), when the mutation describes it
             perturb_record["w"] = {str(k): infos[k] for k in mutated}
         record = dict(decision.record)
-        if merge_record is not None:
-            record["merge"] = merge_record
+        if merged.record is not None:
+            record["merge"] = merged.record
         record["perturb"] = perturb_record
-        record["eval"] = _eval_record(config, [member_rows[-1] for member_rows in rows], merged_eval)
+        record["eval"] = _eval_record(self.config, [member_rows[-1] for member_rows in rows], merged.evaluation)
         record["population"] = {
-            "kind": config.scheduler.population,
+            "kind": self.config.scheduler.population,
             "members": {str(k): _adoption_record(a) for k, a in sorted(decision.adoptions.items())},
-            "extra_samples": extra_samples,
-            "eval_samples": eval_samples,
+            "extra_samples": decision.extra_samples + merged.extra_samples,
+            "eval_samples": merged.eval_samples,
         }
         return record
+
+    def _fetch(self, decision: PopulationDecision) -> dict[int, Weights]:
+        """The end-of-round weights the decision needs: the merge set first (best first, one call), then the rest."""
+        fetched: dict[int, Weights] = {}
+        if decision.merge:
+            fetched.update(zip(decision.merge, self.executor.get_weights(decision.merge), strict=True))
+        copied = [_copied(a.base) for a in decision.adoptions.values() if a.base.startswith("member:")]
+        rest = sorted({k for k in [*decision.fetch, *copied] if k not in fetched})
+        if rest:
+            fetched.update(zip(rest, self.executor.get_weights(rest), strict=True))
+        return fetched
+
+    def _merge(self, decision: PopulationDecision, fetched: Mapping[int, Weights], round_index: int) -> _Merged:
+        """The merge of ``decision.merge`` (``scheduler.merge``), its evaluation and the samples both spent."""
+        config = self.config
+        if not decision.merge:
+            return _Merged()
+        if self.evaluator is None and (config.scheduler.merge == "greedy_soup" or config.eval.merged):
+            self.evaluator = WeightsEvaluator(config)
+        evaluator = self.evaluator
+        held_out = None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
+        weights = [fetched[k] for k in decision.merge]
+        merged, record = merge_selected(decision.merge, weights, decision.merge_scores, round_index, config, held_out)
+        per_evaluation = config.policy.n_prompts * config.eval.samples
+        result = _Merged(merged, record, extra_samples=len(record.get("held_out", [])) * per_evaluation)  # greedy soup
+        if evaluator is not None and config.eval.merged:
+            result.evaluation = evaluator(merged, round_index, PURPOSE_MERGED)
+            result.eval_samples = per_evaluation
+        return result
+
+    def _bases(
+        self, decision: PopulationDecision, fetched: Mapping[int, Weights], merged: Weights | None
+    ) -> dict[str, Weights]:
+        """Each distinct base the adoptions name (not ``own``), by its key."""
+        bases: dict[str, Weights] = {}
+        for adoption in decision.adoptions.values():
+            key = adoption.base
+            if key == MERGED and merged is not None:
+                bases[key] = merged
+            elif key.startswith("member:"):
+                bases[key] = fetched[_copied(key)]
+            elif key.startswith("elite:") and key.removeprefix("elite:") in self.snapshots:
+                bases[key] = self.snapshots[key.removeprefix("elite:")]
+            elif key != OWN:
+                raise ValueError(
+                    f"{self.config.scheduler.population}: an adoption names base {key!r}, which it did not ask for"
+                )
+        return bases
 
     def _update_frontier(self, entries: list[FrontierEntry], fetched: Mapping[int, Weights], round_index: int) -> None:
         """Keep the decision's store index; new entries (this round's) take their member's fetched weights."""
@@ -211,6 +220,22 @@ class PopulationRounds:
             else:
                 raise RuntimeError(f"frontier entry {entry.key} has no stored weights")
         self.frontier, self.snapshots = list(entries), snapshots
+
+
+@dataclass
+class _Merged:
+    """A round's merge: the weights (None: nothing merged), its lineage record, its evaluation and their samples."""
+
+    weights: Weights | None = None
+    record: dict | None = None
+    evaluation: dict | None = None
+    extra_samples: int = 0  # spent to choose the merge (greedy soup's held-out candidates)
+    eval_samples: int = 0  # spent to report it (eval.merged)
+
+
+def _copied(base: str) -> int:
+    """The member a ``member:j`` base copies."""
+    return int(base.removeprefix("member:"))
 
 
 def _adoption_record(adoption: Adoption) -> dict:
