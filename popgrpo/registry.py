@@ -2,7 +2,7 @@
 
 Every config field that names an implementation (``env.kind``, ``policy.kind``,
 ``reward.source``, ``run.loggers``, ``scheduler.merge``, ``scheduler.mutate``,
-``scheduler.objectives``, ``reward.proxy.combine``) takes its allowed values from a
+``scheduler.objectives``, ``scheduler.population``, ``reward.proxy.combine``) takes its allowed values from a
 :class:`Registry` below. The config validates a name against it when it loads (an unknown
 name is a :class:`~popgrpo.config.ConfigError` listing the choices); the code that builds the
 thing asks :meth:`Registry.get` for it.
@@ -41,6 +41,7 @@ __all__ = [
     "MUTATIONS",
     "PLUGIN_GROUP",
     "POLICIES",
+    "POPULATION_STEPS",
     "PROXY_COMBINES",
     "REGISTRIES",
     "REWARD_SOURCES",
@@ -259,7 +260,10 @@ MERGES: Registry[Callable[..., Any]] = Registry(
     "merge", "scheduler.merge", "(inputs: MergeInputs) -> (merged weights, lineage description)"
 )
 MUTATIONS: Registry[Callable[..., Any]] = Registry(
-    "mutation", "scheduler.mutate", "(scheduler: SchedulerConfig) -> (WeightMutation, lineage description)"
+    "mutation", "scheduler.mutate", "(scheduler: SchedulerConfig) -> (WeightMutation | None, lineage description)"
+)
+POPULATION_STEPS: Registry[Callable[..., Any]] = Registry(
+    "population mechanism", "scheduler.population", "(inputs: PopulationInputs) -> PopulationDecision"
 )
 SELECTION_STATISTICS: Registry[Callable[[Sequence[Mapping[str, float]]], list[float]]] = Registry(
     "selection statistic", "scheduler.objectives", "(rows: one metrics row per member) -> one score per member"
@@ -274,6 +278,7 @@ REGISTRIES: tuple[Registry[Any], ...] = (
     LOGGERS,
     MERGES,
     MUTATIONS,
+    POPULATION_STEPS,
     SELECTION_STATISTICS,
     PROXY_COMBINES,
 )
@@ -309,6 +314,9 @@ for _name in ("soup", "weighted_soup", "greedy_soup", "wise_ft", "task_arithmeti
     MERGES.register(_name, f"popgrpo.algorithms.merges:{_name}_merge")
 MUTATIONS.register("gaussian", "popgrpo.algorithms.merges:gaussian_mutation")
 MUTATIONS.register("svd", "popgrpo.algorithms.merges:svd_mutation")
+MUTATIONS.register("none", "popgrpo.algorithms.merges:none_mutation")
+for _name in ("soup", "soup_svd", "independent", "truncation", "repulsion", "frontier"):
+    POPULATION_STEPS.register(_name, f"popgrpo.algorithms.population:{_name}_step")
 # The main paper's S_k, then columns of the members' metrics rows (popgrpo.schema.METRIC_COLUMNS).
 SELECTION_STATISTICS.register("pop_score", "popgrpo.core.selection:pop_scores")
 for _name in ("reward_max", "reward_mean", "diversity", "complexity", "entropy", "novelty", "archive_coverage",

@@ -25,7 +25,7 @@ import copy
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -49,6 +49,7 @@ from popgrpo.algorithms.step import (
 from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.merge import Mutation
+from popgrpo.core.repulsion import group_best, repulsion_penalty
 from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
 from popgrpo.envs import Environment, TextEnvironment
 from popgrpo.registry import REWARD_SOURCES
@@ -136,6 +137,9 @@ class Member:
         self.generator = torch_generator(config.run.seed, STREAM_MEMBER, member_id)
         self.epochs_done = 0
         self.bad_rewards_total = 0
+        self.repel: torch.Tensor | None = None  # [M, B] behaviours the returns are pushed from (adopt)
+        # The last epoch's steps' ([N, e] features, [P, G] rewards), for behaviour_descriptors.
+        self._last_epoch: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @property
     def defers_archive_inserts(self) -> bool:
@@ -206,6 +210,14 @@ class Member:
                 beta_imp=cfg.qd.beta_imp,
                 novelty_coef=cfg.maxent.novelty.coef,
             )
+        if self.repel is not None:  # scheduler.population=repulsion
+            penalty = repulsion_penalty(
+                self.rollouts.behaviour(scores.features),
+                self.repel,
+                cfg.scheduler.repulsion_strength,
+                cfg.scheduler.repulsion_bandwidth,
+            )
+            returns = returns - penalty.reshape(returns.shape)
         advantages = step_advantages(
             returns, scores.complexity, scores.finite, scores.n_bad, cfg.maxent.complexity_bins, cfg.grpo.adv_eps
         )
@@ -242,6 +254,7 @@ class Member:
 
     def end_epoch(self, steps: list[StepStats]) -> dict[str, Any]:
         """Close an epoch: the deferred archive inserts, then the epoch's metrics row."""
+        self._last_epoch = [(s.scores.features, s.scores.rewards) for s in steps]
         counts = self.inserts.end_epoch()
         if counts is None:
             counts = sum(s.archive.new for s in steps), sum(s.archive.improved for s in steps)
@@ -288,26 +301,52 @@ class Member:
         return {k: v.detach().to("cpu", copy=True) for k, v in self.policy.state_dict().items()}
 
     def adopt(
-        self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int
+        self,
+        base: Mapping[str, torch.Tensor] | None,
+        mutation: WeightMutation | float | None,
+        round_index: int,
+        reset_optimizer: bool = True,
+        repel: Sequence[Sequence[float]] | None = None,
     ) -> dict[str, Any]:
-        """Continue from the merged model ``base`` plus this member's own mutation (Pop-GRPO).
+        """Continue from ``base`` (the merged model; None: this member's own weights) plus its own mutation.
 
         ``mutation`` is a :class:`~popgrpo.algorithms.merges.WeightMutation` (e.g.
-        :class:`~popgrpo.core.merge.Mutation`), or a float σ_p for the main paper's Gaussian
-        perturbation. A mutation that ``needs_base`` (svd: its task vector) gets this member's
-        round-0 weights. The mutation stream is keyed by (member, round), so it does
-        not depend on which process or executor performs it. Adam's moments belong to the old
-        weights and are reset; α, the reference policy and the novelty memory stay. Returns
-        the mutation's description (:func:`~popgrpo.core.merge.mutate`; empty for Gaussian).
+        :class:`~popgrpo.core.merge.Mutation`), a float σ_p for the main paper's Gaussian
+        perturbation, or None for none. A mutation that ``needs_base`` (svd: its task vector)
+        gets this member's round-0 weights. The mutation stream is keyed by (member, round), so
+        it does not depend on which process or executor performs it. With ``reset_optimizer``
+        (the main paper's round) Adam's moments, which belong to the old weights, are reset; α,
+        the reference policy and the novelty memory stay. ``repel`` (``[M][B]`` behaviour
+        descriptors, :mod:`popgrpo.core.repulsion`) lowers the returns near them until the next
+        adoption. Returns the mutation's description (:func:`~popgrpo.core.merge.mutate`; empty
+        for Gaussian and for none).
         """
+        self.repel = torch.tensor(repel, dtype=torch.float64).reshape(len(repel), -1) if repel else None
         if isinstance(mutation, float | int):
             mutation = Mutation("gaussian", sigma=float(mutation))
-        generator = torch_generator(self.config.run.seed, STREAM_PERTURB, self.member_id, round_index)
-        round0 = self.rollouts.round0() if mutation.needs_base else None
-        weights, info = mutation.apply(base, generator, round0)
-        self.policy.load_state_dict(weights)
-        self.optimizer = make_optimizer(self.policy.parameters(), self.config)
+        info: dict[str, Any] = {}
+        if base is not None or mutation is not None:
+            start = self.get_weights() if base is None else base
+            if mutation is None:
+                weights = dict(start)
+            else:
+                generator = torch_generator(self.config.run.seed, STREAM_PERTURB, self.member_id, round_index)
+                round0 = self.rollouts.round0() if mutation.needs_base else None
+                weights, info = mutation.apply(start, generator, round0)
+            self.policy.load_state_dict(weights)
+        if reset_optimizer:
+            self.optimizer = make_optimizer(self.policy.parameters(), self.config)
         return info
+
+    def behaviour_descriptors(self) -> list[list[float]]:
+        """``[P][B]``: where each group of this member's last epoch found its best idea
+        (:func:`~popgrpo.core.repulsion.group_best`); ``[]`` before any epoch."""
+        if not self._last_epoch:
+            return []
+        features = torch.cat([f for f, _ in self._last_epoch])
+        rewards = torch.stack([r for _, r in self._last_epoch])  # [S, P, G]
+        behaviours = self.rollouts.behaviour(features).reshape(*rewards.shape, -1)
+        return group_best(behaviours, rewards)
 
     # ---- checkpoints -----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -323,6 +362,7 @@ class Member:
             "generator": self.generator.get_state(),
             "epochs_done": self.epochs_done,
             "bad_rewards_total": self.bad_rewards_total,
+            **({} if self.repel is None else {"repel": self.repel.clone()}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -335,6 +375,8 @@ class Member:
         self.generator.set_state(state["generator"])
         self.epochs_done = int(state["epochs_done"])
         self.bad_rewards_total = int(state["bad_rewards_total"])
+        repel = state.get("repel")
+        self.repel = None if repel is None else torch.as_tensor(repel, dtype=torch.float64).clone()
         self.inserts.discard()  # an interrupted epoch's deferred inserts belong to the state being replaced
 
 

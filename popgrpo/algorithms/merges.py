@@ -29,6 +29,7 @@ __all__ = [
     "WeightMutation",
     "gaussian_mutation",
     "greedy_soup_merge",
+    "none_mutation",
     "soup_merge",
     "svd_mutation",
     "task_arithmetic_merge",
@@ -74,7 +75,7 @@ class WeightMutation(Protocol):
 
 
 MergeFn = Callable[[MergeInputs], tuple[dict[str, "torch.Tensor"], Description]]
-MutationFn = Callable[[Any], tuple[WeightMutation, Description]]
+MutationFn = Callable[[Any], tuple[WeightMutation | None, Description]]  # None: add nothing
 
 
 def _uniform(m: int) -> list[float]:
@@ -153,3 +154,9 @@ def svd_mutation(params: Any) -> tuple[WeightMutation, Description]:
 
     mutation = Mutation("svd", w_max=params.svd_w_max, mode=params.svd_mode)
     return mutation, {"kind": "svd", "w_max": params.svd_w_max, "mode": params.svd_mode, "base": "round0"}
+
+
+def none_mutation(params: Any) -> tuple[None, Description]:
+    """Add nothing: a member continues from its base as it is (the "reset without perturbation" arm)."""
+    del params
+    return None, {"kind": "none"}

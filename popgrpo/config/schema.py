@@ -25,6 +25,7 @@ from popgrpo.registry import (
     MERGES,
     MUTATIONS,
     POLICIES,
+    POPULATION_STEPS,
     PROXY_COMBINES,
     REWARD_SOURCES,
     SELECTION_STATISTICS,
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_ARCHIVE_CELLS",
     "MAX_CELLS_PER_DIM",
     "MAX_POPULATION",
+    "MECHANISMS_WITHOUT_MERGE",
     "Config",
     "ConfigError",
     "Section",
@@ -63,6 +65,7 @@ RewardSourceName = Annotated[str, AfterValidator(REWARD_SOURCES.check)]
 LoggerName = Annotated[str, AfterValidator(LOGGERS.check)]
 MergeName = Annotated[str, AfterValidator(MERGES.check)]
 MutationName = Annotated[str, AfterValidator(MUTATIONS.check)]
+PopulationStepName = Annotated[str, AfterValidator(POPULATION_STEPS.check)]
 SelectionStatisticName = Annotated[str, AfterValidator(SELECTION_STATISTICS.check)]
 ProxyCombineName = Annotated[str, AfterValidator(PROXY_COMBINES.check)]
 
@@ -77,6 +80,10 @@ def absolute_if_exists(path: str | None) -> str | None:
 
 # What the driver's held-out evaluation of weights reports (popgrpo.algorithms.evaluation).
 HELD_OUT_METRICS = (POP_SCORE, "reward_mean", "reward_max", "diversity", "pass_at_1", "pass_at_k", "best_at_k")
+
+
+# The built-in population mechanisms that merge nothing (scheduler.top_m and merge unused).
+MECHANISMS_WITHOUT_MERGE = ("independent", "truncation", "repulsion", "frontier")
 
 
 # Upper bounds of the sizes that allocate memory at start-up (each member's policy, Adam state
@@ -473,7 +480,11 @@ class SchedulerConfig(Section):
         ge=1,
         description="Epochs per round, T (paper: 10). Also the reporting interval when the scheduler is off.",
     )
-    top_m: int = Field(default=3, ge=1, description="Members averaged into the soup, M (paper: 3).")
+    top_m: int = Field(
+        default=3,
+        ge=1,
+        description="Members averaged into the soup, M (paper: 3); used by scheduler.population=soup and soup_svd.",
+    )
     perturb_sigma: float = Field(
         default=0.01,
         ge=0,
@@ -516,7 +527,7 @@ class SchedulerConfig(Section):
     )
     mutate: MutationName = Field(
         default="gaussian",
-        description="What each member adds to the merged model when it adopts it, drawn from its own (member, round) stream. `gaussian`: θ + σ_p·ε (main paper §4.3). `svd`: for each weight matrix of the task vector τ = θ − θ_0 = UΣVᵀ (θ_0 the member's round-0 weights), scale each singular component by w_i ~ U[0, svd_w_max]; biases and other rank-one parameters pass through (CycleQD §3.3).",
+        description="What each member adds to its base (the merged model, or what scheduler.population gives it) when it adopts it, drawn from its own (member, round) stream. `gaussian`: θ + σ_p·ε (main paper §4.3). `svd`: for each weight matrix of the task vector τ = θ − θ_0 = UΣVᵀ (θ_0 the member's round-0 weights), scale each singular component by w_i ~ U[0, svd_w_max]; biases and other rank-one parameters pass through (CycleQD §3.3). `none`: nothing (the reset-only ingredient arm).",
     )
     svd_w_max: float = Field(
         default=0.3,
@@ -540,6 +551,37 @@ class SchedulerConfig(Section):
     svd_mode: Literal["scale", "add"] = Field(
         default="scale",
         description="svd: `scale` is CycleQD §3.3's formula, τ' = U diag(w ⊙ σ) Vᵀ (with w_max = 0.3 every component shrinks to at most 30%, pulling members towards θ_0); `add` is CycleQD's released code, τ' = τ + U diag(w ⊙ σ) Vᵀ, i.e. factors 1 + w.",
+    )
+
+    population: PopulationStepName = Field(
+        default="soup",
+        description="The population mechanism of a round's end (popgrpo.algorithms.population, docs/MECHANISMS.md). `soup`: every member continues from the merge of the top M (scheduler.merge) plus its mutation (main paper §4.3). `soup_svd`: the uniform soup with the SVD mutation in its `add` form, one named choice (ignores merge, mutate and svd_mode; docs/MERGING.md's ablation). `independent`: no averaging, each member keeps its weights and adds its mutation (ingredient arms: perturb + reset; reset only with mutate=none). `truncation`: the bottom truncation_fraction copy a top member and mutate (PBT exploit/explore, Jaderberg et al. 2017). `repulsion`: members keep their weights and their returns are lowered near where fitter members found their best ideas (NEA2 / RS-CMSA taboo regions, DvD, SVGD). `frontier`: the bottom truncation_fraction return to stored snapshots of members that opened archive cells (Go-Explore, Ecoffet et al. 2021).",
+    )
+    reset_optimizer: bool = Field(
+        default=True,
+        description="A member whose weights the round changes (or, with population=independent/repulsion, every member) starts a fresh Adam. True is the main paper's reading (Adam's moments belong to the old weights); false keeps each member's own Adam state, isolating the reset as an ingredient.",
+    )
+    truncation_fraction: float = Field(
+        default=0.25,
+        gt=0,
+        le=0.5,
+        description="population=truncation / frontier: the share of members replaced each round, n = max(1, ⌊fraction·K⌋), at most ⌊K/2⌋ (PBT's truncation selection replaces the bottom 20–25% by the top: Jaderberg et al. 2017, §4).",
+    )
+    repulsion_strength: float = Field(
+        default=0.5,
+        ge=0,
+        description="population=repulsion: s in r' = r − s·max_j exp(−‖b(x) − c_j‖²/(2h²)), c_j the behaviours where the fitter members' groups found their best ideas last epoch (in reward units; 0.5 is above the noise σ = 0.3 and below the gap from the lowest to the highest peak).",
+    )
+    repulsion_bandwidth: float = Field(
+        default=0.1,
+        gt=0,
+        description="population=repulsion: bandwidth h of the kernel, in behaviour space [0, 1]² (0.1 is one archive cell at the default 10 × 10 grid).",
+    )
+    frontier_capacity: int = Field(
+        default=16,
+        ge=1,
+        le=1024,
+        description="population=frontier: policy snapshots the driver keeps (each is one member's weights in the driver's memory).",
     )
 
     @model_validator(mode="after")
@@ -644,7 +686,8 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _cross_field(self) -> Config:
-        if self.scheduler.enabled and self.scheduler.top_m > self.population.size:
+        merges = self.scheduler.population not in MECHANISMS_WITHOUT_MERGE
+        if self.scheduler.enabled and merges and self.scheduler.top_m > self.population.size:
             raise ValueError(
                 f"scheduler.top_m ({self.scheduler.top_m}) must be <= population.size "
                 f"({self.population.size}): cannot average more members than exist"
@@ -679,6 +722,17 @@ class Config(Section):
         if sched.buffer is not None and sched.buffer > self.population.size:
             raise ValueError(
                 f"scheduler.buffer ({sched.buffer}) must be <= population.size ({self.population.size}): a merge cannot wait for more members than exist"
+            )
+        if (
+            sched.enabled
+            and self.population.vectorize
+            and sched.population in ("truncation", "frontier")
+            and sched.reset_optimizer
+        ):
+            raise ValueError(
+                f"scheduler.population={sched.population} resets Adam in the replaced members only, and "
+                "population.vectorize steps members with one shared Adam step count: set "
+                "scheduler.reset_optimizer=false or population.vectorize=false"
             )
         if "novelty" in self.scheduler.objectives and not self.maxent.novelty.enabled:
             raise ValueError(

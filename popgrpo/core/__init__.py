@@ -4,7 +4,8 @@ Modules: :mod:`~popgrpo.core.grpo` (advantages, surrogate, KL), :mod:`~popgrpo.c
 (MAP-Elites), :mod:`~popgrpo.core.novelty` (k-NN novelty), :mod:`~popgrpo.core.entropy`
 (entropy and adaptive α), :mod:`~popgrpo.core.metrics` (diversity, complexity, pass@k, best@k),
 :mod:`~popgrpo.core.merge` (soups, WiSE-FT, task arithmetic; Gaussian and SVD mutations),
-:mod:`~popgrpo.core.selection` (Pop-GRPO score, top-M, cyclic objectives).
+:mod:`~popgrpo.core.selection` (Pop-GRPO score, top-M, cyclic objectives),
+:mod:`~popgrpo.core.repulsion` (the repulsion kernel of the population mechanism).
 """
 
 from popgrpo.core.archive import MapElitesArchive

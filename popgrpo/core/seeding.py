@@ -11,6 +11,7 @@ __all__ = [
     "STREAM_MEMBER",
     "STREAM_MERGE",
     "STREAM_PERTURB",
+    "STREAM_POPULATION",
     "derive_seed",
     "torch_generator",
 ]
@@ -22,6 +23,7 @@ STREAM_MEMBER = 1  # (1, k): member k's sampling, prompt draws and reward noise
 STREAM_PERTURB = 2  # (2, k, round): member k's mutation when it adopts the merged model of a round
 STREAM_MERGE = 3  # (3, round): the driver's merge draws (task_arithmetic's w)
 STREAM_EVAL = 4  # (4, round, purpose): the driver's held-out evaluation draws
+STREAM_POPULATION = 5  # (5, round): the driver's population-mechanism draws (which top member a copy takes)
 
 
 def derive_seed(root: int, *keys: int) -> int:

@@ -20,9 +20,9 @@ import torch
 
 from popgrpo.algorithms.archive_service import ArchiveHandle, LocalArchive, LocalArchiveState, StepResult
 from popgrpo.algorithms.member import Member, resolve_device
-from popgrpo.algorithms.merges import WeightMutation
+from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
-from popgrpo.runtime.executor import make_archives, new_archive
+from popgrpo.runtime.executor import adopt_one, make_archives, new_archive
 from popgrpo.telemetry.live import LiveMetrics
 
 __all__ = ["ArchiveActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
@@ -222,14 +222,19 @@ class MemberGroup:
     def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
         return {k: self.members[k].get_weights() for k in member_ids}
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> dict:
-        """Every member adopts the merged model: ``{"infos": {k: mutation description}, **snapshot()}``.
+    def adopt(self, bases: Mapping[str, Any], adoptions: Mapping[int, Adoption], round_index: int) -> dict:
+        """This group's members adopt their bases: ``{"infos": {k: mutation description}, **snapshot()}``.
 
-        The round's checkpoint is taken right after, so the states come back with the answer:
-        one round of actor calls less per round.
+        ``bases`` maps the base keys these members need to object references (fetched here,
+        once each). The round's checkpoint is taken right after, so the states come back with
+        the answer: one round of actor calls less per round.
         """
-        infos = {k: m.adopt(base, mutation, round_index) for k, m in self.members.items()}
+        fetched = {key: ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref for key, ref in bases.items()}
+        infos = {k: adopt_one(self.members[k], fetched, a, round_index) for k, a in adoptions.items()}
         return {"infos": infos, **self.snapshot()}
+
+    def behaviours(self, member_ids: Sequence[int]) -> dict[int, list[list[float]]]:
+        return {k: self.members[k].behaviour_descriptors() for k in member_ids}
 
     def pid(self) -> int:
         return os.getpid()

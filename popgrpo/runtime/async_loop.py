@@ -4,42 +4,40 @@ Every member actor (a group of ``population.members_per_actor`` members, which r
 together) trains its rounds of T epochs on its own; the driver waits for whichever finishes
 first (``ray.wait(num_returns=1)`` in :meth:`RayExecutor.wait_train`). A report in a
 member's last round is final; any other waits in the buffer for a merge. When
-:func:`~popgrpo.algorithms.async_rounds.merge_due` says so, the driver selects and merges
-from the buffered members' results (ordered by member id, never by arrival), sends the merge
-to them, and they start their next round from it; members still training are not touched.
-The same decisions as the sync loop make each merge
-(:func:`~popgrpo.runtime.scheduler.decide_merge`): the cyclic objective and the merge stream
-are keyed by the merge's number, each member's mutation by its own round, so with
-``max_staleness`` 0 (every merge waits for everyone) the run is the sync run, bit for bit.
+:func:`~popgrpo.algorithms.async_rounds.merge_due` says so, the round's end is carried out
+for the buffered members only, by the same code as a sync round's
+(:meth:`~popgrpo.runtime.scheduler.PopulationRounds.end_round`: ``scheduler.population``'s
+decision over that subset, ordered by member id, never by arrival); they adopt what it gives
+them and start their next round; members still training are not touched. The merge's number
+keys the cyclic objective, the merge stream and the mutations (a member adopts a given merge
+at most once), so with ``max_staleness`` 0 (every merge waits for everyone) the run is the
+sync run, bit for bit.
 
 Each merge is written as it happens (``on_merge``: metrics of every report since the last
 write, the lineage record with an ``async`` part: the merge's number, the members whose
 reports it used with their bases and rounds, and the members still training with their
 bases; loggers; a checkpoint of every member's restore point and of where each actor is,
-from which ``popgrpo train --resume`` continues). A member actor that is lost is rebuilt from its members' restore points
-(the states their last ``adopt`` sent back) and redoes its round; the others go on.
+from which ``popgrpo train --resume`` continues). A member actor that is lost is rebuilt
+from its members' restore points (the states their last ``adopt`` sent back) and redoes its
+round; the others go on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
-
-import torch
 
 from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.algorithms.async_rounds import merge_due, merge_members
-from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.config import Config
-from popgrpo.runtime.scheduler import LazyEvaluator, decide_merge, describe_adoption, round_lengths
+from popgrpo.runtime.executor import Executor
+from popgrpo.runtime.scheduler import PopulationRounds, round_lengths
 
 __all__ = ["AsyncExecutor", "run_async"]
 
 
-class AsyncExecutor(Protocol):
-    """What asynchronous rounds need of an executor (both executors have it)."""
-
-    n_members: int
+class AsyncExecutor(Executor, Protocol):
+    """What asynchronous rounds need of an executor beyond :class:`Executor` (both have it)."""
 
     @property
     def groups(self) -> list[list[int]]: ...
@@ -47,16 +45,6 @@ class AsyncExecutor(Protocol):
     def submit_train(self, g: int, n_epochs: int) -> Any: ...
 
     def wait_train(self, handles: list[Any]) -> tuple[Any, dict[int, list[dict]]]: ...
-
-    def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]: ...
-
-    def adopt_groups(
-        self,
-        groups: Sequence[int],
-        base: Mapping[str, torch.Tensor],
-        mutation: WeightMutation,
-        rounds: Mapping[int, int],
-    ) -> dict[int, dict]: ...
 
     def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
         """Every member's state when it last adopted a merge (or its initial state), and the
@@ -98,7 +86,7 @@ def run_async(
     buffer: list[int] = []
     pending: dict[int, list[dict]] = {k: [] for k in range(executor.n_members)}
     newest: dict[int, dict] = {}
-    evaluators = LazyEvaluator(config)
+    rounds = PopulationRounds(config, executor)
 
     def flush(merge: int, epoch_end: int, record: dict | None) -> None:
         rows = [pending[k] for k in range(executor.n_members)]
@@ -122,21 +110,15 @@ def run_async(
         if merge_due(buffered, buffer_size, may_still_report, version, bases, sched.max_staleness):
             merging = sorted(buffer)
             members = merge_members(groups[g] for g in merging)
-            last_rows = [newest[k] for k in members]
-            epoch_end = max(int(r["epoch"]) for r in last_rows) + 1
-            decision = decide_merge(config, version, epoch_end, last_rows, executor.get_weights, evaluators)
-            rounds = {g: round_of[g] + 1 for g in merging}
-            infos = executor.adopt_groups(merging, decision.merged, decision.mutation, rounds)
-            describe_adoption(decision.record, members, [infos[k] for k in members])
-            record = {
-                **decision.record,
-                "async": {
-                    "merge": version,
-                    "members": members,
-                    "bases": {str(k): base_of[g] for g in merging for k in groups[g]},
-                    "rounds": {str(k): round_of[g] for g in merging for k in groups[g]},
-                    "still_training": {str(k): base_of[g] for g in sorted(training) for k in groups[g]},
-                },
+            rows = [pending[k] for k in members]  # each reporter's rows of the round it reported
+            epoch_end = max(int(r[-1]["epoch"]) for r in rows) + 1
+            record = rounds.end_round(version, epoch_end, members, rows)
+            record["async"] = {
+                "merge": version,
+                "members": members,
+                "bases": {str(k): base_of[g] for g in merging for k in groups[g]},
+                "rounds": {str(k): round_of[g] for g in merging for k in groups[g]},
+                "still_training": {str(k): base_of[g] for g in sorted(training) for k in groups[g]},
             }
             version += 1
             buffer = []

@@ -15,11 +15,11 @@ import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
 from popgrpo.algorithms.member import Member, resolve_device
-from popgrpo.algorithms.merges import WeightMutation
+from popgrpo.algorithms.population import OWN, Adoption
 from popgrpo.config import Config
 from popgrpo.envs import make_env
 
-__all__ = ["Executor", "LocalExecutor", "make_archives", "new_archive"]
+__all__ = ["Executor", "LocalExecutor", "adopt_one", "make_archives", "new_archive"]
 
 
 class Executor(Protocol):
@@ -35,11 +35,19 @@ class Executor(Protocol):
         """State dicts of the given members, in that order."""
         ...
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
-        """Every member continues from the merged model ``base`` with its own mutation (a float: Gaussian σ_p).
+    def adopt(
+        self, bases: Mapping[str, Mapping[str, torch.Tensor]], adoptions: Mapping[int, Adoption], round_index: int
+    ) -> dict[int, dict]:
+        """Each member in ``adoptions`` continues from its base with its own mutation (:meth:`Member.adopt`).
 
-        Returns each member's mutation description (:meth:`Member.adopt`), in member order.
+        ``bases`` holds each distinct base an adoption names (``merged``, ``member:j``,
+        ``elite:key``; not ``own``), sent once whoever needs it. Members not in ``adoptions``
+        are left as they are. Returns each adopting member's mutation description.
         """
+        ...
+
+    def behaviours(self, member_ids: Sequence[int]) -> dict[int, list[list[float]]]:
+        """Each given member's ``[P][B]`` behaviour descriptors of its last epoch (:meth:`Member.behaviour_descriptors`)."""
         ...
 
     def archives(self) -> list[LocalArchive]:
@@ -66,6 +74,14 @@ class Executor(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def adopt_one(
+    member: Member, bases: Mapping[str, Mapping[str, torch.Tensor]], adoption: Adoption, round_index: int
+) -> dict:
+    """``member`` carries out ``adoption`` with its base looked up in ``bases``; its mutation's description."""
+    base = None if adoption.base == OWN else bases[adoption.base]
+    return member.adopt(base, adoption.mutation, round_index, adoption.reset_optimizer, adoption.repel)
 
 
 def new_archive(config: Config) -> LocalArchive:
@@ -109,8 +125,13 @@ class LocalExecutor:
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         return [self.members[k].get_weights() for k in member_ids]
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
-        return [member.adopt(base, mutation, round_index) for member in self.members]
+    def adopt(
+        self, bases: Mapping[str, Mapping[str, torch.Tensor]], adoptions: Mapping[int, Adoption], round_index: int
+    ) -> dict[int, dict]:
+        return {k: adopt_one(self.members[k], bases, a, round_index) for k, a in adoptions.items()}
+
+    def behaviours(self, member_ids: Sequence[int]) -> dict[int, list[list[float]]]:
+        return {k: self.members[k].behaviour_descriptors() for k in member_ids}
 
     def archives(self) -> list[LocalArchive]:
         return self._archives
@@ -137,15 +158,6 @@ class LocalExecutor:
             rows = PackedMembers(self.members).train_epochs(n_epochs)
             return handle, dict(zip(group, rows, strict=True))
         return handle, {k: self.members[k].train_epochs(n_epochs) for k in group}
-
-    def adopt_groups(
-        self,
-        groups: Sequence[int],
-        base: Mapping[str, torch.Tensor],
-        mutation: WeightMutation,
-        rounds: Mapping[int, int],
-    ) -> dict[int, dict]:
-        return {k: self.members[k].adopt(base, mutation, rounds[g]) for g in groups for k in self.groups[g]}
 
     def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
         """In this process a member trains only inside :meth:`wait_train`, so between calls every

@@ -47,7 +47,7 @@ from ray.exceptions import RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
-from popgrpo.algorithms.merges import WeightMutation
+from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
@@ -266,15 +266,39 @@ class RayExecutor:
             weights.update(part)
         return [weights[k] for k in member_ids]
 
-    def adopt(self, base: Mapping[str, torch.Tensor], mutation: WeightMutation | float, round_index: int) -> list[dict]:
-        """Every member adopts ``base`` with its mutation; the states the actors send back with
-        their answer serve the :meth:`snapshot` that follows (the round's checkpoint), without
-        another call."""
-        ref = ray.put(dict(base))  # one copy in the object store, shared by every actor
-        parts = self._call("adopt", lambda g: (ref, mutation, round_index), replayable=True).values()
-        infos, *states = self._merge_parts(parts, ("infos", "members", "archives"))
+    def adopt(
+        self, bases: Mapping[str, Mapping[str, torch.Tensor]], adoptions: Mapping[int, Adoption], round_index: int
+    ) -> dict[int, dict]:
+        """The members in ``adoptions`` adopt their bases; the states every actor sends back with
+        its answer serve the :meth:`snapshot` that follows (the round's checkpoint), without
+        another call. Each distinct base is ``ray.put`` once; an actor gets the references of
+        the bases its members need and fetches each once."""
+        refs = {key: ray.put(dict(base)) for key, base in bases.items()}
+        mine = {g: {k: adoptions[k] for k in group if k in adoptions} for g, group in enumerate(self._groups)}
+        needed = {g: {a.base for a in part.values() if a.base in refs} for g, part in mine.items()}
+        args = lambda g: ({key: refs[key] for key in sorted(needed[g])}, mine[g], round_index)  # noqa: E731
+        if self.config.scheduler.mode == "async":
+            # Only the actors that reported: the others are training. What they send back
+            # becomes their members' restore points (a lost actor restarts from there).
+            adopting = [g for g, part in mine.items() if part]
+            infos: dict[int, dict] = {}
+            for part in self._call("adopt", args, groups=adopting).values():
+                infos.update(part["infos"])
+                self.recovery.set_member_points(self.n_members, part["members"], part["archives"])
+            return {k: infos[k] for k in adoptions}
+        parts = self._call("adopt", args, replayable=True).values()
+        merged_infos, *states = self._merge_parts(parts, ("infos", "members", "archives"))
         self._adopted = states
-        return infos
+        return {k: merged_infos[k] for k in adoptions}
+
+    def behaviours(self, member_ids: Sequence[int]) -> dict[int, list[list[float]]]:
+        wanted: dict[int, list[int]] = {}
+        for k in member_ids:
+            wanted.setdefault(self._group_of[k], []).append(k)
+        descriptors: dict[int, list[list[float]]] = {}
+        for part in self._call("behaviours", lambda g: (wanted[g],), groups=list(wanted)).values():
+            descriptors.update(part)
+        return {k: descriptors[k] for k in member_ids}
 
     # ---- asynchronous rounds: one actor at a time (popgrpo.runtime.async_loop) ---------------
     @property
@@ -316,26 +340,6 @@ class RayExecutor:
                     raise
                 self._lost(g, attempts, str(exc).splitlines()[0], exc)
                 handles[handles.index(handle)] = self.submit_train(g, n_epochs)
-
-    def adopt_groups(
-        self,
-        groups: Sequence[int],
-        base: Mapping[str, torch.Tensor],
-        mutation: WeightMutation,
-        rounds: Mapping[int, int],
-    ) -> dict[int, dict]:
-        """The members of ``groups`` adopt ``base``, actor ``g`` with round index ``rounds[g]``.
-
-        Returns each member's mutation description; the states sent back become those
-        members' restore points.
-        """
-        ref = ray.put(dict(base))
-        parts = self._call("adopt", lambda g: (ref, mutation, rounds[g]), groups=list(groups))
-        infos: dict[int, dict] = {}
-        for part in parts.values():
-            infos.update(part["infos"])
-            self.recovery.set_member_points(self.n_members, part["members"], part["archives"])
-        return infos
 
     def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
         """Each member's restore point and the archives' (see :class:`AsyncExecutor`)."""

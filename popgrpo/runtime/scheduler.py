@@ -1,13 +1,15 @@
-"""The round loop: train T epochs, then (Pop-GRPO) select → merge → mutate, and log it.
+"""The round loop: train T epochs, then carry out the population mechanism's decision, and log it.
 
-Each decision at the end of a round is a helper that returns what to do *and* a JSON-able
-description of it, in the spirit of Ray Tune's PBT helpers: :func:`plan_round` (which members,
-under which objective), :func:`merge_selected` (the merged model), :func:`mutation_for` (what
-each member adds when it adopts the merged model). :func:`run_rounds` carries them out through an executor
-and assembles the lineage record. The strategies are chosen by config only
-(``scheduler.merge``, ``scheduler.mutate`` and ``scheduler.objectives`` name entries of the
-registries in :mod:`popgrpo.registry`); the defaults are the main paper's
-S_k ranking, uniform soup and Gaussian perturbation. See docs/MERGING.md.
+At each round's end :class:`PopulationRounds` asks ``scheduler.population``'s step (a pure
+function of the members' rows, :mod:`popgrpo.algorithms.population`) what every member does:
+continue from the merge of the top M (the main paper's soup), from its own weights, from a
+copy of another member or from a frontier snapshot; with which mutation; with or without a
+fresh Adam; repelled from which behaviours. It then carries that out: fetches only the
+weights the decision names, merges them (:func:`merge_selected`, ``scheduler.merge``; the
+result and a JSON-able description, in the spirit of Ray Tune's PBT helpers), evaluates the
+merge, hands each member its adoption through the executor and assembles the lineage record.
+The defaults are the main paper's S_k ranking, uniform soup and Gaussian perturbation. See
+docs/MERGING.md and docs/MECHANISMS.md.
 """
 
 from __future__ import annotations
@@ -20,68 +22,30 @@ import torch
 
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
 from popgrpo.algorithms.initial_weights import round0_weights
-from popgrpo.algorithms.merges import MERGES, MUTATIONS, MergeInputs, WeightMutation
+from popgrpo.algorithms.merges import MERGES, MergeInputs
+from popgrpo.algorithms.population import (
+    MERGED,
+    OWN,
+    POPULATION_STEPS,
+    Adoption,
+    FrontierEntry,
+    PopulationDecision,
+    PopulationInputs,
+)
 from popgrpo.config import Config
 from popgrpo.core.seeding import STREAM_MERGE, torch_generator
-from popgrpo.core.selection import cyclic_objective, objective_scores, select_top_m
 from popgrpo.runtime.executor import Executor
 from popgrpo.schema import json_float
 
-__all__ = [
-    "LazyEvaluator",
-    "MergeDecision",
-    "RoundPlan",
-    "decide_merge",
-    "describe_adoption",
-    "merge_selected",
-    "mutation_for",
-    "plan_round",
-    "round_lengths",
-    "run_rounds",
-]
+__all__ = ["PopulationRounds", "merge_selected", "round_lengths", "run_rounds"]
 
 Weights = Mapping[str, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class RoundPlan:
-    selected: list[int]  # member ids, best first
-    record: dict
-    scores: list[float]  # the selected members' objective scores, best first
 
 
 def round_lengths(epochs: int, interval: int) -> list[int]:
     """Epochs per round: full rounds of ``interval``, the last one possibly shorter."""
     n_full, rest = divmod(epochs, interval)
     return [interval] * n_full + ([rest] if rest else [])
-
-
-def plan_round(round_index: int, epoch_end: int, last_rows: list[dict], config: Config) -> RoundPlan:
-    """Score members on their last epoch of the round under this round's objective; choose the top M.
-
-    The objective is ``scheduler.objectives[round mod len]`` (CycleQD §3.1's rotation). The
-    default, ``pop_score``, is ``S_k = d_k · (1 + max R_k)`` with ``d_k`` the member's diversity
-    and ``max R_k`` its max reward in that epoch (main paper §4.3). With several objectives the
-    record also carries every member's values of the others as ``behaviour``.
-    """
-    sched = config.scheduler
-    objective = cyclic_objective(round_index, sched.objectives)
-    scores = objective_scores(last_rows, objective)
-    selected = select_top_m(scores, min(sched.top_m, len(scores)))  # an async merge may see fewer than M
-    record = {
-        "round": round_index,
-        "epoch_end": epoch_end,
-        "objective": objective,
-        "scores": {str(r["member"]): json_float(s) for r, s in zip(last_rows, scores, strict=True)},
-        "selected": selected,
-    }
-    others = [o for o in sched.objectives if o != objective]
-    if others:
-        values = {o: objective_scores(last_rows, o) for o in others}
-        record["behaviour"] = {
-            str(r["member"]): {o: json_float(values[o][i]) for o in others} for i, r in enumerate(last_rows)
-        }
-    return RoundPlan(selected, record, [scores[k] for k in selected])
 
 
 def merge_selected(
@@ -115,72 +79,6 @@ def merge_selected(
     return MERGES.get(config.scheduler.merge)(inputs)
 
 
-def mutation_for(config: Config) -> tuple[WeightMutation, dict]:
-    """The mutation every member applies when it adopts the merged model, and its lineage description."""
-    return MUTATIONS.get(config.scheduler.mutate)(config.scheduler)
-
-
-@dataclass(frozen=True)
-class MergeDecision:
-    merged: dict[str, torch.Tensor]
-    mutation: WeightMutation
-    record: dict  # the lineage record: plan, merge, perturb (without the members) and eval
-
-
-class LazyEvaluator:
-    """The held-out evaluator, built on first use (greedy soup, ``eval.merged``), else never."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self._evaluator: WeightsEvaluator | None = None
-
-    def get(self) -> WeightsEvaluator | None:
-        if self._evaluator is None and (self.config.scheduler.merge == "greedy_soup" or self.config.eval.merged):
-            self._evaluator = WeightsEvaluator(self.config)
-        return self._evaluator
-
-
-def decide_merge(
-    config: Config,
-    round_index: int,
-    epoch_end: int,
-    last_rows: list[dict],
-    fetch: Callable[[list[int]], list[dict[str, torch.Tensor]]],
-    evaluators: LazyEvaluator,
-) -> MergeDecision:
-    """Select from ``last_rows`` (one per member, by member id), merge, and choose the mutation.
-
-    ``fetch(member_ids)`` returns those members' weights. The record's ``selected`` names
-    member ids, also when ``last_rows`` holds only some members (asynchronous rounds).
-    """
-    plan = plan_round(round_index, epoch_end, last_rows, config)
-    ids = [int(r["member"]) for r in last_rows]
-    selected = [ids[i] for i in plan.selected]
-    weights = fetch(selected)
-    evaluator = evaluators.get()
-    held_out = None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
-    merged, merge_record = merge_selected(selected, weights, plan.scores, round_index, config, held_out)
-    merged_eval = (
-        evaluator(merged, round_index, PURPOSE_MERGED) if evaluator is not None and config.eval.merged else None
-    )
-    mutation, perturb_record = mutation_for(config)
-    record = {
-        **plan.record,
-        "selected": selected,
-        "merge": merge_record,
-        "perturb": perturb_record,
-        "eval": _eval_record(config, last_rows, merged_eval),
-    }
-    return MergeDecision(merged, mutation, record)
-
-
-def describe_adoption(record: dict, members: Sequence[int], infos: Sequence[dict]) -> None:
-    """Complete the record's ``perturb`` with the members that adopted and what each drew."""
-    record["perturb"]["members"] = list(members)
-    if any(infos):  # what each member drew (svd: its w), when the mutation describes it
-        record["perturb"]["w"] = {str(k): info for k, info in zip(members, infos, strict=True)}
-
-
 def run_rounds(
     config: Config,
     executor: Executor,
@@ -192,12 +90,13 @@ def run_rounds(
     The lineage record is ``None`` when the scheduler is off or after the final round
     (nothing is merged once training is over). ``start_round > 0`` continues a resumed run
     whose members already hold the state at the end of round ``start_round − 1``. Only the
-    top-M weights are fetched; held-out evaluations (greedy soup, the merged model's pass@k)
-    run in this process on them.
+    weights a decision names are fetched (the top M of a soup, copy sources, new frontier
+    snapshots); held-out evaluations (greedy soup, the merged model's pass@k) run in this
+    process on them.
     """
     lengths = round_lengths(config.run.epochs, config.scheduler.interval_epochs)
     epoch_end = sum(lengths[:start_round])
-    evaluators = LazyEvaluator(config)
+    rounds = PopulationRounds(config, executor)
     for round_index in range(start_round, len(lengths)):
         n_epochs = lengths[round_index]
         rows = executor.train(n_epochs, round_index)
@@ -205,12 +104,146 @@ def run_rounds(
         record = None
         is_last = round_index == len(lengths) - 1
         if config.scheduler.enabled and not is_last:
-            last_rows = [member_rows[-1] for member_rows in rows]
-            decision = decide_merge(config, round_index, epoch_end, last_rows, executor.get_weights, evaluators)
-            infos = executor.adopt(decision.merged, decision.mutation, round_index + 1)
-            describe_adoption(decision.record, range(len(last_rows)), infos or [{}] * len(last_rows))
-            record = decision.record
+            record = rounds.end_round(round_index, epoch_end, list(range(executor.n_members)), rows)
         on_round(round_index, epoch_end, rows, record)
+
+
+class PopulationRounds:
+    """Carries out ``scheduler.population``'s decision at a round's end, and keeps what outlives a round.
+
+    The decision is the pure function the registry names (:mod:`popgrpo.algorithms.population`);
+    here are its effects: fetch the weights it names, merge, evaluate, send each distinct base
+    once to the members through the executor, and the frontier store's snapshots (driver memory;
+    a resumed run starts with an empty store). ``end_round`` takes the members that reported
+    and their rows, so it serves a round over any subset of the population.
+    """
+
+    def __init__(self, config: Config, executor: Executor) -> None:
+        self.config = config
+        self.executor = executor
+        self.step = POPULATION_STEPS.get(config.scheduler.population)
+        self.evaluator: WeightsEvaluator | None = None
+        self.frontier: list[FrontierEntry] = []
+        self.snapshots: dict[str, Weights] = {}  # frontier entry key → the weights stored with it
+
+    def end_round(self, round_index: int, epoch_end: int, members: list[int], rows: list[list[dict]]) -> dict:
+        """Decide, fetch, merge, adopt for ``members`` (with their ``rows``); return the round's lineage record."""
+        inputs = PopulationInputs(
+            round_index=round_index,
+            epoch_end=epoch_end,
+            members=members,
+            rows=rows,
+            config=self.config,
+            behaviours=self.executor.behaviours,
+            frontier=tuple(self.frontier),
+        )
+        decision: PopulationDecision = self.step(inputs)
+        fetched = self._fetch(decision)
+        merged = self._merge(decision, fetched, round_index)
+        if decision.frontier is not None:
+            self._update_frontier(decision.frontier, fetched, round_index)
+        bases = self._bases(decision, fetched, merged.weights)
+        infos = self.executor.adopt(bases, decision.adoptions, round_index + 1)
+        mutated = [k for k, a in sorted(decision.adoptions.items()) if a.mutation is not None]
+        perturb_record = {**decision.mutation, "members": mutated}
+        if any(infos[k] for k in mutated):  # what each member drew (svd: its w), when the mutation describes it
+            perturb_record["w"] = {str(k): infos[k] for k in mutated}
+        record = dict(decision.record)
+        if merged.record is not None:
+            record["merge"] = merged.record
+        record["perturb"] = perturb_record
+        record["eval"] = _eval_record(self.config, [member_rows[-1] for member_rows in rows], merged.evaluation)
+        record["population"] = {
+            "kind": self.config.scheduler.population,
+            "members": {str(k): _adoption_record(a) for k, a in sorted(decision.adoptions.items())},
+            "extra_samples": decision.extra_samples + merged.extra_samples,
+            "eval_samples": merged.eval_samples,
+        }
+        return record
+
+    def _fetch(self, decision: PopulationDecision) -> dict[int, Weights]:
+        """The end-of-round weights the decision needs: the merge set first (best first, one call), then the rest."""
+        fetched: dict[int, Weights] = {}
+        if decision.merge:
+            fetched.update(zip(decision.merge, self.executor.get_weights(decision.merge), strict=True))
+        copied = [_copied(a.base) for a in decision.adoptions.values() if a.base.startswith("member:")]
+        rest = sorted({k for k in [*decision.fetch, *copied] if k not in fetched})
+        if rest:
+            fetched.update(zip(rest, self.executor.get_weights(rest), strict=True))
+        return fetched
+
+    def _merge(self, decision: PopulationDecision, fetched: Mapping[int, Weights], round_index: int) -> _Merged:
+        """The merge of ``decision.merge`` (``scheduler.merge``), its evaluation and the samples both spent."""
+        config = self.config
+        if not decision.merge:
+            return _Merged()
+        if self.evaluator is None and (config.scheduler.merge == "greedy_soup" or config.eval.merged):
+            self.evaluator = WeightsEvaluator(config)
+        evaluator = self.evaluator
+        held_out = None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
+        weights = [fetched[k] for k in decision.merge]
+        merged, record = merge_selected(decision.merge, weights, decision.merge_scores, round_index, config, held_out)
+        per_evaluation = config.policy.n_prompts * config.eval.samples
+        result = _Merged(merged, record, extra_samples=len(record.get("held_out", [])) * per_evaluation)  # greedy soup
+        if evaluator is not None and config.eval.merged:
+            result.evaluation = evaluator(merged, round_index, PURPOSE_MERGED)
+            result.eval_samples = per_evaluation
+        return result
+
+    def _bases(
+        self, decision: PopulationDecision, fetched: Mapping[int, Weights], merged: Weights | None
+    ) -> dict[str, Weights]:
+        """Each distinct base the adoptions name (not ``own``), by its key."""
+        bases: dict[str, Weights] = {}
+        for adoption in decision.adoptions.values():
+            key = adoption.base
+            if key == MERGED and merged is not None:
+                bases[key] = merged
+            elif key.startswith("member:"):
+                bases[key] = fetched[_copied(key)]
+            elif key.startswith("elite:") and key.removeprefix("elite:") in self.snapshots:
+                bases[key] = self.snapshots[key.removeprefix("elite:")]
+            elif key != OWN:
+                raise ValueError(
+                    f"{self.config.scheduler.population}: an adoption names base {key!r}, which it did not ask for"
+                )
+        return bases
+
+    def _update_frontier(self, entries: list[FrontierEntry], fetched: Mapping[int, Weights], round_index: int) -> None:
+        """Keep the decision's store index; new entries (this round's) take their member's fetched weights."""
+        snapshots: dict[str, Weights] = {}
+        for entry in entries:
+            if entry.key in self.snapshots:
+                snapshots[entry.key] = self.snapshots[entry.key]
+            elif entry.round == round_index:
+                snapshots[entry.key] = fetched[entry.member]
+            else:
+                raise RuntimeError(f"frontier entry {entry.key} has no stored weights")
+        self.frontier, self.snapshots = list(entries), snapshots
+
+
+@dataclass
+class _Merged:
+    """A round's merge: the weights (None: nothing merged), its lineage record, its evaluation and their samples."""
+
+    weights: Weights | None = None
+    record: dict | None = None
+    evaluation: dict | None = None
+    extra_samples: int = 0  # spent to choose the merge (greedy soup's held-out candidates)
+    eval_samples: int = 0  # spent to report it (eval.merged)
+
+
+def _copied(base: str) -> int:
+    """The member a ``member:j`` base copies."""
+    return int(base.removeprefix("member:"))
+
+
+def _adoption_record(adoption: Adoption) -> dict:
+    """One member's line of the population record."""
+    out: dict = {"base": adoption.base, "mutate": adoption.mutation is not None, "reset": adoption.reset_optimizer}
+    if adoption.repel is not None:  # how many centres; they are the record's descriptors of the fitter members
+        out["repel"] = len(adoption.repel)
+    return out
 
 
 def _eval_record(config: Config, last_rows: list[dict], merged: dict | None) -> dict:

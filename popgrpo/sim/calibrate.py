@@ -176,12 +176,14 @@ def _ray_costs(
     """``call_s``, ``fetch_s``, ``adopt_s`` and ``start_s`` from one real member actor."""
     import ray
 
+    from popgrpo.algorithms.merges import MUTATIONS
+    from popgrpo.algorithms.population import MERGED, Adoption
     from popgrpo.runtime.cluster import connect
     from popgrpo.runtime.ray_executor import RayExecutor
-    from popgrpo.runtime.scheduler import mutation_for
 
     started = connect(address)  # before the clock: a member actor's start-up is what is timed
-    mutation, _ = mutation_for(config)
+    mutation, _ = MUTATIONS.get(config.scheduler.mutate)(config.scheduler)
+    adoption = {0: Adoption(MERGED, mutation, config.scheduler.reset_optimizer)}
     with tempfile.TemporaryDirectory(prefix="pgsim-") as tmp:
         begin = time.perf_counter()
         executor = RayExecutor(config, run_dir=Path(tmp) / "run", address=address)
@@ -191,7 +193,7 @@ def _ray_costs(
             ray.get(actor.pid.remote())
             call_s = _median_time(lambda: ray.get(actor.pid.remote()), 50)
             fetch = _median_time(lambda: executor.get_weights([0]), 15)
-            adopt = _median_time(lambda: executor.adopt(weights, mutation, 1), 15)
+            adopt = _median_time(lambda: executor.adopt({MERGED: weights}, adoption, 1), 15)
         finally:
             executor.close()
             if started:

@@ -29,8 +29,8 @@ class RecordingExecutor(LocalExecutor):
         self.fetched.append(weights)
         return weights
 
-    def adopt(self, base, mutation, round_index):
-        infos = super().adopt(base, mutation, round_index)
+    def adopt(self, bases, adoptions, round_index):
+        infos = super().adopt(bases, adoptions, round_index)
         self.after_reseed.append([m.get_weights() for m in self.members])
         return infos
 

@@ -90,7 +90,7 @@ def test_epoch_inserts_hold_deferred_batches_until_the_epoch_ends():
 
 def test_merge_and_mutation_names_in_the_config_come_from_the_registries():
     assert set(MERGES) == {"soup", "weighted_soup", "greedy_soup", "wise_ft", "task_arithmetic"}
-    assert set(MUTATIONS) == {"gaussian", "svd"}
+    assert set(MUTATIONS) == {"gaussian", "svd", "none"}
     for name in MERGES:
         overrides = [f"scheduler.merge={name}", "scheduler.top_m=2"]
         assert load_config(None, overrides).scheduler.merge == name
