@@ -18,7 +18,8 @@ arms) and states claims about the paired differences ``d = a − b``. One claim 
 
 :func:`judge` does all four for a family of :class:`Claim` and returns one :class:`Verdict`
 each, whose :attr:`Verdict.word` is the one wording reports use: ``better``, ``worse``,
-``equivalent within ±m`` or ``inconclusive``. :func:`verdicts_markdown` and
+``equivalent within ±m`` or ``inconclusive`` (a significant difference that TOST also bounds
+inside the margin adds ``, within ±m``). :func:`verdicts_markdown` and
 :meth:`Verdict.record` (for ``verdicts.json``) format them.
 """
 
@@ -264,10 +265,22 @@ class Verdict:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def within_margin(self) -> bool:
+        """TOST rejected too: the difference, whatever its sign, is smaller than the margin."""
+        return self.p_tost < self.alpha
+
+    @property
     def word(self) -> str:
-        """The verdict as reports write it: better, worse, ``equivalent within ±m``, inconclusive."""
+        """The verdict as reports write it: better, worse, ``equivalent within ±m``, inconclusive.
+
+        A significant difference that TOST also bounds inside the margin (real, but smaller
+        than what the claim counts as a difference) reads ``better, within ±m`` / ``worse, within ±m``.
+        """
+        margin = f"within ±{self.claim.margin:g}"
         if self.outcome == "equivalent":
-            return f"equivalent within ±{self.claim.margin:g}"
+            return f"equivalent {margin}"
+        if self.outcome in ("better", "worse") and self.within_margin:
+            return f"{self.outcome}, {margin}"
         return self.outcome
 
     def record(self) -> dict[str, Any]:
@@ -289,6 +302,7 @@ class Verdict:
             "margin": self.claim.margin,
             "p_tost_holm": num(self.p_tost),
             "alpha": self.alpha,
+            "outcome": self.outcome,
             "verdict": self.word,
             **self.extra,
         }

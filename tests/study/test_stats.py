@@ -135,6 +135,14 @@ def test_a_claim_significant_alone_can_be_inconclusive_in_a_large_family():
     assert family[0].p == alone.p and family[0].p_holm > 0.05 and family[0].word == "inconclusive"
 
 
+def test_a_real_difference_smaller_than_the_margin_says_so():
+    d = (-0.012, -0.018, -0.025, -0.025, -0.028)  # consistent, but far inside ±0.05
+    (verdict,) = judge([Claim("small loss", d, margin=0.05)], n_resamples=199)
+    assert verdict.outcome == "worse" and verdict.within_margin
+    assert verdict.word == "worse, within ±0.05"
+    assert verdict.record()["outcome"] == "worse"
+
+
 def test_paired_claims_need_one_value_per_unit():
     with pytest.raises(ValueError, match="one of each per unit"):
         Claim.paired("x", [1.0, 2.0], [1.0], margin=0.1)
