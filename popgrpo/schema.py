@@ -42,11 +42,18 @@ COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 CONTROL_COLUMNS = ("control_reward_mean", "control_reward_max", "control_expected_reward", "control_share")
 
 # Discovery (popgrpo.core.discovery), of the epoch's executed ideas: the best noise-free expected
-# reward max Q·p_exec (where the environment knows it), the best noise-free quality max Q, and
-# the peaks reached as JSON {"peak": position of the epoch's first idea with
-# Q >= eval.discovery_threshold × the peak's height} (positions 0-based in sampling order). The
-# last two only where the environment names its peaks (popgrpo.envs.Landscape): NaN / null elsewhere.
-DISCOVERY_COLUMNS = ("discovery_best_expected", "discovery_best_quality", "discovery_peaks")
+# reward max Q·p_exec (where the environment knows it), the best noise-free quality max Q, the
+# peaks reached as JSON {"peak": position of the epoch's first idea with
+# Q >= eval.discovery_threshold × the peak's height} (positions 0-based in sampling order), and
+# as JSON {"peak": the highest Q / height among the epoch's ideas in that peak's basin} for every
+# basin visited (so a study can apply another threshold afterwards). All but the first only where
+# the environment names its peaks (popgrpo.envs.Landscape): NaN / null elsewhere.
+DISCOVERY_COLUMNS = (
+    "discovery_best_expected",
+    "discovery_best_quality",
+    "discovery_peaks",
+    "discovery_peak_fraction",
+)
 
 # ``distinct``: the share of an epoch's ideas that are distinct (for text: distinct completions,
 # whatever prompt they answered). ``success``: the share of the epoch's ideas whose execution
@@ -77,7 +84,7 @@ METRIC_COLUMNS = (
     *DISCOVERY_COLUMNS,
 )
 INT_COLUMNS = frozenset({"epoch", "member", "archive_new", "archive_improved", "bad_rewards", "ideas"})
-STRING_COLUMNS = frozenset({"discovery_peaks"})
+STRING_COLUMNS = frozenset({"discovery_peaks", "discovery_peak_fraction"})
 
 # Why rewards were what they were, as JSON {"reason": count}: rows of members whose reward source
 # gives reasons (the text environment's reward callables); null otherwise.

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from popgrpo.algorithms.step import StepStats
-from popgrpo.core.discovery import best_value, first_hits
+from popgrpo.core.discovery import best_value, first_hits, peak_fractions
 from popgrpo.envs import Environment, Landscape, TextEnvironment
 from popgrpo.schema import DISCOVERY_COLUMNS
 
@@ -34,15 +34,21 @@ def epoch_discovery(
     steps: Sequence[StepStats], env: Environment | TextEnvironment, fraction: float
 ) -> dict[str, float | str | None]:
     """The discovery columns of an epoch of ``steps``: best noise-free expected reward and quality,
-    and ``{peak: position of its first hit}`` as JSON (``fraction``: ``eval.discovery_threshold``).
+    ``{peak: position of its first hit}`` (``fraction``: ``eval.discovery_threshold``) and
+    ``{peak: best Q / height}`` as JSON.
 
     The expected reward is the reward source's ``expected`` (NaN where no step has it); quality
     and peaks need a :class:`~popgrpo.envs.Landscape` (NaN and None otherwise).
     """
-    best_col, quality_col, peaks_col = DISCOVERY_COLUMNS
+    best_col, quality_col, peaks_col, fractions_col = DISCOVERY_COLUMNS
     executed = torch.cat([_executed(s.scores.success, s.scores.features.shape[0]) for s in steps])
     expected = [s.scores.expected for s in steps]
-    row: dict[str, float | str | None] = {best_col: math.nan, quality_col: math.nan, peaks_col: None}
+    row: dict[str, float | str | None] = {
+        best_col: math.nan,
+        quality_col: math.nan,
+        peaks_col: None,
+        fractions_col: None,
+    }
     if all(e is not None for e in expected):
         row[best_col] = best_value(torch.cat([e for e in expected if e is not None]), executed)
     if isinstance(env, Landscape):
@@ -51,4 +57,6 @@ def epoch_discovery(
         row[quality_col] = best_value(quality, executed)
         hits = first_hits(quality, peak, env.peak_quality, fraction, executed)
         row[peaks_col] = json.dumps({str(p): i for p, i in hits.items()})
+        fractions = peak_fractions(quality, peak, env.peak_quality, executed)
+        row[fractions_col] = json.dumps({str(p): f for p, f in fractions.items()})
     return row

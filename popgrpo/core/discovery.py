@@ -10,6 +10,8 @@ without noise:
 * **peaks reached**: peak ``p`` is reached by an idea ``x`` of its basin (``peak(x) = p``) with
   ``Q(x) ≥ f·q_p``, ``q_p`` the peak's height and ``f`` a fraction (``eval.discovery_threshold``);
   a set, so it unions over the members of a population or over K independent runs;
+* **how close to each peak** the ideas came: ``max Q(x) / q_p`` over the ideas of its basin,
+  so that reaching can be judged at another fraction afterwards;
 * **samples to first discovery** of each peak: the ideas sampled, by every member (or run)
   together, up to and including the first idea that reached it; None (censored at the samples
   spent) when none did.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -41,12 +43,14 @@ __all__ = [
     "best_value",
     "first_hits",
     "parse_first_hits",
+    "parse_peak_fractions",
+    "peak_fractions",
     "peak_hits",
     "reachable_peaks",
     "union_discovery",
 ]
 
-_BEST_EXPECTED, _BEST_QUALITY, _PEAKS = DISCOVERY_COLUMNS
+_BEST_EXPECTED, _BEST_QUALITY, _PEAKS, _FRACTIONS = DISCOVERY_COLUMNS
 
 
 def best_value(values: torch.Tensor, mask: torch.Tensor | None = None) -> float:
@@ -89,6 +93,25 @@ def first_hits(
     return {p: int(first) for p, first in enumerate(firsts) if first.numel()}
 
 
+def peak_fractions(
+    quality: torch.Tensor,
+    peak: torch.Tensor,
+    peak_height: torch.Tensor,
+    mask: torch.Tensor | None = None,
+) -> dict[int, float]:
+    """``{peak: max Q / height}`` over the ideas (where ``mask``) in each peak's basin, for every
+    basin an idea lies in: how close to each peak's top the ideas came. A peak's fraction is at
+    least ``f`` when :func:`first_hits` at fraction ``f`` finds it (up to float32 rounding of
+    ``f·height`` there). Sorted by peak."""
+    if mask is not None:
+        quality, peak = quality[mask], peak[mask]
+    fraction = quality.double() / peak_height.double()[peak]
+    visited = torch.bincount(peak, minlength=len(peak_height)) > 0
+    best = torch.full((len(peak_height),), -math.inf, dtype=torch.float64)
+    best = best.scatter_reduce(0, peak, fraction, reduce="amax")
+    return {p: float(best[p]) for p in range(len(peak_height)) if bool(visited[p])}
+
+
 def reachable_peaks(centre_peaks: torch.Tensor) -> frozenset[int]:
     """The peaks whose centre lies in their own basin: ``centre_peaks [n]`` is the landscape's
     ``peak(peak_centres)``; peak ``p`` is reachable when ``centre_peaks[p] == p``."""
@@ -103,6 +126,15 @@ def parse_first_hits(cell: object) -> dict[int, int] | None:
         return None
     items: Mapping[object, object] = json.loads(cell) if isinstance(cell, str) else cell  # pyright: ignore[reportAssignmentType]  # a row's cell is JSON text or its mapping
     return {int(str(k)): int(str(v)) for k, v in items.items()}
+
+
+def parse_peak_fractions(cell: object) -> dict[int, float] | None:
+    """A row's ``discovery_peak_fraction`` cell (JSON ``{"peak": fraction}``, or that mapping) →
+    ``{peak: fraction}``; None where the row does not know."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return None
+    items: Mapping[object, object] = json.loads(cell) if isinstance(cell, str) else cell  # pyright: ignore[reportAssignmentType]  # a row's cell is JSON text or its mapping
+    return {int(str(k)): float(str(v)) for k, v in items.items()}
 
 
 @dataclass(frozen=True)
@@ -132,6 +164,12 @@ class Discovery:
     first_discovery: dict[int, int]
     peaks_known: bool
     trajectory: tuple[DiscoveryPoint, ...]
+    peak_fraction: dict[int, float] = field(default_factory=dict[int, float])  # peak → best Q / height, any unit
+
+    def peaks_at(self, fraction: float) -> frozenset[int]:
+        """The peaks some idea reached at another threshold ``fraction`` of their height (from
+        :attr:`peak_fraction`; the samples to reach them are known only at the run's own threshold)."""
+        return frozenset(p for p, f in self.peak_fraction.items() if f >= fraction)
 
     @property
     def peaks(self) -> frozenset[int]:
@@ -171,6 +209,7 @@ def union_discovery(rows: Iterable[Mapping[str, object]], unit: Sequence[str] = 
         by_epoch.setdefault(int(_number(row["epoch"])), []).append(row)
     best_expected = best_quality = math.nan
     first: dict[int, int] = {}
+    fractions: dict[int, float] = {}
     known = False
     samples = 0
     trajectory: list[DiscoveryPoint] = []
@@ -183,6 +222,8 @@ def union_discovery(rows: Iterable[Mapping[str, object]], unit: Sequence[str] = 
         for row in epoch_rows:
             best_expected = _nanmax(best_expected, _number(row.get(_BEST_EXPECTED)))
             best_quality = _nanmax(best_quality, _number(row.get(_BEST_QUALITY)))
+            for peak, fraction in (parse_peak_fractions(row.get(_FRACTIONS)) or {}).items():
+                fractions[peak] = max(fractions.get(peak, -math.inf), fraction)
             hits = parse_first_hits(row.get(_PEAKS))
             if hits is None:
                 continue
@@ -201,4 +242,5 @@ def union_discovery(rows: Iterable[Mapping[str, object]], unit: Sequence[str] = 
         first_discovery=dict(sorted(first.items())),
         peaks_known=known,
         trajectory=tuple(trajectory),
+        peak_fraction=dict(sorted(fractions.items())),
     )

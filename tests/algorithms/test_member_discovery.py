@@ -3,6 +3,7 @@
 import json
 import math
 
+import pytest
 import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
@@ -39,6 +40,9 @@ def test_epoch_discovery_finds_the_peaks_its_ideas_sit_on():
     row = epoch_discovery(steps, env, 0.9)
     # positions count every idea of the epoch in order: step 0 has 2, so step 1's are 2, 3, 4, 5
     assert json.loads(str(row["discovery_peaks"])) == {"3": 4, "6": 2}
+    fractions = json.loads(str(row["discovery_peak_fraction"]))
+    assert fractions["6"] == 1.0 and 0.9 < fractions["3"] < 1.0  # 0.05 off its centre
+    assert set(fractions) == {str(int(p)) for p in env.peak(torch.cat([far, centres[[3, 6]]]))}
     all_ideas = torch.cat([far, centres[6:7], far[:1], centres[3:4] + 0.05])
     assert row["discovery_best_quality"] == float(env.quality(all_ideas).double().max())
     assert row["discovery_best_expected"] == float(env.expected_reward(all_ideas).double().max())
@@ -60,6 +64,11 @@ def test_member_rows_carry_discovery_columns_that_bound_the_control():
         assert row["discovery_best_expected"] >= row["control_expected_reward"]  # the max is at least the mean
         assert row["discovery_best_quality"] >= row["discovery_best_expected"]  # p_exec ≤ 1
         assert isinstance(row["discovery_peaks"], str)
+        fractions = {int(p): f for p, f in json.loads(row["discovery_peak_fraction"]).items()}
+        assert fractions and max(fractions.values()) <= 1.0
+        # the best quality is that of the basin that came closest in absolute terms
+        heights = IdeaEnv(config.env).peak_quality
+        assert row["discovery_best_quality"] == pytest.approx(max(f * float(heights[p]) for p, f in fractions.items()))
     found = union_discovery(rows)
     assert found.samples == sum(r["ideas"] for r in rows)
     assert found.best_expected == max(r["discovery_best_expected"] for r in rows)

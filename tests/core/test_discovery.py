@@ -10,6 +10,8 @@ from popgrpo.core.discovery import (
     best_value,
     first_hits,
     parse_first_hits,
+    parse_peak_fractions,
+    peak_fractions,
     peak_hits,
     reachable_peaks,
     union_discovery,
@@ -42,6 +44,19 @@ def test_first_hits_give_each_peaks_first_position_in_sampling_order():
     assert first_hits(quality, peak, HEIGHTS, 1.0) == {0: 4, 2: 3}
 
 
+def test_peak_fractions_are_each_basins_closest_approach_to_its_top():
+    quality = torch.tensor([0.1, 2.9, 0.95, 3.0, 1.0, 1.2])
+    peak = torch.tensor([0, 2, 0, 2, 0, 1])
+    assert peak_fractions(quality, peak, HEIGHTS) == pytest.approx({0: 1.0, 1: 0.6, 2: 1.0})
+    executed = torch.tensor([True, True, True, False, False, False])
+    fractions = peak_fractions(quality, peak, HEIGHTS, executed)
+    assert fractions == {0: pytest.approx(0.95), 2: pytest.approx(2.9 / 3.0)}  # peak 1 unvisited
+    # a peak's fraction reaches f when first_hits at f finds it (away from rounding at the boundary)
+    for f in (0.5, 0.9, 0.96, 0.97, 1.0):
+        assert {p for p, x in fractions.items() if x >= f} == set(first_hits(quality, peak, HEIGHTS, f, executed))
+    assert parse_peak_fractions('{"1": 0.5}') == {1: 0.5} and parse_peak_fractions(None) is None
+
+
 def test_parse_first_hits_reads_json_mappings_and_unknowns():
     assert parse_first_hits('{"2": 7, "0": 1}') == {2: 7, 0: 1}
     assert parse_first_hits({"1": 3}) == {1: 3}
@@ -49,8 +64,9 @@ def test_parse_first_hits_reads_json_mappings_and_unknowns():
     assert parse_first_hits(math.nan) is None
 
 
-def _row(epoch, member, ideas, hits, best_expected=math.nan, best_quality=math.nan, **keys):
+def _row(epoch, member, ideas, hits, best_expected=math.nan, best_quality=math.nan, fractions=None, **keys):
     peaks = None if hits is None else json.dumps({str(p): i for p, i in hits.items()})
+    near = None if fractions is None else json.dumps({str(p): f for p, f in fractions.items()})
     return {
         "epoch": epoch,
         "member": member,
@@ -58,6 +74,7 @@ def _row(epoch, member, ideas, hits, best_expected=math.nan, best_quality=math.n
         "discovery_best_expected": best_expected,
         "discovery_best_quality": best_quality,
         "discovery_peaks": peaks,
+        "discovery_peak_fraction": near,
         **keys,
     }
 
@@ -81,6 +98,18 @@ def test_union_counts_samples_in_lockstep_and_unions_peaks():
         (0, 20, 1, 0.3),
         (1, 40, 2, 0.5),
     ]
+
+
+def test_union_keeps_each_peaks_best_fraction_for_other_thresholds():
+    rows = [
+        _row(0, 0, 10, {}, fractions={1: 0.5, 4: 0.8}),
+        _row(0, 1, 10, {4: 2}, fractions={4: 0.93}),
+        _row(1, 0, 10, {}, fractions={1: 0.7}),
+    ]
+    found = union_discovery(rows)
+    assert found.peak_fraction == {1: 0.7, 4: 0.93}
+    assert found.peaks_at(0.9) == found.peaks == frozenset({4})
+    assert found.peaks_at(0.6) == frozenset({1, 4}) and found.peaks_at(0.95) == frozenset()
 
 
 def test_union_charges_units_with_fewer_ideas_only_what_they_sampled():
