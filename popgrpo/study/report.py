@@ -7,7 +7,7 @@
   the multi-seed table, a paired Pop-GRPO vs GRPO comparison, and the ablation tables;
 - ``claims.md``: each of the paper's claims, the paired comparisons over seeds that test it, and
   their verdicts (:mod:`popgrpo.study.stats`: Holm-corrected across the report, TOST at a
-  stated margin for "equivalent");
+  stated margin for "equivalent"); ``verdicts.json``: the same, one record per comparison;
 - ``fig1_training_dynamics.png`` … ``fig7_population_size.png`` (the paper's Figures 1–7) and
   ``archive_<method>.png`` (the final MAP-Elites grid of each method, seed 42 or the first).
 
@@ -845,8 +845,11 @@ def render(out: str | Path) -> list[Path]:
     sections = (table1_markdown(table), paired_markdown(table), controls_markdown(table), regime_markdown(table))
     text = "\n".join((*sections, ablation_markdown(table), merge_markdown(table)))
     (out / "table1.md").write_text(text)
-    (out / "claims.md").write_text(claims_markdown(check_claims(table)))
-    written += [out / "table1.md", out / "claims.md"]
+    claims = check_claims(table)
+    (out / "claims.md").write_text(claims_markdown(claims))
+    records = [{"paper_claim": c.claim, "comparison": c.comparison, "expected": c.expected, **c.record} for c in claims]
+    (out / "verdicts.json").write_text(json.dumps(records, indent=1) + "\n")
+    written += [out / "table1.md", out / "claims.md", out / "verdicts.json"]
 
     by_method = _method_epochs(plan, per_epoch(metrics))
     written.append(fig_training_dynamics(by_method, out / FIGURES[0]))

@@ -97,6 +97,10 @@ def test_report_writes_the_tables_and_every_figure(study_dir, capsys):
     for strategy in MERGE_STRATEGIES:
         assert f"| {strategy} |" in table1
     assert "- best on population_max_reward: **" in table1
+    verdicts = json.loads((study_dir / "verdicts.json").read_text())
+    assert str(study_dir / "verdicts.json") in printed
+    assert {"paper_claim", "comparison", "expected", "mean_diff", "ci_low", "p_holm", "verdict"} <= verdicts[0].keys()
+    assert verdicts[0]["comparison"].startswith("GRPO diversity") and verdicts[0]["verdict"] == "worse"
 
 
 def test_trial_table_averages_the_last_ten_epochs_over_members(study_dir):
