@@ -8,8 +8,13 @@ same fingerprints exactly when their runs wrote the same numbers bit for bit.
     python -m benchmarks.fingerprint --out /tmp/before.json
     python -m benchmarks.fingerprint --out /tmp/after.json --compare /tmp/before.json
 
-``--compare`` exits 1 naming every run whose fingerprint differs. Language-model presets
-(``lm_*``) need a model directory and are left out.
+The JSON also records a digest per column (``columns``), so that a change which only adds
+columns can be told from one that changes behaviour. ``--compare`` against such a baseline
+passes when every baseline column of every run is bit-identical, names the columns a run
+added, and exits 1 naming every run with a changed or removed column. Against an older
+baseline without per-column digests it compares whole-frame digests, as before (an added
+column then reads as a difference). Language-model presets (``lm_*``) need a model directory
+and are left out.
 """
 
 from __future__ import annotations
@@ -35,18 +40,72 @@ VARIANTS = {
 }
 
 
+def _untimed(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[[c for c in frame.columns if not any(t in c for t in TIMING_COLUMNS)]]
+
+
+def _value_bytes(values: pd.Series) -> bytes:
+    """The bytes a column's digest is taken over: pandas' per-row hashes, or JSON of the cells."""
+    try:
+        return pd.util.hash_pandas_object(values, index=False).to_numpy().tobytes()
+    except TypeError:  # lists or dicts in cells
+        return json.dumps(values.tolist(), default=str, sort_keys=True).encode()
+
+
 def frame_digest(path: Path) -> str:
     """SHA-256 of a Parquet file's column names and values, timing columns excluded."""
-    frame = pd.read_parquet(path)
-    frame = frame[[c for c in frame.columns if not any(t in c for t in TIMING_COLUMNS)]]
+    frame = _untimed(pd.read_parquet(path))
     digest = hashlib.sha256(json.dumps(list(frame.columns)).encode())
     for column in frame.columns:
-        values = frame[column]
-        try:
-            digest.update(pd.util.hash_pandas_object(values, index=False).to_numpy().tobytes())
-        except TypeError:  # lists or dicts in cells
-            digest.update(json.dumps(values.tolist(), default=str, sort_keys=True).encode())
+        digest.update(_value_bytes(frame[column]))
     return digest.hexdigest()
+
+
+def column_digests(path: Path) -> dict[str, str]:
+    """SHA-256 of each column's values (name excluded), timing columns excluded: {column: hex}."""
+    frame = _untimed(pd.read_parquet(path))
+    return {str(c): hashlib.sha256(_value_bytes(frame[c])).hexdigest() for c in frame.columns}
+
+
+def compare_run(before: dict | None, after: dict) -> tuple[list[str], list[str]]:
+    """Compare one run's fingerprints: (what changed or went missing, columns added).
+
+    ``before`` with a ``columns`` entry is compared column by column: a baseline column whose
+    digest differs or that is absent reads ``"table.column"`` in the first list, a column
+    only ``after`` has reads ``"table.column"`` in the second. ``before`` without it (an older
+    baseline) is compared by whole-frame digest per table, as before; ``None`` (a run the
+    baseline lacks) is a difference.
+    """
+    if before is None:
+        return ["(run missing from the baseline)"], []
+    tables = sorted({k for k in (*before, *after) if k != "columns"})
+    if "columns" not in before:
+        return [t for t in tables if before.get(t) != after.get(t)], []
+    changed: list[str] = []
+    added: list[str] = []
+    old_columns: dict[str, dict[str, str]] = before["columns"]
+    new_columns: dict[str, dict[str, str]] = after.get("columns", {})
+    for table in sorted({*old_columns, *new_columns}):
+        old, new = old_columns.get(table), new_columns.get(table)
+        if old is None or new is None:
+            changed.append(f"{table} (table {'added' if old is None else 'missing'})")
+            continue
+        changed += [f"{table}.{c}" for c in old if new.get(c) != old[c]]
+        added += [f"{table}.{c}" for c in new if c not in old]
+    return changed, added
+
+
+def compare(before: dict[str, dict], after: dict[str, dict]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Compare every run of ``after`` with ``before``: ({run: changed}, {run: added columns})."""
+    differ: dict[str, list[str]] = {}
+    added: dict[str, list[str]] = {}
+    for name, result in after.items():
+        changed, new = compare_run(before.get(name), result)
+        if changed:
+            differ[name] = changed
+        if new:
+            added[name] = new
+    return differ, added
 
 
 def runs(epochs: int) -> dict[str, tuple[str, list[str]]]:
@@ -67,9 +126,12 @@ def fingerprint(name: str, preset: str, overrides: list[str], root: Path) -> dic
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{name}: popgrpo train exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
-    result = {"metrics": frame_digest(out / "metrics.parquet")}
+    result: dict = {"metrics": frame_digest(out / "metrics.parquet")}
+    columns = {"metrics": column_digests(out / "metrics.parquet")}
     if (out / "archive.parquet").exists():
         result["archive"] = frame_digest(out / "archive.parquet")
+        columns["archive"] = column_digests(out / "archive.parquet")
+    result["columns"] = columns
     return result
 
 
@@ -90,13 +152,20 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, (preset, overrides) in plan.items():
             results[name] = fingerprint(name, preset, overrides, Path(tmp))
-            print(name, json.dumps(results[name]), flush=True)
+            whole = {k: v for k, v in results[name].items() if k != "columns"}
+            print(name, json.dumps(whole), flush=True)
     args.out.write_text(json.dumps({"epochs": args.epochs, "runs": results}, indent=1) + "\n")
     if args.compare:
-        before = json.loads(args.compare.read_text())["runs"]
-        differ = [n for n in results if before.get(n) != results[n]]
-        print("differ:" if differ else "all equal to", differ or args.compare)
-        return 1 if differ else 0
+        differ, added = compare(json.loads(args.compare.read_text())["runs"], results)
+        for name, columns in added.items():
+            print(f"{name}: columns added: {', '.join(columns)}")
+        for name, changed in differ.items():
+            print(f"{name}: changed: {', '.join(changed)}")
+        if differ:
+            print("differ:", sorted(differ))
+            return 1
+        print("all equal to", args.compare, *(["(every baseline column; columns added)"] if added else []))
+        return 0
     return 0
 
 

@@ -16,10 +16,12 @@ if TYPE_CHECKING:
 __all__ = [
     "COMPLEXITY_QUANTILES",
     "CONTROL_COLUMNS",
+    "DISCOVERY_COLUMNS",
     "INT_COLUMNS",
     "METRIC_COLUMNS",
     "POP_SCORE",
     "REASONS_COLUMN",
+    "STRING_COLUMNS",
     "json_float",
     "metrics_schema",
 ]
@@ -38,6 +40,20 @@ COMPLEXITY_QUANTILES = (0.10, 0.25, 0.50, 0.75, 0.90)
 # finite reward): below 1 with reward.proxy.control_fraction < 1, when control_reward_* are
 # estimates from that seeded subset.
 CONTROL_COLUMNS = ("control_reward_mean", "control_reward_max", "control_expected_reward", "control_share")
+
+# Discovery (popgrpo.core.discovery), of the epoch's executed ideas: the best noise-free expected
+# reward max Q·p_exec (where the environment knows it), the best noise-free quality max Q, the
+# peaks reached as JSON {"peak": position of the epoch's first idea with
+# Q >= eval.discovery_threshold × the peak's height} (positions 0-based in sampling order), and
+# as JSON {"peak": the highest Q / height among the epoch's ideas in that peak's basin} for every
+# basin visited (so a study can apply another threshold afterwards). All but the first only where
+# the environment names its peaks (popgrpo.envs.Landscape): NaN / null elsewhere.
+DISCOVERY_COLUMNS = (
+    "discovery_best_expected",
+    "discovery_best_quality",
+    "discovery_peaks",
+    "discovery_peak_fraction",
+)
 
 # ``distinct``: the share of an epoch's ideas that are distinct (for text: distinct completions,
 # whatever prompt they answered). ``success``: the share of the epoch's ideas whose execution
@@ -65,8 +81,10 @@ METRIC_COLUMNS = (
     "success",
     *(f"complexity_p{round(q * 100)}" for q in COMPLEXITY_QUANTILES),
     *CONTROL_COLUMNS,
+    *DISCOVERY_COLUMNS,
 )
 INT_COLUMNS = frozenset({"epoch", "member", "archive_new", "archive_improved", "bad_rewards", "ideas"})
+STRING_COLUMNS = frozenset({"discovery_peaks", "discovery_peak_fraction"})
 
 # Why rewards were what they were, as JSON {"reason": count}: rows of members whose reward source
 # gives reasons (the text environment's reward callables); null otherwise.
@@ -77,7 +95,10 @@ def metrics_schema() -> pa.Schema:
     """The Arrow schema of ``metrics.parquet``: every metric column, then the reasons column."""
     import pyarrow as pa
 
-    columns = [(c, pa.int64() if c in INT_COLUMNS else pa.float64()) for c in METRIC_COLUMNS]
+    columns = [
+        (c, pa.int64() if c in INT_COLUMNS else pa.string() if c in STRING_COLUMNS else pa.float64())
+        for c in METRIC_COLUMNS
+    ]
     return pa.schema([*columns, (REASONS_COLUMN, pa.string())])
 
 

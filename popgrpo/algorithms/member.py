@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar, cast
 import torch
 
 from popgrpo.algorithms.archive_service import ArchiveService, EpochInserts
+from popgrpo.algorithms.discovery import epoch_discovery
 from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.algorithms.rollouts import RewardSource, Rollouts, make_rollouts
 from popgrpo.algorithms.step import (
@@ -275,6 +276,7 @@ class Member:
             "ideas": int(sum(s.scores.rewards.numel() for s in steps)),
             **quantiles,
             **control,
+            **epoch_discovery(steps, self.env, self.config.eval.discovery_threshold),
         }
         reasons = [s.scores.reasons for s in steps if s.scores.reasons is not None]
         if reasons:

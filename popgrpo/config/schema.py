@@ -611,6 +611,12 @@ class EvalConfig(Section):
         ge=1,
         description="k of pass@k and best@k (WiSE-FT for reasoning §3.1, unbiased estimators from n samples). Members report them per epoch from each group of grpo.group_size ideas (metrics columns pass_at_k, best_at_k), so k <= group_size.",
     )
+    discovery_threshold: float = Field(
+        default=0.9,
+        gt=0.0,
+        le=1.0,
+        description="An idea reaches its peak when its noise-free quality Q(x) is at least this fraction of the peak's height (the peak whose basin it lies in): the discovery metrics (metrics columns discovery_*, popgrpo.core.discovery), on environments that name their peaks (env.kind=idea). Not in the papers: 0.9 lies within 0.46 peak widths of a peak's centre, so reaching it means finding the peak, not its foothills; no training signal depends on it.",
+    )
     samples: int = Field(
         default=32,
         ge=1,

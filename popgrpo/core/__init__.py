@@ -3,6 +3,7 @@
 Modules: :mod:`~popgrpo.core.grpo` (advantages, surrogate, KL), :mod:`~popgrpo.core.archive`
 (MAP-Elites), :mod:`~popgrpo.core.novelty` (k-NN novelty), :mod:`~popgrpo.core.entropy`
 (entropy and adaptive α), :mod:`~popgrpo.core.metrics` (diversity, complexity, pass@k, best@k),
+:mod:`~popgrpo.core.discovery` (best noise-free value, peaks reached, samples to first discovery),
 :mod:`~popgrpo.core.merge` (soups, WiSE-FT, task arithmetic; Gaussian and SVD mutations),
 :mod:`~popgrpo.core.selection` (Pop-GRPO score, top-M, cyclic objectives),
 :mod:`~popgrpo.core.repulsion` (the repulsion kernel of the population mechanism).

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from popgrpo.config import EnvConfig
     from popgrpo.envs.text import TextScores
 
-__all__ = ["Environment", "TextEnvironment", "idea_env", "make_env", "text_env"]
+__all__ = ["Environment", "Landscape", "TextEnvironment", "idea_env", "make_env", "text_env"]
 
 
 @runtime_checkable
@@ -50,6 +50,26 @@ class Environment(Protocol):
 
     def complexity(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N]`` complexity (the thinking-length proxy)."""
+        ...
+
+
+@runtime_checkable
+class Landscape(Protocol):
+    """An :class:`Environment` whose reward comes from peaks it can name (:class:`IdeaEnv`).
+
+    Members of such an environment record the discovery metrics
+    (:mod:`popgrpo.core.discovery`): which peaks their ideas reached, and the best noise-free
+    quality. ``peak_quality`` is ``[n_peaks]``, each peak's height (its maximum quality).
+    """
+
+    peak_quality: torch.Tensor
+
+    def quality(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` noise-free quality ``Q(x)``."""
+        ...
+
+    def peak(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` int64: the peak each idea belongs to (whose bump gives its ``Q``)."""
         ...
 
 

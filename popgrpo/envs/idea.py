@@ -67,9 +67,20 @@ class IdeaEnv:
 
     def quality(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N]`` noiseless quality ``Q(x)``."""
-        sq_dist = torch.cdist(ideas, self.peak_centres).pow(2)  # [N, peaks]
-        bumps = self.peak_quality * torch.exp(-sq_dist / (2.0 * self.peak_width.pow(2)))
-        return bumps.max(dim=1).values
+        return self._bumps(ideas).max(dim=1).values
+
+    def peak(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N]`` int64: the peak whose bump gives ``Q(x)`` (the basin ``x`` lies in).
+
+        Its height is ``peak_quality[peak(x)]``, and ``Q(x) = q_p·exp(−‖x − c_p‖² / (2 w_p²))``
+        for ``p = peak(x)``: how close ``x`` is to the top of its own peak (the discovery
+        metrics of :mod:`popgrpo.core.discovery`)."""
+        return self._bumps(ideas.detach()).argmax(dim=1)
+
+    def _bumps(self, ideas: torch.Tensor) -> torch.Tensor:
+        """``[N, d]`` → ``[N, peaks]``: each peak's Gaussian bump at each idea."""
+        sq_dist = torch.cdist(ideas, self.peak_centres).pow(2)
+        return self.peak_quality * torch.exp(-sq_dist / (2.0 * self.peak_width.pow(2)))
 
     def p_exec(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N]`` execution success probability (eq. 2)."""

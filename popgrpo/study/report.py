@@ -5,7 +5,9 @@
 
 - ``table1.md``: Table 1 (last-10-epoch averages, mean ± std over seeds) beside the paper's,
   the multi-seed table, a paired Pop-GRPO vs GRPO comparison, and the ablation tables;
-- ``claims.md``: each of the paper's claims, the numbers that test it, and a verdict;
+- ``claims.md``: each of the paper's claims, the paired comparisons over seeds that test it, and
+  their verdicts (:mod:`popgrpo.study.stats`: Holm-corrected across the report, TOST at a
+  stated margin for "equivalent"); ``verdicts.json``: the same, one record per comparison;
 - ``fig1_training_dynamics.png`` … ``fig7_population_size.png`` (the paper's Figures 1–7) and
   ``archive_<method>.png`` (the final MAP-Elites grid of each method, seed 42 or the first).
 
@@ -16,7 +18,7 @@ Numbers per trial follow :func:`popgrpo.telemetry.summary.summarise`: the mean o
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -36,6 +38,8 @@ from popgrpo.study.plan import (
     PAPER_TABLE1,
     REGIME_METHODS,
 )
+from popgrpo.study.stats import ALPHA, judge
+from popgrpo.study.stats import Claim as StatClaim
 from popgrpo.telemetry.plots import save_figure
 from popgrpo.telemetry.summary import population_by_epoch
 
@@ -227,13 +231,15 @@ def regime_rows(table: pd.DataFrame) -> pd.DataFrame:
 
     * ``ordering``: Kendall's τ between the four methods' mean diversity and the paper's Table 1
       order (Pop-GRPO > MaxEnt-GRPO > GRPO > QD-GRPO); 1 is the paper's order.
-    * ``pop_minus_control`` / ``pop_ahead``: Pop-GRPO's best member's max R minus that of the best
-      of K GRPO runs, mean over seeds, and in how many seeds it is ahead.
+    * ``pop_minus_control`` / ``pop_ahead`` / ``pop_verdict``: Pop-GRPO's best member's max R minus
+      that of the best of K GRPO runs, mean over seeds, in how many seeds it is ahead, and the
+      verdict of :func:`check_claims` (Holm-corrected with every other comparison of the report).
     * ``grpo_complexity_ratio``: GRPO's complexity in the last 10 epochs over the first 10
       (< 1: complexity collapses); ``grpo_diversity``: GRPO's last-10 diversity.
     """
     rows = table[table.study == "regime"]
     paper_order = sorted((m for m in PAPER_TABLE1), key=lambda m: -PAPER_TABLE1[m]["diversity"])
+    verdicts = {c.comparison: c.verdict for c in check_claims(table) if c.comparison.endswith("(regime)")}
     out = []
     for intensity, cell in rows.groupby("value"):
         diversity = cell.groupby("label")["diversity"].mean().reindex(paper_order)
@@ -250,6 +256,7 @@ def regime_rows(table: pd.DataFrame) -> pd.DataFrame:
                 "ordering": tau,
                 "pop_minus_control": float(diff.mean()) if len(diff) else float("nan"),
                 "pop_ahead": f"{int((diff > 0).sum())}/{len(seeds)}",
+                "pop_verdict": verdicts.get(_regime_comparison(intensity), "inconclusive"),
                 "grpo_complexity_ratio": float((grpo.complexity / grpo.complexity_first).mean()),
                 "grpo_diversity": float(grpo.diversity.mean()),
             }
@@ -267,13 +274,13 @@ def regime_markdown(table: pd.DataFrame) -> str:
         "ordering: Kendall's τ of the four methods' diversity with the paper's order (1 = as in Table 1); "
         "Pop − best-of-K: best member's max R; GRPO complexity last/first: < 1 is a collapse.",
         "",
-        "| updates/epoch | diversity ordering τ | Pop − best-of-K (mean) | Pop ahead | GRPO complexity last/first "
-        "| GRPO diversity |",
-        "|" + " --- |" * 6,
+        "| updates/epoch | diversity ordering τ | Pop − best-of-K (mean) | Pop ahead | verdict (Holm) "
+        "| GRPO complexity last/first | GRPO diversity |",
+        "|" + " --- |" * 7,
     ]
     for r in regime.itertuples():
         lines.append(
-            f"| {r.updates_per_epoch} | {r.ordering:+.2f} | {r.pop_minus_control:+.3f} | {r.pop_ahead} "
+            f"| {r.updates_per_epoch} | {r.ordering:+.2f} | {r.pop_minus_control:+.3f} | {r.pop_ahead} | {r.pop_verdict} "
             f"| {r.grpo_complexity_ratio:.3f} | {r.grpo_diversity:.3f} |"
         )
     return "\n".join(lines) + "\n"
@@ -328,91 +335,170 @@ def merge_winner(rows: pd.DataFrame, key: str) -> tuple[str, int]:
 
 
 # ---- claims --------------------------------------------------------------------------------
+# Equivalence margins, stated before any result: the smallest difference a claim about the
+# metric counts as one. Rewards: 0.05, a sixth of the execution noise σ = 0.3 and 2% of the
+# highest peak's quality; diversity (a cosine distance) and archive coverage (a share of cells):
+# 0.02; complexity (‖x‖): 0.1. A difference that is significant but bounded inside its margin
+# by TOST is reported as such (popgrpo.study.stats.Verdict.word).
+MARGINS = {
+    "mean_reward": 0.05,
+    "max_reward": 0.05,
+    "population_max_reward": 0.05,
+    "diversity": 0.02,
+    "complexity": 0.1,
+    "archive_coverage": 0.02,
+}
+
+
 @dataclass
 class Claim:
+    """One tested part of a paper's claim, as ``claims.md`` reports it.
+
+    ``verdict`` is :attr:`popgrpo.study.stats.Verdict.word` of the paired comparison
+    ``comparison``, Holm-corrected across every comparison of the report (one family);
+    ``expected`` is the verdict the paper's claim predicts (``better`` or ``worse``).
+    """
+
     claim: str
+    comparison: str
+    expected: str
     evidence: str
-    verdict: str  # "reproduced", "partly", "not reproduced"; a control claim: "survives", "partly", "does not survive"
+    verdict: str
+    record: dict = field(default_factory=dict)
+
+    @property
+    def holds(self) -> bool:
+        """The comparison came out as the claim predicts (whatever the margin says)."""
+        return self.verdict.split(",")[0] == self.expected
+
+
+@dataclass
+class _Part:
+    claim: str
+    comparison: str
+    expected: str
+    evidence: str
+    test: StatClaim | None  # None: no paired seeds to compare
+
+
+def _seed_means(table: pd.DataFrame, study: str, key: str, *, label: str | None = None, values=None) -> pd.Series:
+    """Per seed, ``key`` of ``study``'s rows (of one ``label``, and the mean over ``values`` of the study's setting)."""
+    rows = table[table.study == study]
+    if label is not None:
+        rows = rows[rows.label == label]
+    if values is not None:
+        rows = rows[rows.value.isin(list(values))]
+    return rows.groupby("seed")[key].mean()
+
+
+def _part(claim: str, comparison: str, expected: str, key: str, a: pd.Series, b: pd.Series, note: str = "") -> _Part:
+    """The paired comparison ``a − b`` of ``key`` over the seeds both have."""
+    seeds = sorted(set(a.index) & set(b.index))
+    diffs = [float(a[s] - b[s]) for s in seeds]
+    evidence = f"per seed {', '.join(f'{s}: {d:+.3f}' for s, d in zip(seeds, diffs, strict=True))}"
+    evidence += f"; ahead in {sum(d > 0 for d in diffs)}/{len(seeds)} seeds" + (f"; {note}" if note else "")
+    test = StatClaim(f"{comparison}", tuple(diffs), MARGINS[key]) if seeds else None
+    return _Part(claim, comparison, expected, evidence, test)
 
 
 def _means(table: pd.DataFrame, study: str, key: str) -> pd.Series:
     return table[table.study == study].groupby("value" if study != "table1" else "label")[key].mean()
 
 
-def check_claims(table: pd.DataFrame) -> list[Claim]:
-    """Each claim of the paper's §6, tested on the measured numbers."""
-    claims = []
+def claim_parts(table: pd.DataFrame) -> list[_Part]:
+    """Every comparison the report judges: the paper's §6 claims, the controls, the ablations
+    and each cell of the regime map, as paired differences over seeds."""
+    parts: list[_Part] = []
     t1 = table[table.study == "table1"]
-    grpo = t1[t1.label == "GRPO"]
-    falls_d = int((grpo.diversity < grpo.diversity_first).sum())
-    falls_c = int((grpo.complexity < grpo.complexity_first).sum())
-    n = len(grpo)
-    claims.append(
-        Claim(
-            "GRPO's diversity and complexity fall over training (collapse).",
-            f"first {WINDOW} → last {WINDOW} epochs: diversity {grpo.diversity_first.mean():.3f} → "
-            f"{grpo.diversity.mean():.3f} (falls in {falls_d}/{n} seeds), complexity "
-            f"{grpo.complexity_first.mean():.2f} → {grpo.complexity.mean():.2f} (falls in {falls_c}/{n})",
-            "reproduced" if falls_d == n and falls_c == n else ("partly" if falls_d or falls_c else "not reproduced"),
+    grpo = t1[t1.label == "GRPO"].set_index("seed")
+    collapse = "GRPO's diversity and complexity fall over training (collapse)."
+    for key in ("diversity", "complexity"):
+        parts.append(
+            _part(
+                collapse,
+                f"GRPO {key}, last {WINDOW} − first {WINDOW} epochs",
+                "worse",
+                key,
+                grpo[key],
+                grpo[f"{key}_first"],
+            )
         )
-    )
     for key, what in (("max_reward", "member-mean max R"), ("population_max_reward", "best member's max R")):
-        r = paired(table, "Pop-GRPO", "GRPO", key)
-        verdict = "reproduced" if r["wins"] == len(r["seeds"]) else ("partly" if r["wins"] else "not reproduced")
-        claims.append(
-            Claim(
+        parts.append(
+            _part(
                 f"Pop-GRPO's max reward beats GRPO's ({what}).",
-                f"Pop − GRPO per seed {', '.join(f'{d:+.3f}' for d in r['diff'])}; mean {r['mean']:+.4f}; "
-                f"ahead in {r['wins']}/{len(r['seeds'])} seeds; paired t-test p = {r['p']:.3g}",
-                verdict,
+                f"Pop-GRPO − GRPO, {key}",
+                "better",
+                key,
+                _seed_means(table, "table1", key, label="Pop-GRPO"),
+                _seed_means(table, "table1", key, label="GRPO"),
             )
         )
-    four = [m for m in METHODS if m in PAPER_TABLE1]
-    means = t1[t1.label.isin(four)].groupby("label")[["mean_reward", "max_reward", "diversity", "complexity"]].mean()
-    tops = {k: means[k].idxmax() for k in ("diversity", "complexity")}
-    lows = {k: means[k].idxmin() for k in ("mean_reward", "max_reward")}
-    hits = sum(v == "MaxEnt-GRPO" for v in (*tops.values(), *lows.values()))
-    claims.append(
-        Claim(
-            "MaxEnt-GRPO has the highest diversity and complexity and the lowest reward.",
-            f"highest diversity: {tops['diversity']}, highest complexity: {tops['complexity']}, lowest mean R: "
-            f"{lows['mean_reward']}, lowest max R: {lows['max_reward']} (means over seeds)",
-            "reproduced" if hits == 4 else ("partly" if hits else "not reproduced"),
+    four = [m for m in METHODS if m in PAPER_TABLE1 and m != "MaxEnt-GRPO"]
+    maxent_claim = "MaxEnt-GRPO has the highest diversity and complexity and the lowest reward."
+    others = t1[t1.label.isin(four)].groupby("label")[["mean_reward", "max_reward", "diversity", "complexity"]].mean()
+    if (t1.label == "MaxEnt-GRPO").any() and len(others):
+        expectations = (
+            ("diversity", "better"),
+            ("complexity", "better"),
+            ("mean_reward", "worse"),
+            ("max_reward", "worse"),
         )
-    )
-    r = paired(table, "QD-GRPO", "GRPO", "archive_coverage")
-    claims.append(
-        Claim(
+        for key, expected in expectations:
+            # against the other method closest to MaxEnt on the claimed side: the strongest rival
+            rival = str(others[key].idxmax() if expected == "better" else others[key].idxmin())
+            parts.append(
+                _part(
+                    maxent_claim,
+                    f"MaxEnt-GRPO − {rival}, {key}",
+                    expected,
+                    key,
+                    _seed_means(table, "table1", key, label="MaxEnt-GRPO"),
+                    _seed_means(table, "table1", key, label=rival),
+                )
+            )
+    parts.append(
+        _part(
             "QD-GRPO covers more of the archive than GRPO.",
-            f"final coverage QD − GRPO per seed {', '.join(f'{d:+.3f}' for d in r['diff'])}; "
-            f"mean {r['mean']:+.4f}; ahead in {r['wins']}/{len(r['seeds'])} seeds",
-            "reproduced" if r["wins"] == len(r["seeds"]) else ("partly" if r["wins"] else "not reproduced"),
+            "QD-GRPO − GRPO, final archive_coverage",
+            "better",
+            "archive_coverage",
+            _seed_means(table, "table1", "archive_coverage", label="QD-GRPO"),
+            _seed_means(table, "table1", "archive_coverage", label="GRPO"),
         )
     )
-    claims += _control_claims(table)
-    claims += _ablation_claims(table)
-    return claims
-
-
-def _control_claims(table: pd.DataFrame) -> list[Claim]:
-    """Does Pop-GRPO's discovery gain survive its compute-matched control (best of K GRPO runs)?"""
-    claims = []
-    if not (table.study == "controls").any():
-        return claims
-    for pop, control in CONTROL_PAIRS:
-        r = paired(table, pop, control, "population_max_reward", study="controls")
-        if not r["seeds"]:
-            continue
-        verdict = "survives" if r["wins"] == len(r["seeds"]) else ("partly" if r["wins"] else "does not survive")
-        claims.append(
-            Claim(
-                f"{pop}'s best member beats the best of K independent GRPO runs ({control}; same K, same ideas).",
-                f"best member's max R, {pop} − {control} per seed {', '.join(f'{d:+.3f}' for d in r['diff'])}; "
-                f"mean {r['mean']:+.4f}; ahead in {r['wins']}/{len(r['seeds'])} seeds; paired t-test p = {r['p']:.3g}",
-                verdict,
+    if (table.study == "controls").any():
+        for pop, control in CONTROL_PAIRS:
+            key = "population_max_reward"
+            parts.append(
+                _part(
+                    f"{pop}'s best member beats the best of K independent GRPO runs ({control}; same K, same ideas).",
+                    f"{pop} − {control}, {key}",
+                    "better",
+                    key,
+                    _seed_means(table, "controls", key, label=pop),
+                    _seed_means(table, "controls", key, label=control),
+                )
+            )
+    parts += _ablation_parts(table)
+    rows = table[table.study == "regime"]
+    for intensity in sorted(rows.value.unique()):
+        key = "population_max_reward"
+        parts.append(
+            _part(
+                f"Pop-GRPO's best member beats the best of K GRPO runs at {intensity:g} updates/epoch (regime map).",
+                _regime_comparison(intensity),
+                "better",
+                key,
+                _seed_means(table, "regime", key, label="Pop-GRPO", values=[intensity]),
+                _seed_means(table, "regime", key, label="best-of-K GRPO", values=[intensity]),
             )
         )
-    return claims
+    return parts
+
+
+def _regime_comparison(intensity: float) -> str:
+    return f"Pop-GRPO − best-of-K GRPO, population_max_reward, {intensity:g} updates/epoch (regime)"
 
 
 def _trend(series: pd.Series) -> float:
@@ -423,89 +509,121 @@ def _trend(series: pd.Series) -> float:
     return float(stats.spearmanr(series.index, series.values).statistic)  # pyright: ignore[reportAttributeAccessIssue]
 
 
-def beyond_noise(table: pd.DataFrame, study: str, key: str, values: list, baseline: list, direction: int) -> float:
-    """One-sided paired t-test over seeds that ``key`` at the ablation ``values`` is higher
-    (``direction`` +1) or lower (−1) than at ``baseline`` (each side the per-seed mean over its
-    values); returns p. A difference that is the same in every seed counts as certain when it
-    points the claimed way (p = 0) and impossible otherwise (p = 1)."""
-    rows = table[table.study == study]
-    a = rows[rows.value.isin(values)].groupby("seed")[key].mean()
-    b = rows[rows.value.isin(baseline)].groupby("seed")[key].mean()
-    seeds = sorted(set(a.index) & set(b.index))
-    if not seeds:
-        return 1.0
-    diff = direction * np.array([a[s] - b[s] for s in seeds])
-    if len(seeds) < 2 or diff.std() == 0:
-        return 0.0 if diff.mean() > 0 else 1.0
-    return float(stats.ttest_rel(diff, np.zeros_like(diff), alternative="greater").pvalue)
-
-
-# A trend or a difference in an ablation counts when a one-sided paired t-test over seeds gives p < this.
-ALPHA = 0.05
-
-
-def _ablation_claims(table: pd.DataFrame) -> list[Claim]:
-    """The paper's ablation claims. Each part holds only beyond the seed noise: the trend's
-    endpoints (or the compared settings) must differ by a one-sided paired t-test at p < ALPHA,
-    so curves that are flat to the third decimal do not pass on their rank order."""
-    claims = []
-    for study, reading, unit in (
-        ("entropy_target", "", "nats/dim"),
-        ("entropy_target_joint", " (H* as the joint entropy)", "nats"),
-    ):
+def _ablation_parts(table: pd.DataFrame) -> list[_Part]:
+    """The paper's ablation claims, each part a paired comparison of two settings over seeds
+    (a trend's endpoints, or the settings the claim names), so that curves flat to the third
+    decimal do not pass on their rank order. Spearman's ρ of the mean curve is evidence only."""
+    parts: list[_Part] = []
+    for study, reading in (("entropy_target", ""), ("entropy_target_joint", " (H* as the joint entropy)")):
         if not (table.study == study).any():
             continue
+        claim = f"Entropy target H*{reading}: diversity rises with H*; max reward falls once H* > 1."
         div, mx = _means(table, study, "diversity"), _means(table, study, "max_reward")
-        entropy = _means(table, study, "entropy")
-        rho = _trend(div)
-        p_rise = beyond_noise(table, study, "diversity", [div.index.max()], [div.index.min()], +1)
-        beyond = [v for v in mx.index if v > 1.0]
-        p_drop = beyond_noise(table, study, "max_reward", beyond, [1.0], -1) if beyond and 1.0 in mx.index else 1.0
-        rises, drops = rho > 0.8 and p_rise < ALPHA, p_drop < ALPHA
-        claims.append(
-            Claim(
-                f"Entropy target H*{reading}: diversity rises with H*; max reward falls once H* > 1.",
-                f"diversity by H* {_fmt(div)} (Spearman ρ = {rho:+.2f}; highest vs lowest H* p = {p_rise:.3g}); "
-                f"max R by H* {_fmt(mx)} (H* > 1 vs H* = 1 p = {p_drop:.3g}); "
-                f"policy entropy reached ({unit}) by H* {_fmt(entropy)}",
-                "reproduced" if rises and drops else ("partly" if rises or drops else "not reproduced"),
+        lo, hi = div.index.min(), div.index.max()
+        parts.append(
+            _part(
+                claim,
+                f"diversity, H* = {hi:g} − H* = {lo:g} ({study})",
+                "better",
+                "diversity",
+                _seed_means(table, study, "diversity", values=[hi]),
+                _seed_means(table, study, "diversity", values=[lo]),
+                f"diversity by H* {_fmt(div)} (Spearman ρ = {_trend(div):+.2f})",
             )
         )
+        beyond = [v for v in mx.index if v > 1.0]
+        if beyond and 1.0 in mx.index:
+            parts.append(
+                _part(
+                    claim,
+                    f"max_reward, H* > 1 − H* = 1 ({study})",
+                    "worse",
+                    "max_reward",
+                    _seed_means(table, study, "max_reward", values=beyond),
+                    _seed_means(table, study, "max_reward", values=[1.0]),
+                    f"max R by H* {_fmt(mx)}",
+                )
+            )
     if (table.study == "archive_bonus").any():
+        claim = "Archive bonus β: moderate β (0.3–0.5) raises coverage over β = 0; β ≥ 2 costs reward."
         cov, mx = _means(table, "archive_bonus", "archive_coverage"), _means(table, "archive_bonus", "max_reward")
         moderate = [v for v in cov.index if 0.3 <= v <= 0.5]
         large = [v for v in mx.index if v >= 2.0]
-        p_gain = beyond_noise(table, "archive_bonus", "archive_coverage", moderate, [0.0], +1)
-        p_cost = beyond_noise(table, "archive_bonus", "max_reward", large, moderate, -1)
-        gains, big_hurts = p_gain < ALPHA, p_cost < ALPHA
-        claims.append(
-            Claim(
-                "Archive bonus β: moderate β (0.3–0.5) raises coverage over β = 0; β ≥ 2 costs reward.",
-                f"coverage by β {_fmt(cov)} (β 0.3–0.5 vs 0 p = {p_gain:.3g}); max R by β {_fmt(mx)} "
-                f"(β ≥ 2 vs 0.3–0.5 p = {p_cost:.3g})",
-                "reproduced" if gains and big_hurts else ("partly" if gains or big_hurts else "not reproduced"),
+        parts.append(
+            _part(
+                claim,
+                "archive_coverage, β 0.3–0.5 − β = 0",
+                "better",
+                "archive_coverage",
+                _seed_means(table, "archive_bonus", "archive_coverage", values=moderate),
+                _seed_means(table, "archive_bonus", "archive_coverage", values=[0.0]),
+                f"coverage by β {_fmt(cov)}",
+            )
+        )
+        parts.append(
+            _part(
+                claim,
+                "max_reward, β ≥ 2 − β 0.3–0.5",
+                "worse",
+                "max_reward",
+                _seed_means(table, "archive_bonus", "max_reward", values=large),
+                _seed_means(table, "archive_bonus", "max_reward", values=moderate),
+                f"max R by β {_fmt(mx)}",
             )
         )
     if (table.study == "population_size").any():
-        div, mx = (
-            _means(table, "population_size", "diversity"),
-            _means(table, "population_size", "population_max_reward"),
-        )
-        rho = _trend(div)
-        p_rise = beyond_noise(table, "population_size", "diversity", [div.index.max()], [div.index.min()], +1)
-        peak = mx.idxmax()
-        runner_up = mx.drop(peak).idxmax()
-        p_peak = beyond_noise(table, "population_size", "population_max_reward", [peak], [runner_up], +1)
-        rises, peaks_at_5 = rho > 0.8 and p_rise < ALPHA, peak == 5 and p_peak < ALPHA
-        claims.append(
-            Claim(
-                "Population size K: diversity rises with K; max reward peaks at K = 5.",
-                f"diversity by K {_fmt(div)} (Spearman ρ = {rho:+.2f}; largest vs smallest K p = {p_rise:.3g}); "
-                f"best member's max R by K {_fmt(mx)} (peak at K = {peak:g}, ahead of K = {runner_up:g} "
-                f"with p = {p_peak:.3g})",
-                "reproduced" if rises and peaks_at_5 else ("partly" if rises or peaks_at_5 else "not reproduced"),
+        claim = "Population size K: diversity rises with K; max reward peaks at K = 5."
+        div = _means(table, "population_size", "diversity")
+        mx = _means(table, "population_size", "population_max_reward")
+        lo, hi = div.index.min(), div.index.max()
+        parts.append(
+            _part(
+                claim,
+                f"diversity, K = {hi:g} − K = {lo:g}",
+                "better",
+                "diversity",
+                _seed_means(table, "population_size", "diversity", values=[hi]),
+                _seed_means(table, "population_size", "diversity", values=[lo]),
+                f"diversity by K {_fmt(div)} (Spearman ρ = {_trend(div):+.2f})",
             )
         )
+        if 5 in mx.index and len(mx) > 1:
+            rival = mx.drop(5).idxmax()  # the strongest other K, by mean
+            parts.append(
+                _part(
+                    claim,
+                    f"population_max_reward, K = 5 − K = {rival:g}",
+                    "better",
+                    "population_max_reward",
+                    _seed_means(table, "population_size", "population_max_reward", values=[5]),
+                    _seed_means(table, "population_size", "population_max_reward", values=[rival]),
+                    f"best member's max R by K {_fmt(mx)}",
+                )
+            )
+    return parts
+
+
+def check_claims(table: pd.DataFrame, *, alpha: float = ALPHA) -> list[Claim]:
+    """Every comparison of :func:`claim_parts`, judged as one Holm family by
+    :func:`popgrpo.study.stats.judge` (paired t-test, TOST at the metric's margin, bootstrap CI)."""
+    parts = claim_parts(table)
+    tested = [p for p in parts if p.test is not None]
+    verdicts = dict(
+        zip(map(id, tested), judge([p.test for p in tested if p.test is not None], alpha=alpha), strict=True)
+    )
+    claims = []
+    for part in parts:
+        verdict = verdicts.get(id(part))
+        if verdict is None:
+            claims.append(Claim(part.claim, part.comparison, part.expected, part.evidence, "inconclusive"))
+            continue
+        lo, hi = verdict.ci
+        evidence = (
+            f"mean {verdict.test.mean:+.4f} [95% CI {lo:+.3f}, {hi:+.3f}]; {part.evidence}; "
+            f"t-test p = {verdict.p:.3g}, Holm p = {verdict.p_holm:.3g}; TOST ±{verdict.claim.margin:g} "
+            f"Holm p = {verdict.p_tost:.3g}"
+        )
+        claims.append(Claim(part.claim, part.comparison, part.expected, evidence, verdict.word, verdict.record()))
     return claims
 
 
@@ -514,8 +632,16 @@ def _fmt(series: pd.Series) -> str:
 
 
 def claims_markdown(claims: list[Claim]) -> str:
-    lines = ["## Claims", "", "| claim | measured | verdict |", "| --- | --- | --- |"]
-    lines += [f"| {c.claim} | {c.evidence} | **{c.verdict}** |" for c in claims]
+    lines = [
+        "## Claims",
+        "",
+        f"Each row is a paired comparison over seeds; verdicts are Holm-corrected across all {len(claims)} rows "
+        f"(α = {ALPHA}); `equivalent within ±m` needs TOST at the stated margin m (popgrpo.study.stats).",
+        "",
+        "| claim | comparison | measured | claimed | verdict |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {c.claim} | {c.comparison} | {c.evidence} | {c.expected} | **{c.verdict}** |" for c in claims]
     return "\n".join(lines) + "\n"
 
 
@@ -531,14 +657,23 @@ def _method_epochs(plan: list[dict], epochs: pd.DataFrame) -> dict[str, pd.DataF
 
 def fig_training_dynamics(by_method: dict[str, pd.DataFrame], path: Path) -> Path:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
-    panels = (("reward_mean", "mean reward"), ("reward_max", "max reward"), ("diversity", "diversity"),
-              ("complexity", "complexity"))  # fmt: skip
+    panels = (
+        ("reward_mean", "mean reward"),
+        ("reward_max", "max reward"),
+        ("diversity", "diversity"),
+        ("complexity", "complexity"),
+    )
     for ax, (col, label) in zip(axes.flat, panels, strict=True):
         for method, frame in by_method.items():
             curve = frame.groupby("epoch")[col].agg(["mean", "std"]).fillna(0.0)
             ax.plot(curve.index, curve["mean"], label=method, color=COLORS.get(method), lw=1.6)
-            ax.fill_between(curve.index, curve["mean"] - curve["std"], curve["mean"] + curve["std"], alpha=0.15,
-                            color=COLORS.get(method))  # fmt: skip
+            ax.fill_between(
+                curve.index,
+                curve["mean"] - curve["std"],
+                curve["mean"] + curve["std"],
+                alpha=0.15,
+                color=COLORS.get(method),
+            )
         ax.set_title(label)
         ax.grid(alpha=0.3)
     for ax in axes[1]:
@@ -553,8 +688,9 @@ def fig_reward_diversity(by_method: dict[str, pd.DataFrame], path: Path) -> Path
     for method, frame in by_method.items():
         half = frame[frame.epoch >= frame.epoch.max() / 2]
         ax.scatter(half.diversity, half.reward_max, s=8, alpha=0.35, color=COLORS.get(method), label=method)
-        ax.scatter(half.diversity.mean(), half.reward_max.mean(), marker="D", s=90, edgecolor="black",
-                   color=COLORS.get(method))  # fmt: skip
+        ax.scatter(
+            half.diversity.mean(), half.reward_max.mean(), marker="D", s=90, edgecolor="black", color=COLORS.get(method)
+        )
     ax.set_xlabel("diversity")
     ax.set_ylabel("max reward")
     ax.grid(alpha=0.3)
@@ -574,8 +710,17 @@ def fig_complexity_early_late(by_method: dict[str, pd.DataFrame], metrics: pd.Da
         boxes = []
         for phase, sel in (("early", rows.epoch < WINDOW), ("late", rows.epoch > last - WINDOW)):
             q = rows.loc[sel, quantiles].mean()
-            boxes.append({"label": phase, "whislo": q.iloc[0], "q1": q.iloc[1], "med": q.iloc[2], "q3": q.iloc[3],
-                          "whishi": q.iloc[4], "fliers": []})  # fmt: skip
+            boxes.append(
+                {
+                    "label": phase,
+                    "whislo": q.iloc[0],
+                    "q1": q.iloc[1],
+                    "med": q.iloc[2],
+                    "q3": q.iloc[3],
+                    "whishi": q.iloc[4],
+                    "fliers": [],
+                }
+            )
         parts = ax.bxp(boxes, showfliers=False, patch_artist=True)
         for patch, color in zip(parts["boxes"], ("tab:blue", "tab:red"), strict=True):
             patch.set_facecolor(color)
@@ -594,8 +739,13 @@ def fig_multiseed(table: pd.DataFrame, path: Path) -> Path:
     methods = [m for m in METHODS if (t1.label == m).any()]
     for ax, key in zip(axes, keys, strict=True):
         stats_ = t1.groupby("label")[key].agg(["mean", "std"]).reindex(methods)
-        ax.bar(range(len(methods)), stats_["mean"], yerr=stats_["std"].fillna(0), capsize=4,
-               color=[COLORS.get(m, "tab:purple") for m in methods])  # fmt: skip
+        ax.bar(
+            range(len(methods)),
+            stats_["mean"],
+            yerr=stats_["std"].fillna(0),
+            capsize=4,
+            color=[COLORS.get(m, "tab:purple") for m in methods],
+        )
         ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right", fontsize=8)
         ax.set_title(key)
         ax.grid(alpha=0.3, axis="y")
@@ -613,8 +763,15 @@ def fig_regime(table: pd.DataFrame, path: Path) -> Path:
             cell = rows[rows.label == label].groupby("value")[key].agg(["mean", "std"])
             if cell.empty:
                 continue
-            ax.errorbar(cell.index, cell["mean"], yerr=cell["std"].fillna(0), marker="o", capsize=3, label=label,
-                        color=COLORS.get(label, "tab:purple"))  # fmt: skip
+            ax.errorbar(
+                cell.index,
+                cell["mean"],
+                yerr=cell["std"].fillna(0),
+                marker="o",
+                capsize=3,
+                label=label,
+                color=COLORS.get(label, "tab:purple"),
+            )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("GRPO updates per epoch")
         ax.set_title(title)
@@ -688,8 +845,11 @@ def render(out: str | Path) -> list[Path]:
     sections = (table1_markdown(table), paired_markdown(table), controls_markdown(table), regime_markdown(table))
     text = "\n".join((*sections, ablation_markdown(table), merge_markdown(table)))
     (out / "table1.md").write_text(text)
-    (out / "claims.md").write_text(claims_markdown(check_claims(table)))
-    written += [out / "table1.md", out / "claims.md"]
+    claims = check_claims(table)
+    (out / "claims.md").write_text(claims_markdown(claims))
+    records = [{"paper_claim": c.claim, "comparison": c.comparison, "expected": c.expected, **c.record} for c in claims]
+    (out / "verdicts.json").write_text(json.dumps(records, indent=1) + "\n")
+    written += [out / "table1.md", out / "claims.md", out / "verdicts.json"]
 
     by_method = _method_epochs(plan, per_epoch(metrics))
     written.append(fig_training_dynamics(by_method, out / FIGURES[0]))

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from popgrpo.envs import Environment
+from popgrpo.envs import Environment, Landscape
 from popgrpo.envs.idea import IdeaEnv
 
 
@@ -79,3 +79,21 @@ def test_execute_draws_as_reward_does_and_returns_the_expectation():
     assert bool((values[~success] == 0).all()) and bool((values[success] != 0).all())
     assert torch.allclose(expected, env.quality(ideas) * env.p_exec(ideas))
     assert torch.equal(expected, env.expected_reward(ideas))
+
+
+def test_peak_names_the_bump_that_gives_the_quality():
+    env = IdeaEnv()
+    ideas = torch.randn(200, 16, generator=torch.Generator().manual_seed(0)) * 4.0
+    peak = env.peak(ideas)
+    assert peak.dtype == torch.int64 and peak.shape == (200,)
+    by_hand = torch.stack(
+        [
+            float(q) * torch.exp(-((ideas - c) ** 2).sum(1) / (2 * float(w) ** 2))
+            for q, c, w in zip(env.peak_quality, env.peak_centres, env.peak_width, strict=True)
+        ],
+        dim=1,
+    )  # [N, peaks]
+    assert torch.equal(peak, by_hand.argmax(dim=1))
+    assert torch.allclose(env.quality(ideas), by_hand[torch.arange(200), peak], rtol=1e-5, atol=1e-7)
+    assert isinstance(env, Landscape)
+    assert len(set(peak.tolist())) > 1  # the test sees more than one basin

@@ -11,7 +11,7 @@ import pytest
 from popgrpo.cli import main
 from popgrpo.config import load_config, preset_path
 from popgrpo.study.plan import ABLATIONS, MERGE_STRATEGIES, METHODS, build_plan
-from popgrpo.study.report import FIGURES, check_claims, load, trial_table
+from popgrpo.study.report import FIGURES, check_claims, claims_markdown, load, trial_table
 
 EPOCHS = 12
 
@@ -97,6 +97,10 @@ def test_report_writes_the_tables_and_every_figure(study_dir, capsys):
     for strategy in MERGE_STRATEGIES:
         assert f"| {strategy} |" in table1
     assert "- best on population_max_reward: **" in table1
+    verdicts = json.loads((study_dir / "verdicts.json").read_text())
+    assert str(study_dir / "verdicts.json") in printed
+    assert {"paper_claim", "comparison", "expected", "mean_diff", "ci_low", "p_holm", "verdict"} <= verdicts[0].keys()
+    assert verdicts[0]["comparison"].startswith("GRPO diversity") and verdicts[0]["verdict"] == "worse"
 
 
 def test_trial_table_averages_the_last_ten_epochs_over_members(study_dir):
@@ -125,16 +129,35 @@ def test_merge_winner_counts_seeds_where_the_best_mean_strategy_was_best():
 
 def test_claim_verdicts_follow_the_numbers(study_dir):
     plan, metrics = load(study_dir)
-    verdicts = {c.claim.split(":")[0].split(" (")[0]: c.verdict for c in check_claims(trial_table(plan, metrics))}
-    assert verdicts["GRPO's diversity and complexity fall over training"] == "reproduced"
-    assert verdicts["Pop-GRPO's max reward beats GRPO's"] in ("reproduced", "partly", "not reproduced")
-    assert verdicts["MaxEnt-GRPO has the highest diversity and complexity and the lowest reward."] == "reproduced"
-    assert verdicts["QD-GRPO covers more of the archive than GRPO."] == "reproduced"
+    claims = check_claims(trial_table(plan, metrics))
+    by_claim: dict[str, list] = {}
+    for c in claims:
+        by_claim.setdefault(c.claim.split(":")[0].split(" (")[0], []).append(c)
+    collapse = by_claim["GRPO's diversity and complexity fall over training"]
+    assert [c.verdict for c in collapse] == ["worse", "worse"] and all(c.holds for c in collapse)
+    assert all(c.verdict == "better" for c in by_claim["Pop-GRPO's max reward beats GRPO's"])
+    maxent = by_claim["MaxEnt-GRPO has the highest diversity and complexity and the lowest reward."]
+    assert len(maxent) == 4 and all(c.holds for c in maxent)
+    assert [c.verdict for c in by_claim["QD-GRPO covers more of the archive than GRPO."]] == ["better"]
+    # every comparison is one member of one Holm family
+    assert all(c.record["p_holm"] is None or c.record["p_holm"] >= c.record["p"] for c in claims)
     # flip the data: GRPO no longer collapses, so the first claim must fail
     metrics.loc[metrics.trial.isin(metrics[metrics.trial.str.startswith("grpo-")].trial), "diversity"] = 0.9
     metrics.loc[metrics.trial.str.startswith("grpo-"), "complexity"] = 3.5
     claims = check_claims(trial_table(plan, metrics))
-    assert claims[0].verdict == "not reproduced"
+    assert claims[0].verdict == "equivalent within ±0.02" and not claims[0].holds
+    assert "| GRPO's diversity and complexity fall" in claims_markdown(claims)
+
+
+def test_ablation_parts_need_a_paired_difference_beyond_the_margin(study_dir):
+    plan, metrics = load(study_dir)
+    table = trial_table(plan, metrics)
+    key = "diversity, H* = 4 − H* = 0 (entropy_target)"
+    flat = {c.comparison: c for c in check_claims(table)}[key]
+    assert flat.verdict == "equivalent within ±0.02" and not flat.holds  # a flat curve is no rise
+    table.loc[(table.study == "entropy_target") & (table.value == 4), "diversity"] += 0.1
+    risen = {c.comparison: c for c in check_claims(table)}[key]
+    assert risen.verdict == "better" and risen.holds
 
 
 def test_report_on_a_directory_without_a_study_is_a_clear_error(tmp_path, capsys):
@@ -154,15 +177,15 @@ def test_controls_score_best_of_k_like_the_population_and_decide_whether_the_cla
     best_of_k = raw.groupby("epoch").reward_max.max().mean()  # the best of the K runs, epoch by epoch
     assert control.population_max_reward == pytest.approx(best_of_k)
     assert control.max_reward == pytest.approx(raw.reward_max.mean())  # and the member mean beside it
-    # a population below its control in every seed: the claim does not survive; above it: it does
+    # a population below its control in every seed: the claim is refuted; above it: it holds
     pop = table[(table.study == "controls") & (table.label == "Pop-GRPO")].trial.unique()
     metrics.loc[metrics.trial.isin(pop), "reward_max"] -= 1.0
     claims = {c.claim: c.verdict for c in check_claims(trial_table(plan, metrics))}
     key = next(k for k in claims if k.startswith("Pop-GRPO's best member beats the best of K"))
-    assert claims[key] == "does not survive"
+    assert claims[key] == "worse"
     metrics.loc[metrics.trial.isin(pop), "reward_max"] += 2.0
     claims = {c.claim: c.verdict for c in check_claims(trial_table(plan, metrics))}
-    assert claims[key] == "survives"
+    assert claims[key] == "better"
     assert "## Controls: Pop-GRPO against the best of K" in main_report_text(study_dir)
 
 
@@ -181,6 +204,7 @@ def test_regime_map_reports_each_intensity_and_follows_the_numbers(regime_study_
     assert regime.updates_per_epoch.tolist() == list(REGIME_INTENSITIES)
     assert (regime.grpo_complexity_ratio < 1).all()  # the synthetic GRPO collapses at every intensity
     assert regime.pop_ahead.tolist() == ["0/2"] * len(regime) or regime.pop_minus_control.abs().max() < 0.05
+    assert set(regime.pop_verdict) <= {"better", "worse", "inconclusive", "equivalent within ±0.05"}
     # the synthetic Pop-GRPO is the most diverse and MaxEnt next: the paper's order at the top
     assert (regime.ordering > 0).all()
     text = main_report_text(study_dir)
@@ -188,31 +212,3 @@ def test_regime_map_reports_each_intensity_and_follows_the_numbers(regime_study_
     flat = metrics.copy()
     flat.loc[flat.trial.str.startswith("grpo-"), "complexity"] = 3.5
     assert (regime_rows(trial_table(plan, flat)).grpo_complexity_ratio == 1.0).all()
-
-
-def test_beyond_noise_is_a_one_sided_paired_test_over_seeds():
-    from popgrpo.study.report import beyond_noise
-
-    def table(at_one: list[float]) -> pd.DataFrame:
-        seeds = [1, 2, 3, 4, 5]
-        base = [0.50, 0.61, 0.47, 0.55, 0.52]
-        return pd.DataFrame(
-            {
-                "study": "s",
-                "seed": seeds * 2,
-                "value": [0.0] * 5 + [1.0] * 5,
-                "x": base + [b + d for b, d in zip(base, at_one, strict=True)],
-            }
-        )
-
-    shifted = table([0.1] * 5)  # the same shift in every seed: certain, one way only
-    assert beyond_noise(shifted, "s", "x", [1.0], [0.0], +1) == 0.0
-    assert beyond_noise(shifted, "s", "x", [1.0], [0.0], -1) == 1.0
-    # Rank order without signal: a mean difference of +0.002 inside ±0.03 of seed noise.
-    noisy = table([0.03, -0.03, 0.02, -0.02, 0.01])
-    p = beyond_noise(noisy, "s", "x", [1.0], [0.0], +1)
-    assert 0.3 < p < 0.7
-    clear = table([0.11, 0.09, 0.12, 0.08, 0.10])
-    p = beyond_noise(clear, "s", "x", [1.0], [0.0], +1)
-    assert p < 1e-3 and beyond_noise(clear, "s", "x", [1.0], [0.0], -1) > 0.99
-    assert beyond_noise(clear, "s", "x", [2.0], [0.0], +1) == 1.0  # no such setting: nothing shown
