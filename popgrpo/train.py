@@ -12,6 +12,7 @@ from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, load_config
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
+from popgrpo.runtime.stopping import deferring
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.telemetry.loggers import RoundReport, archive_heatmaps, make_loggers
 from popgrpo.telemetry.plots import plot_training_dynamics
@@ -102,6 +103,7 @@ def _run(
     )
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
 
+    @deferring  # a stop signal that comes while a finished round is written waits for its checkpoint
     def on_round(round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None) -> None:
         nonlocal best_max
         new = [row for per_member in member_rows for row in per_member]

@@ -109,7 +109,11 @@ def describe_group(
     """
     head = f"{name} [{device}]"
     if epochs_done is None:
-        return f"{head} rebuilt (run restart {build}), restoring" if build else f"{head} new, nothing trained or loaded yet"
+        return (
+            f"{head} rebuilt (run restart {build}), restoring"
+            if build
+            else f"{head} new, nothing trained or loaded yet"
+        )
     if epochs_done >= total_epochs:
         where = f"done, epoch {epochs_done}/{total_epochs}"
     else:

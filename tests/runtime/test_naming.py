@@ -43,7 +43,7 @@ def test_every_actor_of_a_packed_population_has_its_own_name():
     groups = [list(range(i, min(i + 3, 10))) for i in range(0, 10, 3)]
     names = [member_actor_name("r", g) for g in groups]
     assert names == ["r/members-0-2", "r/members-3-5", "r/members-6-8", "r/member-9"]
-    assert len(set(names + [archive_actor_name("r")])) == 5
+    assert len({*names, archive_actor_name("r")}) == 5
 
 
 def test_two_runs_with_one_label_get_two_namespaces():
