@@ -57,7 +57,6 @@ class ArchiveActor:
 
     def __init__(self, config_json: str, run_dir: str | None, run_key: str, redis_password: str | None) -> None:
         config = Config.model_validate_json(config_json)
-        self.name = ray.get_runtime_context().get_actor_name() or "archive"
         self.holds = "1 shared archive" if config.archive.shared else "private archives"
         self.archives = make_archives(config)
         self.store = None
@@ -71,15 +70,16 @@ class ArchiveActor:
         self._restore(run_dir)
 
     def __repr__(self) -> str:
-        """``<run>/archive: 1 shared archive, restored from …``: read by Ray when the constructor
-        returns, so also after each restart Ray performs (:mod:`popgrpo.runtime.naming`)."""
+        """``archive: 1 shared archive, restored from …`` (the run is in the actor's name): read by
+        Ray when the constructor returns, so also after each restart Ray performs
+        (:mod:`popgrpo.runtime.naming`)."""
         info: RestoreInfo | None = getattr(self, "restored", None)  # None while the constructor runs
         if info is None:
-            return f"{self.name}: {self.holds}, starting"
+            return f"archive: {self.holds}, starting"
         if info["snapshot_round"] is None and not info["redis_elites"]:
-            return f"{self.name}: {self.holds}, new"
+            return f"archive: {self.holds}, new"
         snapshot = "no snapshot" if info["snapshot_round"] is None else f"the round {info['snapshot_round']} snapshot"
-        return f"{self.name}: {self.holds}, restored from {snapshot} and {info['redis_elites']} Redis elites"
+        return f"archive: {self.holds}, restored from {snapshot} and {info['redis_elites']} Redis elites"
 
     def _restore(self, run_dir: str | None) -> None:
         from popgrpo.telemetry.checkpoint import Checkpointer
@@ -190,7 +190,7 @@ class MemberGroup:
         config = Config.model_validate_json(config_json)
         # What __repr__ tells (popgrpo.runtime.naming.describe_group); `build`: the run's
         # restart count when the driver rebuilt this actor, 0 for one the run started with.
-        self.name = ray.get_runtime_context().get_actor_name() or f"{run_tag}/{member_label(member_ids)}"
+        self.label = member_label(member_ids)  # the actor's name without the run, which the name carries
         self.build = build
         self.total_epochs, self.interval_epochs = config.run.epochs, config.scheduler.interval_epochs
         self.state_known = False  # nothing trained or loaded yet: round and epoch are not known
@@ -242,11 +242,11 @@ class MemberGroup:
         return rows
 
     def __repr__(self) -> str:
-        """Name, device, round, epoch and each member's last mean reward (:func:`describe_group`)."""
+        """Members, device, round, epoch and each member's last mean reward (:func:`describe_group`)."""
         members = getattr(self, "members", None)  # None while the constructor runs
         epochs_done = next(iter(members.values())).epochs_done if members and self.state_known else None
         return describe_group(
-            self.name,
+            self.label,
             str(getattr(self, "device", "?")),
             self.build,
             epochs_done,

@@ -83,7 +83,7 @@ def archive_actor_name(run_label: str) -> str:
 
 
 def describe_group(
-    name: str,
+    label: str,
     device: str,
     build: int,
     epochs_done: int | None,
@@ -91,29 +91,27 @@ def describe_group(
     interval_epochs: int,
     last_reward_mean: Mapping[int, float],
 ) -> str:
-    """A member actor's ``repr``: who it is, then where its members are.
+    """A member actor's ``repr``: which members, then where they are.
 
-    ``name``: the actor's name (:func:`member_actor_name`); ``build``: 0 for an actor the run
-    started with, n for one built at the run's n-th restart of a lost actor; ``epochs_done``: the members' finished
-    epochs, None until the actor has trained or been given a state (then it has nothing
-    true to say about round and epoch: a rebuilt or resumed actor is about to be restored);
-    ``last_reward_mean``: each member's mean reward in its last epoch, by member id.
+    ``label``: the actor's :func:`member_label` (the run is in the actor's name and
+    namespace, beside the repr on the dashboard); ``build``: 0 for an actor the run started
+    with, n for one built at the run's n-th restart of a lost actor; ``epochs_done``: the
+    members' finished epochs, None until the actor has trained or been given a state (until
+    then it has nothing true to say about round and epoch: a rebuilt actor, or one of a
+    resumed run, is about to be restored); ``last_reward_mean``: each member's mean reward in
+    its last epoch, by member id.
 
     The round is the one the members are in, ``epochs_done // interval_epochs``, the
     scheduler's rounds being ``interval_epochs`` long (the last one possibly shorter).
 
-    >>> describe_group("r/members-0-1", "cpu", 0, 25, 120, 10, {0: 0.4121, 1: -0.38})
-    'r/members-0-1 [cpu] round 2, epoch 25/120, last reward mean 0: 0.412, 1: -0.380'
-    >>> describe_group("r/member-3", "cpu", 2, None, 120, 10, {})
-    'r/member-3 [cpu] rebuilt (run restart 2), restoring'
+    >>> describe_group("members-0-1", "cpu", 0, 25, 120, 10, {0: 0.4121, 1: -0.38})
+    'members-0-1 [cpu] round 2, epoch 25/120, last reward mean 0: 0.412, 1: -0.380'
+    >>> describe_group("member-3", "cpu", 2, None, 120, 10, {})
+    'member-3 [cpu] rebuilt (restart 2)'
     """
-    head = f"{name} [{device}]"
+    head = f"{label} [{device}]"
     if epochs_done is None:
-        return (
-            f"{head} rebuilt (run restart {build}), restoring"
-            if build
-            else f"{head} new, nothing trained or loaded yet"
-        )
+        return f"{head} rebuilt (restart {build})" if build else f"{head} new"
     if epochs_done >= total_epochs:
         where = f"done, epoch {epochs_done}/{total_epochs}"
     else:

@@ -57,13 +57,13 @@ def test_two_concurrent_runs_with_one_run_name_keep_their_names_apart(ray_local,
                 assert ray.get(found.pid.remote()) == ray.get(actor.pid.remote())
         # Ray's Repr column: what each actor said when its constructor returned.
         reprs = {a.name: a.repr_name for a in _actors(first.namespace, "ALIVE")}
-        assert reprs["run/member-0"] == "run/member-0 [cpu] new, nothing trained or loaded yet"
-        assert reprs["run/archive"] == "run/archive: 1 shared archive, new"
+        assert reprs["run/member-0"] == "member-0 [cpu] new"
+        assert reprs["run/archive"] == "archive: 1 shared archive, new"
         # Both train side by side; the live repr follows the members, the Repr column does not.
         first.train(2, 0)
         second.train(1, 0)
-        assert _live_repr(first._actors[1]).startswith("run/member-1 [cpu] round 1, epoch 2/4, last reward mean 1: ")
-        assert _live_repr(second._actors[0]).startswith("run/member-0 [cpu] round 0, epoch 1/4, last reward mean 0: ")
+        assert _live_repr(first._actors[1]).startswith("member-1 [cpu] round 1, epoch 2/4, last reward mean 1: ")
+        assert _live_repr(second._actors[0]).startswith("member-0 [cpu] round 0, epoch 1/4, last reward mean 0: ")
         assert {a.repr_name for a in _actors(first.namespace, "ALIVE")} == set(reprs.values())
     finally:
         first.close()
@@ -87,9 +87,9 @@ def test_a_rebuilt_member_actor_takes_the_lost_ones_name(ray_local, tmp_path):
             time.sleep(0.5)
         assert sorted(a.state for a in named) == ["ALIVE", "DEAD"]
         [alive] = [a for a in named if a.state == "ALIVE"]
-        assert alive.repr_name == f"{name} [cpu] rebuilt (run restart 1), restoring"
+        assert alive.repr_name == "member-0 [cpu] rebuilt (restart 1)"
         found = ray.get_actor(name, namespace=executor.namespace)
         assert ray.get(found.pid.remote()) == ray.get(executor._actors[0].pid.remote()) != lost_pid
-        assert _live_repr(found).startswith(f"{name} [cpu] round 0, epoch 1/4, last reward mean 0: ")
+        assert _live_repr(found).startswith("member-0 [cpu] round 0, epoch 1/4, last reward mean 0: ")
     finally:
         executor.close()

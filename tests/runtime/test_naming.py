@@ -54,12 +54,8 @@ def test_two_runs_with_one_label_get_two_namespaces():
 
 
 def test_describe_group_before_any_state_claims_no_round():
-    assert describe_group("r/members-0-1", "cpu", 0, None, 120, 10, {}) == (
-        "r/members-0-1 [cpu] new, nothing trained or loaded yet"
-    )
-    assert describe_group("r/member-3", "cuda:0", 2, None, 120, 10, {}) == (
-        "r/member-3 [cuda:0] rebuilt (run restart 2), restoring"
-    )
+    assert describe_group("members-0-1", "cpu", 0, None, 120, 10, {}) == ("members-0-1 [cpu] new")
+    assert describe_group("member-3", "cuda:0", 2, None, 120, 10, {}) == ("member-3 [cuda:0] rebuilt (restart 2)")
 
 
 @pytest.mark.parametrize(
@@ -68,10 +64,10 @@ def test_describe_group_before_any_state_claims_no_round():
      (24, "round 2, epoch 24/25"), (25, "done, epoch 25/25")],
 )  # fmt: skip
 def test_describe_group_places_members_in_their_round(epochs_done, where):
-    text = describe_group("r/member-0", "cpu", 0, epochs_done, 25, 10, {0: 0.5})
-    assert text == f"r/member-0 [cpu] {where}, last reward mean 0: 0.500"
+    text = describe_group("member-0", "cpu", 0, epochs_done, 25, 10, {0: 0.5})
+    assert text == f"member-0 [cpu] {where}, last reward mean 0: 0.500"
 
 
 def test_describe_group_lists_each_members_last_reward_in_member_order():
-    text = describe_group("r/members-0-2", "cpu", 0, 3, 10, 2, {2: -1.0, 0: 0.12345, 1: math.nan})
+    text = describe_group("members-0-2", "cpu", 0, 3, 10, 2, {2: -1.0, 0: 0.12345, 1: math.nan})
     assert text.endswith("round 1, epoch 3/10, last reward mean 0: 0.123, 1: nan, 2: -1.000")
