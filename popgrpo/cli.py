@@ -128,7 +128,7 @@ def stopped_line(run_dir: Path, signal_name: str, again: str) -> str:
     else:
         done = (
             f"round {info['round']} is the last complete round ({info['epoch_end']} epochs, checkpointed); "
-            "the round in progress was abandoned"
+            "the round in progress, if any, was abandoned"
         )
     return f"stopped by {signal_name}: {done}; continue with: {again}"
 

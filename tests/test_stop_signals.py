@@ -27,7 +27,7 @@ ARGS = [
 ]  # fmt: skip
 STOPPED = re.compile(
     r"^popgrpo: stopped by (SIGTERM|SIGINT): round (\d+) is the last complete round \((\d+) epochs, checkpointed\); "
-    r"the round in progress was abandoned; continue with: (.+)$",
+    r"the round in progress, if any, was abandoned; continue with: (.+)$",
     re.MULTILINE,
 )
 
