@@ -172,3 +172,24 @@ def test_embedded_ray_run_stops_on_sigterm_and_takes_its_ray_down(tmp_path: Path
         assert _wait_gone(env["RAY_TMPDIR"]) == []
     finally:
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+
+
+def test_the_resume_command_repeats_how_the_run_was_started(tmp_path: Path):
+    from popgrpo.cli import resume_command
+
+    assert resume_command(tmp_path / "a run") == f"popgrpo train --resume '{tmp_path / 'a run'}'"
+    assert shlex.split(resume_command(Path("runs/x"), "ray", "ray://head:10001")) == [
+        "popgrpo", "train", "--resume", "runs/x", "--address", "ray://head:10001",
+    ]  # fmt: skip
+
+
+def test_the_stop_line_before_any_checkpoint_and_after_the_end(tmp_path: Path):
+    from popgrpo.cli import stopped_line
+
+    line = stopped_line(tmp_path, "SIGINT", "popgrpo train --resume X")
+    assert line == (
+        "stopped by SIGINT: before its first round was complete (no checkpoint yet); "
+        "continue with: popgrpo train --resume X"
+    )
+    (tmp_path / "summary.json").write_text("{}")
+    assert "the run is complete" in stopped_line(tmp_path, "SIGTERM", "popgrpo train --resume X")
