@@ -103,7 +103,7 @@ def _run(
     )
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
 
-    @deferring  # a stop signal that comes while a finished round is written waits for its checkpoint
+    @deferring  # a stop signal that comes while a round is written waits for its checkpoint
     def on_round(round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None) -> None:
         nonlocal best_max
         new = [row for per_member in member_rows for row in per_member]

@@ -3,10 +3,10 @@
 The first signal abandons the round in progress: :class:`RunInterrupted` is raised where the
 run is, the run's ``finally`` blocks shut the actors and an embedded Ray down, and the run
 directory keeps every round already checkpointed (a resumed run recomputes the abandoned
-round from the last checkpoint, with the same numbers). One exception: while a finished
-round's results are being written (:func:`deferred`, around the metrics, lineage, loggers
-and checkpoint of a round), the signal waits until they are written, so a round whose
-training is over is never lost to a stop. A second signal, while the first stop is under
+round from the last checkpoint, with the same numbers). One exception: while a round's
+results are being written (:func:`deferred`, around the metrics, lineage, loggers and
+checkpoint of a round that has trained and merged), the signal waits until they are all
+written, so a round whose writing has begun ends checkpointed. A second signal, while the first stop is under
 way, ends the process at once (``os._exit``) after one line on stderr; checkpoints are
 written atomically, so even then the last one is intact.
 
