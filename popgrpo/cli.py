@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -54,34 +56,94 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         factory = local_factory
     else:
-        from popgrpo.runtime.cluster import SetupError
+        from popgrpo.ops.monitor import charts_hint
+        from popgrpo.runtime.cluster import SetupError, embeds_ray
         from popgrpo.runtime.ray_executor import RayExecutor
+        from popgrpo.telemetry.watching import ray_session_dir
 
         def ray_factory(cfg: Config, run_dir: Path) -> Executor:
+            embedded = embeds_ray(args.address)
             try:
                 executor = RayExecutor(cfg, run_dir=run_dir, address=args.address)
             except SetupError as exc:
                 raise ConfigError(str(exc)) from None
-            _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=True))
+            lines = watch_lines(run_dir, cfg.run, ray_connected=True)
+            if embedded:  # a cluster's charts are its operator's business (docs/guides/grafana.md)
+                lines.append(charts_hint(ray_session_dir()))
+            _print_watch_lines(lines)
             return executor
 
         factory = ray_factory
 
-    try:
-        if config is None:
-            summary = resume(run_dir, executor_factory=factory, progress=not args.quiet)
-        else:
-            summary = train(config, run_dir, executor_factory=factory, progress=not args.quiet)
-    except (FileExistsError, ConfigError, ResumeError) as exc:
-        raise ConfigError(str(exc)) from None
-    except Exception as exc:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "error.log").write_text(traceback.format_exc())
-        print(f"popgrpo: run failed: {exc} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
-        return 1
+    from popgrpo.runtime.stopping import StopOnSignal, exit_status
+
+    again = resume_command(run_dir, args.executor, args.address)
+    # SIGTERM / SIGINT: the first abandons the round in progress and stops cleanly (the
+    # handling below runs with the handlers still set); a second exits at once.
+    with StopOnSignal(
+        lambda signum: f"popgrpo: second {_signal_name(signum)}: stopped at once; continue with: {again}"
+    ) as stop:
+        try:
+            if config is None:
+                summary = resume(run_dir, executor_factory=factory, progress=not args.quiet)
+            else:
+                summary = train(config, run_dir, executor_factory=factory, progress=not args.quiet)
+        except KeyboardInterrupt:  # RunInterrupted, or the plain one Ray turns it into
+            signum = stop.received or signal.SIGINT
+            _disconnect_ray()  # when the stop came before the executor could close it
+            print(f"popgrpo: {stopped_line(run_dir, _signal_name(signum), again)}", file=sys.stderr, flush=True)
+            return exit_status(signum)
+        except (FileExistsError, ConfigError, ResumeError) as exc:
+            raise ConfigError(str(exc)) from None
+        except Exception as exc:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "error.log").write_text(traceback.format_exc())
+            print(f"popgrpo: run failed: {exc} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
+            return 1
     print(json.dumps(summary, indent=2))
     print(f"run directory: {run_dir}")
     return 0
+
+
+def resume_command(run_dir: Path, executor: str = "ray", address: str | None = None) -> str:
+    """The ``popgrpo train --resume`` command that continues the run in ``run_dir`` the same way."""
+    words = ["popgrpo", "train", "--resume", str(run_dir)]
+    if executor != "ray":
+        words += ["--executor", executor]
+    if address:
+        words += ["--address", address]
+    return shlex.join(words)
+
+
+def stopped_line(run_dir: Path, signal_name: str, again: str) -> str:
+    """What a stopped run says: its last complete round (the newest intact checkpoint) and
+    the command that continues it."""
+    from popgrpo.telemetry.checkpoint import Checkpointer
+
+    if (run_dir / "summary.json").exists():
+        return f"stopped by {signal_name} after the last round; the run is complete ({run_dir / 'summary.json'})"
+    info = Checkpointer(run_dir).latest()
+    if info is None:
+        done = "before its first round was complete (no checkpoint yet)"
+    else:
+        done = (
+            f"round {info['round']} is the last complete round ({info['epoch_end']} epochs, checkpointed); "
+            "the round in progress, if any, was abandoned"
+        )
+    return f"stopped by {signal_name}: {done}; continue with: {again}"
+
+
+def _signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def _disconnect_ray() -> None:
+    """Shut an embedded Ray down (disconnect from an attached one) if the run left it up."""
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
 
 
 def _check_executor(config: Config, executor: str) -> None:

@@ -14,6 +14,7 @@ from popgrpo.config import Config, load_config
 from popgrpo.runtime.async_loop import AsyncExecutor, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
+from popgrpo.runtime.stopping import deferring
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.telemetry.loggers import RoundReport, archive_heatmaps, make_loggers
 from popgrpo.telemetry.plots import plot_training_dynamics
@@ -122,6 +123,7 @@ def _run(
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
     synchronous = config.scheduler.mode == "sync"
 
+    @deferring  # a stop signal that comes while a round is written waits for its checkpoint
     def on_round(
         round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None, state: dict | None = None
     ) -> None:

@@ -62,13 +62,15 @@ class Chromium:
         cookies: list[dict] | None = None,
         timeout: float = 60,
         settle_s: float = 3.0,
+        type_into: dict[str, str] | None = None,
     ) -> str:
-        """Open ``url`` (after setting ``cookies``), wait until the page's visible text holds every
-        string in ``expect``, then ``settle_s`` more (charts draw after their data arrives), save a
-        PNG of the viewport to ``png``; return the page's text."""
-        return asyncio.run(self._capture(url, expect, png, cookies or [], timeout, settle_s))
+        """Open ``url`` (after setting ``cookies``), type into the page's text fields (``type_into``:
+        ``{field label: text}``, keystrokes as a person's, once the field is there), wait until the
+        page's visible text holds every string in ``expect``, then ``settle_s`` more (charts draw
+        after their data arrives), save a PNG of the viewport to ``png``; return the page's text."""
+        return asyncio.run(self._capture(url, expect, png, cookies or [], timeout, settle_s, type_into or {}))
 
-    async def _capture(self, url, expect, png, cookies, timeout, settle_s) -> str:
+    async def _capture(self, url, expect, png, cookies, timeout, settle_s, type_into) -> str:
         import aiohttp
 
         async with aiohttp.ClientSession() as http, http.ws_connect(self._page_socket(), max_msg_size=0) as ws:
@@ -95,6 +97,19 @@ class Chromium:
             await call("Page.navigate", url="about:blank")
             await call("Page.navigate", url=url)
             deadline, text = time.time() + timeout, ""
+            for label, typed in type_into.items():
+                # The input of the field whose <label> reads ``label`` (Material UI's text fields).
+                focus = (
+                    "(() => { const l = [...document.querySelectorAll('label')]"
+                    f".find(l => l.textContent.trim() === {json.dumps(label)});"
+                    " const i = l && l.parentElement.querySelector('input');"
+                    " if (!i) return false; i.focus(); return document.activeElement === i; })()"
+                )
+                while not (await call("Runtime.evaluate", expression=focus, returnByValue=True))["result"]["value"]:
+                    if time.time() > deadline:
+                        raise AssertionError(f"{url}: no text field labelled {label!r}")
+                    await asyncio.sleep(0.5)
+                await call("Input.insertText", text=typed)
             while time.time() < deadline:
                 result = await call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
                                     returnByValue=True)  # fmt: skip

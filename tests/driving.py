@@ -65,8 +65,10 @@ def member_group_processes() -> dict[int, str]:
     """``{pid: process title}`` of this process's descendants that run a ``MemberGroup`` actor.
 
     Ray titles an actor's worker process ``ray::MemberGroup`` (``ray::MemberGroup.<method>``
-    while it runs a call, ``ray::MemberGroup.__init__`` while it is being constructed). Only
-    descendants are looked at, so a test can never touch another run's actors on this machine.
+    while it runs a call); while it is being constructed, ``ray::<actor name>:MemberGroup.__init__``
+    for a named actor (every member actor is: ``popgrpo.runtime.naming``), which is given here
+    without the name, as ``ray::MemberGroup.__init__``. Only descendants are looked at, so a
+    test can never touch another run's actors on this machine.
     """
     import os
 
@@ -77,8 +79,11 @@ def member_group_processes() -> dict[int, str]:
         for child in children.get(todo.pop(), []):
             todo.append(child)
             title = _cmdline(child).strip()
-            if title.startswith("ray::MemberGroup"):
-                found[child] = title
+            if not title.startswith("ray::"):
+                continue
+            task = title.removeprefix("ray::").rpartition(":")[2]  # "<name>:" of a named actor's constructor
+            if task.startswith("MemberGroup"):
+                found[child] = f"ray::{task}"
     return found
 
 

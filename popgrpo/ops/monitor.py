@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -32,12 +33,25 @@ import yaml
 
 from popgrpo.config import ConfigError
 
-__all__ = ["add_parsers", "default_session_dir", "prometheus_command", "scrape_config"]
+__all__ = ["add_parsers", "charts_hint", "default_session_dir", "prometheus_command", "scrape_config"]
 
 
 def default_session_dir(environ: Mapping[str, str] = os.environ) -> Path:
     """Ray's newest local session: ``$RAY_TMPDIR/ray/session_latest`` (Ray's default ``/tmp``)."""
     return Path(environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "session_latest"
+
+
+def charts_hint(session_dir: Path | None) -> str:
+    """The one line a run with an embedded Ray prints about charts: the Ray dashboard's Metrics
+    tab stays empty ("Prometheus or Grafana not detected") until these run beside it."""
+    from popgrpo.ops.dashboards import DASHBOARD_PATH
+
+    session = f" --ray-session-dir {shlex.quote(str(session_dir))}" if session_dir else ""
+    return (
+        f"Metrics charts: `popgrpo monitor{session}` in another terminal (needs prometheus) serves the live "
+        f"popgrpo_* series; `popgrpo dashboards install` puts the Grafana dashboard {DASHBOARD_PATH} into a "
+        "Grafana (docs/guides/grafana.md)"
+    )
 
 
 def scrape_config(session_dir: Path, scrape_interval: str | None = None) -> dict:

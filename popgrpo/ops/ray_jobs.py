@@ -8,6 +8,12 @@ runs the code that validated the config, whatever is installed on the cluster), 
 written on the node the job's driver runs on (the head node, unless the job asks for other
 entrypoint resources): ``~/popgrpo-runs/<submission id>`` by default.
 
+What the dashboard's Jobs page shows of it: the Name column is the metadata's ``job_name``
+(``popgrpo <run name>, seed <seed>``), the Entrypoint column that short command, and the job's
+page, under "User-provided metadata", the run name, the config as it was asked for (preset or
+file, with its ``--set`` overrides), the seed, the run directory on the cluster and the
+popgrpo version (:func:`job_metadata`).
+
 The token of a cluster with Ray token authentication (on by default since Ray 2.52) is
 taken the way Ray's own CLI takes it: ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
 ``~/.ray/auth_token``. It is sent as a header and never printed.
@@ -32,7 +38,7 @@ import yaml
 import popgrpo
 from popgrpo.config import Config, ConfigError
 
-__all__ = ["JobSpec", "add_parsers", "build_job", "submission_id_for"]
+__all__ = ["JobSpec", "add_parsers", "build_job", "config_request", "job_metadata", "submission_id_for"]
 
 DEFAULT_RUNS_ROOT = "~/popgrpo-runs"
 # Keys of a runtime env that ``submit`` sets itself; a user's runtime env may add the rest.
@@ -48,6 +54,7 @@ class JobSpec:
     entrypoint: str
     runtime_env: dict
     out: str  # run directory on the cluster (may start with ~)
+    metadata: dict[str, str]  # shown on the Jobs page (job_metadata)
 
 
 def submission_id_for(config: Config) -> str:
@@ -55,10 +62,34 @@ def submission_id_for(config: Config) -> str:
     return f"popgrpo-{config.run.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 
+def config_request(config_arg: str | None, overrides: list[str] | None = None, seed: int | None = None) -> str:
+    """The config as the user asked for it: ``pop_grpo --set population.size=3 --seed 3``."""
+    words = [config_arg or "pop_grpo"]
+    for item in overrides or []:
+        words += ["--set", item]
+    if seed is not None:
+        words += ["--seed", str(seed)]
+    return shlex.join(words)
+
+
+def job_metadata(config: Config, out: str, request: str | None = None) -> dict[str, str]:
+    """The job's metadata (strings, as Ray wants them): ``job_name`` is the Jobs page's Name
+    column; every key is listed on the job's own page. ``request``: :func:`config_request`."""
+    return {
+        "job_name": f"popgrpo {config.run.name}, seed {config.run.seed}",
+        "popgrpo_run_name": config.run.name,
+        "popgrpo_config": request or config.run.name,
+        "popgrpo_seed": str(config.run.seed),
+        "popgrpo_run_dir": out,
+        "popgrpo_version": popgrpo.__version__,
+    }
+
+
 def build_job(
     config: Config,
     staging_dir: Path,
     *,
+    request: str | None = None,
     submission_id: str | None = None,
     out: str | None = None,
     python: str = "python",
@@ -66,6 +97,8 @@ def build_job(
     quiet: bool = False,
 ) -> JobSpec:
     """Write ``config.yaml`` into ``staging_dir`` and describe the job that trains it.
+
+    ``request``: the config as asked for (:func:`config_request`), for the job's metadata.
 
     ``runtime_env`` (e.g. ``cluster/runtime_env.yaml``) is merged in: its ``env_vars``,
     ``pip`` and the like are kept, ``py_modules`` gets this package appended, and
@@ -96,7 +129,13 @@ def build_job(
     # ``~`` must reach the job unexpanded (the job expands it on its own node), so it is
     # not shell-quoted away: popgrpo.jobs.train expands it itself.
     entrypoint = " ".join(shlex.quote(a) for a in args)
-    return JobSpec(submission_id=submission_id, entrypoint=entrypoint, runtime_env=env, out=out)
+    return JobSpec(
+        submission_id=submission_id,
+        entrypoint=entrypoint,
+        runtime_env=env,
+        out=out,
+        metadata=job_metadata(config, out, request),
+    )
 
 
 # ---- talking to the cluster ---------------------------------------------------------------
@@ -178,6 +217,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         spec = build_job(
             config,
             Path(staging),
+            request=config_request(args.config, args.set, args.seed),
             submission_id=args.submission_id,
             out=args.out,
             python=args.python,
@@ -186,7 +226,10 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         )
         try:  # the working dir is uploaded during this call, so the staging dir can go after it
             client.submit_job(
-                entrypoint=spec.entrypoint, runtime_env=spec.runtime_env, submission_id=spec.submission_id
+                entrypoint=spec.entrypoint,
+                runtime_env=spec.runtime_env,
+                submission_id=spec.submission_id,
+                metadata=spec.metadata,
             )
         except Exception as exc:
             raise JobsError(f"submission refused: {_first_line(exc)}") from None

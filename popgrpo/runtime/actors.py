@@ -9,6 +9,7 @@ in :mod:`popgrpo.runtime.ray_executor`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.executor import adopt_one, make_archives, new_archive
+from popgrpo.runtime.naming import describe_group, member_label
 from popgrpo.telemetry.live import LiveMetrics
 
 __all__ = ["ArchiveActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
@@ -55,6 +57,7 @@ class ArchiveActor:
 
     def __init__(self, config_json: str, run_dir: str | None, run_key: str, redis_password: str | None) -> None:
         config = Config.model_validate_json(config_json)
+        self.holds = "1 shared archive" if config.archive.shared else "private archives"
         self.archives = make_archives(config)
         self.store = None
         if config.archive.redis_url:
@@ -65,6 +68,18 @@ class ArchiveActor:
         # nothing; after Ray restarts this actor it brings back what the run had.
         self.restored: RestoreInfo = {"snapshot_round": None, "redis_elites": 0}
         self._restore(run_dir)
+
+    def __repr__(self) -> str:
+        """``archive: 1 shared archive, restored from …`` (the run is in the actor's name): read by
+        Ray when the constructor returns, so also after each restart Ray performs
+        (:mod:`popgrpo.runtime.naming`)."""
+        info: RestoreInfo | None = getattr(self, "restored", None)  # None while the constructor runs
+        if info is None:
+            return f"archive: {self.holds}, starting"
+        if info["snapshot_round"] is None and not info["redis_elites"]:
+            return f"archive: {self.holds}, new"
+        snapshot = "no snapshot" if info["snapshot_round"] is None else f"the round {info['snapshot_round']} snapshot"
+        return f"archive: {self.holds}, restored from {snapshot} and {info['redis_elites']} Redis elites"
 
     def _restore(self, run_dir: str | None) -> None:
         from popgrpo.telemetry.checkpoint import Checkpointer
@@ -169,8 +184,17 @@ class MemberGroup:
     in-process (:func:`archives_in_groups`); otherwise members call the archive actor.
     """
 
-    def __init__(self, config_json: str, member_ids: Sequence[int], archive_handle: Any, run_tag: str) -> None:
+    def __init__(
+        self, config_json: str, member_ids: Sequence[int], archive_handle: Any, run_tag: str, build: int = 0
+    ) -> None:
         config = Config.model_validate_json(config_json)
+        # What __repr__ tells (popgrpo.runtime.naming.describe_group); `build`: the run's
+        # restart count when the driver rebuilt this actor, 0 for one the run started with.
+        self.label = member_label(member_ids)  # the actor's name without the run, which the name carries
+        self.build = build
+        self.total_epochs, self.interval_epochs = config.run.epochs, config.scheduler.interval_epochs
+        self.state_known = False  # nothing trained or loaded yet: round and epoch are not known
+        self.last_reward_mean: dict[int, float] = {}
         torch.set_num_threads(config.run.torch_threads)
         self.metrics = LiveMetrics(run_tag)
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]
@@ -212,8 +236,24 @@ class MemberGroup:
             for k, row in epoch.items():
                 rows[k].append(row)
                 self.metrics.record_epoch(row)
+                self.last_reward_mean[k] = float(row.get("reward_mean", math.nan))
         self.train_cpu_s.append(cpu)
+        self.state_known = True
         return rows
+
+    def __repr__(self) -> str:
+        """Members, device, round, epoch and each member's last mean reward (:func:`describe_group`)."""
+        members = getattr(self, "members", None)  # None while the constructor runs
+        epochs_done = next(iter(members.values())).epochs_done if members and self.state_known else None
+        return describe_group(
+            self.label,
+            str(getattr(self, "device", "?")),
+            self.build,
+            epochs_done,
+            self.total_epochs,
+            self.interval_epochs,
+            self.last_reward_mean,
+        )
 
     def train_cpu_seconds(self) -> list[float]:
         """CPU seconds this actor's members spent training, one entry per ``train`` call (benchmarks)."""
@@ -252,6 +292,7 @@ class MemberGroup:
     def load_states(self, states: Mapping[int, dict]) -> None:
         for k, state in states.items():
             self.members[k].load_state_dict(state)
+        self.state_known = True
 
     # The archives held here (archives_in_groups); empty otherwise.
     def archive_states(self) -> dict[int, LocalArchiveState]:

@@ -10,7 +10,17 @@ from typing import Any
 
 import ray
 
-__all__ = ["ClusterTooSmallError", "SetupError", "check_fits", "connect", "force_loopback", "start_local_ray"]
+from popgrpo.runtime.stopping import reinstall
+
+__all__ = [
+    "ClusterTooSmallError",
+    "SetupError",
+    "check_fits",
+    "connect",
+    "embeds_ray",
+    "force_loopback",
+    "start_local_ray",
+]
 
 log = logging.getLogger(__name__)
 
@@ -77,12 +87,19 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     """
     if ray.is_initialized():
         return False
-    if address is None and not os.environ.get("RAY_ADDRESS"):
+    if embeds_ray(address):
         port = os.environ.get("POPGRPO_RAY_DASHBOARD_PORT")
         start_local_ray(num_cpus, dashboard_port=int(port) if port else None)
+        reinstall()  # ray.init took SIGTERM over: a run's stop handler gets it back
         return True
     ray.init(address=address, configure_logging=False)
+    reinstall()
     return False
+
+
+def embeds_ray(address: str | None) -> bool:
+    """Whether :func:`connect` (with Ray not yet connected) starts an embedded Ray for ``address``."""
+    return address is None and not os.environ.get("RAY_ADDRESS")
 
 
 def check_fits(n_actors: int, cpus_each: float, gpus_each: float, wait_s: float = 0.0) -> None:

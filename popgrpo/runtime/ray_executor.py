@@ -54,6 +54,7 @@ from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
 from popgrpo.runtime.deadlines import CallDeadlines
 from popgrpo.runtime.executor import make_archives
+from popgrpo.runtime.naming import archive_actor_name, member_actor_name, run_namespace, wait_until_free
 from popgrpo.runtime.recovery import RecoveryLog
 from popgrpo.telemetry.live import LiveMetrics
 
@@ -84,11 +85,13 @@ class RayExecutor:
         self.run_id = uuid.uuid4().hex[:8]
         self.run_tag = Path(run_dir).name if run_dir else f"{config.run.name}-{self.run_id}"  # metrics tag
         self.metrics = LiveMetrics(self.run_tag)
+        # Every actor is named after the run and what it holds, in this run's own namespace.
+        self.namespace = run_namespace(self.run_tag, self.run_id)
         redis_password = None
         if config.archive.redis_url:
             redis_password = resolve_redis_password(config.archive.redis_url)
             self._check_redis(config.archive.redis_url, redis_password)
-        run_key = f"{config.run.name}-{self.run_id}"  # names the archive actor and its Redis keys
+        run_key = f"{config.run.name}-{self.run_id}"  # keys the run's entries in Redis
         # Private archives without Redis live in the member actors: no archive actor at all.
         self._in_groups = archives_in_groups(config)
         # Actor handles are Any here: Ray types an actor method's .remote as the method itself.
@@ -96,7 +99,8 @@ class RayExecutor:
         self._archive_pid: int | None = None
         if not self._in_groups:
             self.archive_actor = ArchiveActor.options(
-                name=f"popgrpo-archive-{run_key}",
+                name=archive_actor_name(self.run_tag),
+                namespace=self.namespace,
                 # On the driver's node: a restarted archive actor reads the run directory's snapshot.
                 scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
             ).remote(config_json, str(run_dir) if run_dir else None, run_key, redis_password)
@@ -134,11 +138,16 @@ class RayExecutor:
                 ray.shutdown()
             raise SetupError(f"archive.redis_url: cannot use Redis at {where}: {type(exc).__name__}: {exc}") from None
 
-    def _new_group(self, group: Sequence[int]) -> Any:
+    def _new_group(self, group: Sequence[int], build: int = 0) -> Any:
+        """A member actor for ``group``, named ``<run>/members-…`` (:mod:`popgrpo.runtime.naming`);
+        ``build``: the run's restart count when it replaces a lost one. It takes its name once
+        the actor it replaces has let go of it."""
         res = self.config.population.resources
-        return MemberGroup.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus).remote(
-            self._config_json, group, self.archive_actor, self.run_tag
-        )
+        name = member_actor_name(self.run_tag, group)
+        wait_until_free(name, self.namespace)
+        return MemberGroup.options(
+            name=name, namespace=self.namespace, num_cpus=res.num_cpus, num_gpus=res.num_gpus
+        ).remote(self._config_json, group, self.archive_actor, self.run_tag, build)
 
     # ---- calls that survive lost actors ----------------------------------------------------
     def _call(
@@ -229,7 +238,7 @@ class RayExecutor:
         # there too: retry with backoff until one comes up on a live node.
         delay = 0.5
         for attempt in range(self.config.population.max_restarts + 1):
-            actor = self._new_group(group)
+            actor = self._new_group(group, build=self.restarts)
             try:
                 self.recovery.replay_into(actor, g, group, self._archive_home())
             except RayActorError as exc:

@@ -9,26 +9,52 @@ the token is, never what it is.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from popgrpo.config import RunConfig
 
-__all__ = ["auth_hint", "ray_dashboard_url", "watch_lines"]
+__all__ = ["auth_hint", "ray_dashboard_url", "ray_session_dir", "watch_lines"]
 
 
-def ray_dashboard_url() -> str | None:
-    """``http://HOST:PORT`` of the connected cluster's dashboard; None without one (or without Ray)."""
+def _ray_context() -> Any:
+    """The connected session's ``RayContext``; None when Ray is not connected.
+
+    Connected already, ``ray.init`` returns this session's context instead of starting
+    anything (Ray's documented way to read the dashboard address; ``ray.get_dashboard_url``
+    is deprecated). It also sets a SIGTERM handler of its own before it looks, so the
+    caller's handler (a run's stop handler, :mod:`popgrpo.runtime.stopping`) is put back.
+    """
     import ray
 
     if not ray.is_initialized():
         return None
-    # Connected already: ray.init returns this session's context instead of starting anything
-    # (Ray's documented way to read the address; ray.get_dashboard_url is deprecated).
-    url = ray.init(ignore_reinit_error=True).dashboard_url
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return ray.init(ignore_reinit_error=True)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
+
+
+def ray_dashboard_url() -> str | None:
+    """``http://HOST:PORT`` of the connected cluster's dashboard; None without one (or without Ray)."""
+    context = _ray_context()
+    url = context.dashboard_url if context is not None else None
     if not url:
         return None
     return url if "://" in url else f"http://{url}"
+
+
+def ray_session_dir() -> Path | None:
+    """The connected Ray session's folder on this machine (where Ray writes its Prometheus
+    scrape config); None without Ray."""
+    context = _ray_context()
+    session = context.address_info.get("session_dir") if context is not None else None
+    return Path(session) if session else None
 
 
 def auth_hint(environ: Mapping[str, str] = os.environ, home: Path | None = None) -> str | None:

@@ -8,8 +8,9 @@ import time
 import pandas as pd
 import pytest
 
+from popgrpo import __version__ as popgrpo_version
 from popgrpo.config import load_config, preset_path
-from popgrpo.ops.ray_jobs import build_job
+from popgrpo.ops.ray_jobs import build_job, config_request
 from tests.services import RayHead
 
 pytestmark = pytest.mark.ray
@@ -56,6 +57,48 @@ def test_build_job_ships_the_resolved_config_and_the_package(tmp_path):
     assert spec.entrypoint.startswith("python -m popgrpo.jobs.train --config config.yaml --out '~/popgrpo-runs/")
     with pytest.raises(ValueError, match="working_dir"):
         build_job(cfg, tmp_path / "s2", runtime_env={"working_dir": "."})
+
+
+def test_build_job_names_the_run_for_the_jobs_page(tmp_path):
+    """The Name column (metadata ``job_name``), the metadata on the job's page, and an
+    entrypoint that is a short command a person can read."""
+    cfg = load_config(preset_path("pop_grpo"), ["population.size=3", "run.seed=3"])
+    request = config_request("pop_grpo", ["population.size=3"], 3)
+    assert request == "pop_grpo --set population.size=3 --seed 3"
+    spec = build_job(cfg, tmp_path / "stage", request=request, submission_id="popgrpo-x", out="/runs/x")
+    assert spec.metadata == {
+        "job_name": "popgrpo pop_grpo, seed 3",
+        "popgrpo_run_name": "pop_grpo",
+        "popgrpo_config": "pop_grpo --set population.size=3 --seed 3",
+        "popgrpo_seed": "3",
+        "popgrpo_run_dir": "/runs/x",
+        "popgrpo_version": popgrpo_version,
+    }
+    assert spec.entrypoint == "python -m popgrpo.jobs.train --config config.yaml --out /runs/x"
+
+
+def test_the_jobs_page_shows_the_runs_name_and_metadata(head, tmp_path):
+    """What the dashboard's Jobs page reads (the job server's job info): the metadata that
+    ``submit`` sent, whatever became of the job (this one cannot fit the head and fails fast)."""
+    out_dir = tmp_path / "meta-run"
+    out = popgrpo(
+        head, "submit", "grpo", "--address", head.address, "--set", "population.resources.num_cpus=64",
+        "--seed", "5", "--out", str(out_dir), "--quiet",
+    )  # fmt: skip
+    submission = next(line.split(": ", 1)[1] for line in out.stdout.splitlines() if line.startswith("submitted: "))
+    code = (
+        "import json\n"
+        "from ray.job_submission import JobSubmissionClient\n"
+        f"info = JobSubmissionClient({head.address!r}).get_job_info({submission!r})\n"
+        "print(json.dumps({'metadata': info.metadata, 'entrypoint': info.entrypoint}))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], env=head.env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    info = json.loads(res.stdout.strip().splitlines()[-1])
+    assert info["metadata"]["job_name"] == "popgrpo grpo, seed 5"
+    assert info["metadata"]["popgrpo_config"] == "grpo --set population.resources.num_cpus=64 --seed 5"
+    assert info["metadata"]["popgrpo_run_dir"] == str(out_dir)
+    assert info["entrypoint"] == f"python -m popgrpo.jobs.train --config config.yaml --out {out_dir} --quiet"
 
 
 def test_submit_runs_pop_grpo_to_success_and_writes_the_run_directory(head, tmp_path):

@@ -58,6 +58,55 @@ def test_dashboard_lists_the_runs_actors_once_signed_in(ray_local, tmp_path):
         executor.close()
 
 
+@pytest.mark.requires("chromium")
+def test_the_actors_page_finds_every_member_of_a_running_population_by_its_name(ray_local, tmp_path):
+    """A person types the run's name into the Actors page's Name filter while the population
+    trains, and finds each member actor (and the archive actor) by its name, with what it said
+    about itself when it started in the Repr column. The screenshot is the one in
+    docs/guides/watch.md (``POPGRPO_SCREENSHOT_DIR=docs/img``)."""
+    import threading
+
+    from tests.browser import Chromium
+
+    url = ray_local.ctx.dashboard_url
+    url = url if "://" in url else f"http://{url}"
+    out = Path(os.environ.get("POPGRPO_SCREENSHOT_DIR") or tmp_path)
+    cfg = load_config(
+        preset_path("pop_grpo"),
+        [
+            "population.size=4",
+            "population.resources.num_cpus=0.5",
+            "archive.shared=true",
+            "run.epochs=40",
+            "scheduler.interval_epochs=10",
+            "grpo.steps_per_epoch=4",
+        ],
+    )
+    run = "pop_grpo-20261125-172500"  # a run directory's name, as popgrpo train makes it
+    executor = RayExecutor(cfg, run_dir=tmp_path / run)
+    training = threading.Thread(target=executor.train, args=(10, 0))  # a round runs while we look
+    browser = Chromium(width=1920, height=860)
+    try:
+        training.start()
+        names = [f"{run}/member-{k}" for k in range(4)] + [f"{run}/archive"]
+        cookie = {"name": "ray-authentication-token", "value": _token(), "url": url, "httpOnly": True}
+        text = browser.capture(
+            f"{url}/#/actors",
+            expect=[*names, "ALIVE"],
+            type_into={"Name": run},
+            png=out / "ray_dashboard_actors_named.png",
+            cookies=[cookie],
+        )
+        assert all(text.count(name) >= 1 for name in names)
+        assert "TOTAL\nx 5\nALIVE\nx 5" in text  # the filter keeps this run's five actors, all alive
+        assert all(f"member-{k} [cpu] new" in text for k in range(4))  # Repr: read at start
+        assert "archive: 1 shared archive, new" in text
+    finally:
+        training.join(timeout=600)
+        browser.stop()
+        executor.close()
+
+
 def test_the_printed_dashboard_line_is_the_connected_clusters_and_locked(ray_local):
     """What ``popgrpo train`` prints once connected: this cluster's dashboard, which refuses a
     request without the token, and where the token is, never the token itself."""
