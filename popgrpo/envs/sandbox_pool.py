@@ -293,6 +293,12 @@ class SandboxPool(Sandbox):
             return [child.pid for child in self._ready]
 
     # ---- shutting down ------------------------------------------------------------------------
+    @staticmethod
+    def close_all() -> None:
+        """Close every pool of this process (a later :func:`shared_pool` call starts a new one)."""
+        for pool in list(_LIVE_POOLS):
+            pool.close()
+
     def close(self) -> None:
         """Wait for running programs, cancel queued ones, kill every warm sandbox. Idempotent.
 

@@ -23,6 +23,16 @@ MARKER = b"popgrpo-sandbox-"  # the temp-dir prefix: on bubblewrap's command lin
 pytestmark = pytest.mark.requires("sandbox")
 
 
+@pytest.fixture(autouse=True)
+def _no_warm_sandboxes_of_earlier_tests():
+    """A shared pool (popgrpo.envs.sandbox_pool.shared_pool) lives until the process exits, and
+    its warm sandboxes are children of this process too: close the pools earlier tests left
+    open, so that the leak checks here see only the sandboxes these tests start."""
+    from popgrpo.envs.sandbox_pool import SandboxPool
+
+    SandboxPool.close_all()
+
+
 @pytest.fixture(scope="module")
 def sandbox():
     with Sandbox(LIMITS, max_workers=4) as sb:
