@@ -112,6 +112,8 @@ class RayExecutor:
         self.events: list[dict] = []
         pop = config.population
         self._deadlines = CallDeadlines(pop.hang_deadline_factor, pop.hang_deadline_min_s)
+        # Asynchronous rounds: per actor, the calls made since its members last adopted a merge.
+        self._since_adopt: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
         self._actors: list[Any] = [self._new_group(group) for group in self._groups]
         # The first call of each actor goes through _call like every later one: an actor lost
@@ -241,6 +243,7 @@ class RayExecutor:
             actor = self._new_group(group, build=self.restarts)
             try:
                 self.recovery.replay_into(actor, g, group, self._archive_home())
+                self._redo_since_adopt(actor, g)
             except RayActorError as exc:
                 ray.kill(actor, no_restart=True)
                 if exc.actor_init_failed or attempt == self.config.population.max_restarts:
@@ -250,6 +253,12 @@ class RayExecutor:
                 continue
             self._actors[g] = actor
             return
+
+    def _redo_since_adopt(self, actor: Any, g: int) -> None:
+        """Asynchronous rounds: replay into a rebuilt actor the calls its members made since they
+        last adopted (their restore point): the rounds they reported but have not yet merged."""
+        for method, args in self._since_adopt.get(g, []):
+            ray.get(getattr(actor, method).remote(*args))
 
     def _archive_home(self) -> Any:
         """Where a rebuilt actor's private archives are rolled back (:meth:`RecoveryLog.replay_into`)."""
@@ -294,6 +303,8 @@ class RayExecutor:
             for part in self._call("adopt", args, groups=adopting).values():
                 infos.update(part["infos"])
                 self.recovery.set_member_points(self.n_members, part["members"], part["archives"])
+            for g in adopting:
+                self._since_adopt.pop(g, None)
             return {k: infos[k] for k in adoptions}
         parts = self._call("adopt", args, replayable=True).values()
         merged_infos, *states = self._merge_parts(parts, ("infos", "members", "archives"))
@@ -343,6 +354,7 @@ class RayExecutor:
             try:
                 rows = cast(dict[int, list[dict]], ray.get(ref))  # see _archive_states
                 self._deadlines.answered("train", time.monotonic() - start, n_epochs)
+                self._since_adopt.setdefault(g, []).append(("train", (n_epochs,)))
                 return handle, rows
             except RayActorError as exc:
                 if exc.actor_init_failed:

@@ -112,9 +112,12 @@ def test_on_ray_no_staleness_is_sync_and_packed_actors_report_together(ray_local
 
 
 @pytest.mark.ray
-def test_a_member_actor_killed_mid_round_is_rebuilt_and_the_run_is_unchanged(ray_local, tmp_path):
+@pytest.mark.parametrize("when", ["training", "waiting"])
+def test_a_member_actor_killed_is_rebuilt_and_the_run_is_unchanged(ray_local, tmp_path, when):
     """S = 0 makes the run deterministic, so a SIGKILLed actor rebuilt from its members' restore
-    points (their last adopted states) must give the uninterrupted in-process numbers."""
+    points must give the uninterrupted in-process numbers: killed in its round-1 training (it
+    restarts from the merge its members adopted), or idle after its round-0 report, waiting for
+    the merge (its rebuild must redo the reported round before it adopts)."""
     import os
     import signal
 
@@ -128,15 +131,31 @@ def test_a_member_actor_killed_mid_round_is_rebuilt_and_the_run_is_unchanged(ray
     train(_config(*sets), tmp_path / "reference", progress=False)
     killed = []
 
+    def sigkill(executor):
+        return lambda: os.kill(ray.get(executor._actors[0].pid.remote()), signal.SIGKILL)
+
     def killing(cfg, run_dir):
         executor = RayExecutor(cfg, run_dir=run_dir)
-        actor = executor._actors[0]
-        pid = ray.get(actor.pid.remote())
-        killed.append(kill_when_busy(actor, lambda: os.kill(pid, signal.SIGKILL)))
+        adopt, wait = executor.adopt, executor.wait_train
+
+        def adopt_then_arm(*args, **kwargs):  # the actor's next call is its round-1 train
+            infos = adopt(*args, **kwargs)
+            if when == "training" and not killed:
+                killed.append(kill_when_busy(executor._actors[0], sigkill(executor)))
+            return infos
+
+        def wait_then_kill(handles):
+            handle, rows = wait(handles)
+            if when == "waiting" and not killed and handle[0] == 0:
+                sigkill(executor)()
+                killed.append(None)
+            return handle, rows
+
+        executor.adopt, executor.wait_train = adopt_then_arm, wait_then_kill
         return executor
 
     train(_config(*sets, "scheduler.mode=async"), tmp_path / "killed", executor_factory=killing, progress=False)
-    assert killed and killed[0].wait(timeout=5)
+    assert killed and (killed[0] is None or killed[0].wait(timeout=5))
     events = [json.loads(line) for line in (tmp_path / "killed" / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events].count("member_actor_restarted") == 1
     pd.testing.assert_frame_equal(
