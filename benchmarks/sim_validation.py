@@ -146,7 +146,7 @@ def _spread(values: list[float], fmt: str) -> str:
 def markdown(costs, validation: list[dict], curves: list[dict], seeds: int, command: str) -> str:
     c = costs
     lines = [
-        "### 7. Scheduler simulator: validated here, then 1,000–10,000 members",
+        "### 7. Scheduler simulator: checked against real runs here, then 1,000–10,000 members",
         "",
         f"`{command}`; model: `popgrpo/sim/model.py`, costs: `popgrpo/sim/calibrate.py`.",
         "",
@@ -182,6 +182,15 @@ def markdown(costs, validation: list[dict], curves: list[dict], seeds: int, comm
             ],
         ),
         "",
+        *(
+            [
+                "**Not validated**: the model's round times are outside ±10% of the real ones here, so the "
+                "curves below are what the model says, not a prediction of a real cluster.",
+                "",
+            ]
+            if any(abs(r["error"]) > TARGET for r in validation)
+            else []
+        ),
         f"At scale (100 nodes × 16 cores, log-normal member times σ = 1, a node lost every 30 s, "
         f"{seeds} seeds: median (min–max)):",
         "",
