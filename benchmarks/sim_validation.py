@@ -211,7 +211,7 @@ def markdown(costs, validation: list[dict], curves: list[dict], seeds: int, comm
             ],
         ),
         "",
-        "![time to N epochs and utilisation, sync vs async](docs/img/sim_scale.png)",
+        "The curves as a figure: `docs/img/sim_scale.png` (shown in docs/guides/scale.md).",
     ]
     return "\n".join(lines)
 
