@@ -85,7 +85,6 @@ def run_async(
     handles = [executor.submit_train(g, lengths[round_of[g]]) for g in order]
     buffer: list[int] = []
     pending: dict[int, list[dict]] = {k: [] for k in range(executor.n_members)}
-    newest: dict[int, dict] = {}
     rounds = PopulationRounds(config, executor)
 
     def flush(merge: int, epoch_end: int, record: dict | None) -> None:
@@ -134,7 +133,6 @@ def run_async(
         training.discard(g)
         for k, member_rows in rows.items():
             pending[k].extend(member_rows)
-            newest[k] = member_rows[-1]
         if round_of[g] < last_round:
             buffer.append(g)
         else:

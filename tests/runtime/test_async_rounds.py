@@ -23,6 +23,11 @@ def _config(*extra: str):
     return load_config(preset_path("pop_grpo"), [*BASE, *extra])
 
 
+def _metrics(run_dir):
+    """The run's metrics without its wall-clock column."""
+    return pd.read_parquet(run_dir / "metrics.parquet").drop(columns=["seconds"], errors="ignore")
+
+
 def _lineage(run_dir):
     return [json.loads(line) for line in (run_dir / "lineage.jsonl").read_text().splitlines()]
 
@@ -56,8 +61,8 @@ def test_no_staleness_is_the_sync_run_bit_for_bit(tmp_path, buffer):
     extra = ["scheduler.mode=async"] + ([f"scheduler.buffer={buffer}"] if buffer else [])
     train(_config(*extra), tmp_path / "async", progress=False)
     pd.testing.assert_frame_equal(
-        pd.read_parquet(tmp_path / "sync" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
-        pd.read_parquet(tmp_path / "async" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        _metrics(tmp_path / "sync"),
+        _metrics(tmp_path / "async"),
     )
     sync, asyn = _lineage(tmp_path / "sync"), _lineage(tmp_path / "async")
     assert [{k: v for k, v in r.items() if k != "async"} for r in asyn] == sync
@@ -98,8 +103,8 @@ def test_on_ray_no_staleness_is_sync_and_packed_actors_report_together(ray_local
     train(_config(cpus), tmp_path / "sync", executor_factory=on_ray, progress=False)
     train(_config(cpus, "scheduler.mode=async"), tmp_path / "async", executor_factory=on_ray, progress=False)
     pd.testing.assert_frame_equal(
-        pd.read_parquet(tmp_path / "sync" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
-        pd.read_parquet(tmp_path / "async" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        _metrics(tmp_path / "sync"),
+        _metrics(tmp_path / "async"),
     )
     packed = _config(cpus, "scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1",
                      "population.members_per_actor=2")  # fmt: skip
@@ -159,8 +164,8 @@ def test_a_member_actor_killed_is_rebuilt_and_the_run_is_unchanged(ray_local, tm
     events = [json.loads(line) for line in (tmp_path / "killed" / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events].count("member_actor_restarted") == 1
     pd.testing.assert_frame_equal(
-        pd.read_parquet(tmp_path / "reference" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
-        pd.read_parquet(tmp_path / "killed" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        _metrics(tmp_path / "reference"),
+        _metrics(tmp_path / "killed"),
     )
 
 
@@ -195,8 +200,8 @@ def test_resume_after_a_crash_mid_run_gives_the_uninterrupted_run(tmp_path):
     assert (tmp_path / "resumed" / "checkpoints" / "latest.json").is_file()
     resume(tmp_path / "resumed", progress=False)
     pd.testing.assert_frame_equal(
-        pd.read_parquet(tmp_path / "whole" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
-        pd.read_parquet(tmp_path / "resumed" / "metrics.parquet").drop(columns=["seconds"], errors="ignore"),
+        _metrics(tmp_path / "whole"),
+        _metrics(tmp_path / "resumed"),
     )
     assert _lineage(tmp_path / "whole") == _lineage(tmp_path / "resumed")
     assert (tmp_path / "resumed" / "archive.parquet").read_bytes() == (
