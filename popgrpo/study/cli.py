@@ -19,6 +19,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seed_list(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated integer seeds, at least one, no repeats."""
+    try:
+        seeds = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"a seed is repeated in {text!r}")
+    return seeds
+
+
 def _cmd_reproduce_warm(args: argparse.Namespace) -> int:
     from popgrpo.study.warm import FULL, QUICK, run_warm_study
 
@@ -41,7 +52,15 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         return _cmd_reproduce_warm(args)
     from popgrpo.study.run import reproduce
 
-    if args.study == "lm":
+    if args.study.startswith("discovery"):
+        from popgrpo.study.discovery_report import render_discovery as render
+
+        default = "runs/" + args.study + ("-quick" if args.quick else "")
+        if args.model:
+            from popgrpo.config import ConfigError
+
+            raise ConfigError("--model is for --study lm")
+    elif args.study == "lm":
         from popgrpo.study.lm_report import render_lm as render
 
         default = "runs/lm-study" + ("-quick" if args.quick else "")
@@ -65,6 +84,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             landscape=args.landscape,
             study=args.study,
             model=args.model or "runs/program-lm",
+            seeds=args.seeds,
         )
     except ValueError as exc:
         from popgrpo.config import ConfigError
@@ -74,6 +94,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         done = result["trials"] - result["unfinished"]
         print(f"interrupted: {done} of {result['trials']} trials finished; run the same command again to resume")
         return 130
+    with (out / "wall.jsonl").open("a") as log:  # every invocation's share: a resumed study sums them
+        log.write(json.dumps({"seconds": result["seconds"], "trials": result["trials"], "cpus": args.num_cpus}) + "\n")
     written = render(out)
     print(f"{result['trials']} trials in {result['seconds']:.0f} s on {args.num_cpus or os.cpu_count()} CPUs")
     print(f"tables and figures in {out}/:")
@@ -86,8 +108,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from popgrpo.study.report import render
 
     plan_file = Path(args.dir) / "plan.json"
-    if plan_file.is_file() and json.loads(plan_file.read_text()).get("study") == "lm":
+    kind = json.loads(plan_file.read_text()).get("study") if plan_file.is_file() else None
+    if kind == "lm":
         from popgrpo.study.lm_report import render_lm as render
+    elif kind in ("discovery", "discovery-tuning"):
+        from popgrpo.study.discovery_report import render_discovery as render
     try:
         written = render(args.dir)
     except FileNotFoundError as exc:
@@ -176,10 +201,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     rep.add_argument(
         "--study",
-        choices=("paper", "warm", "lm"),
+        choices=("paper", "warm", "lm", "discovery", "discovery-tuning"),
         default="paper",
         help="paper: the main paper's studies (default); warm: WARM's reward-model study (docs/WARM.md), in this process; "
-        "lm: the collapse study on real programs with the causal LM of --model (docs/RESULTS_LM.md)",
+        "lm: the collapse study on real programs with the causal LM of --model (docs/RESULTS_LM.md); "
+        "discovery: population mechanisms against best-of-K, the pre-registered confirmatory design "
+        "(docs/DISCOVERY.md); discovery-tuning: the same on the tuning seeds and instance",
+    )
+    rep.add_argument(
+        "--seeds",
+        type=_seed_list,
+        help="--study discovery[-tuning]: train exactly these seeds, comma-separated (default: the design's)",
     )
     rep.add_argument(
         "--model",

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from popgrpo.core.discovery import Discovery, union_discovery
+from popgrpo.core.discovery import Discovery, reachable_peaks, union_discovery
 from popgrpo.envs import Landscape
 
-__all__ = ["archived_best_quality", "run_discovery"]
+__all__ = ["archived_best_quality", "reachable", "run_discovery", "trial_summary"]
 
 
 def run_discovery(frames: pd.DataFrame | Sequence[pd.DataFrame]) -> Discovery:
@@ -44,3 +44,42 @@ def archived_best_quality(archive: pd.DataFrame, landscape: Landscape) -> float:
         return float("nan")
     ideas = torch.as_tensor(np.stack([np.asarray(i, dtype=np.float32) for i in archive["idea"]]))
     return float(landscape.quality(ideas).double().max())
+
+
+THRESHOLDS = (0.7, 0.75, 0.8, 0.85, 0.9)
+"""Fractions of a peak's height at which the summary also counts the peaks reached (from the
+runs' per-peak best fractions, whatever threshold they ran with): what tuning chooses among."""
+
+
+def reachable(landscape: Landscape, centres: torch.Tensor) -> frozenset[int]:
+    """The peaks of ``landscape`` an idea can reach: those whose centre ``centres [n, d]`` lies in its own basin."""
+    return reachable_peaks(landscape.peak(centres))
+
+
+def trial_summary(frame: pd.DataFrame, reachable_set: frozenset[int]) -> tuple[dict[str, float], pd.DataFrame]:
+    """What one run found, as the discovery study reports it, and its per-epoch trajectory.
+
+    ``frame``: the run's ``metrics.parquet`` (every member a unit: a population, or K
+    independent runs of a ``scheduler.enabled=false`` population). Returns the summary
+    (``best_quality``, ``best_expected``, ``peaks``: peaks reached at the run's own
+    ``eval.discovery_threshold``, ``peak_fraction_mean``: the mean over reachable peaks of how
+    close to its top any idea came (0 for a basin never visited), ``discovery_time``: the mean
+    over reachable peaks of samples-to-first-discovery / samples, a peak never reached counting
+    1; ``samples``: every idea sampled) and the trajectory (``epoch``, ``samples``, ``peaks``,
+    ``best_expected``, ``best_quality``, cumulative).
+    """
+    found = run_discovery(frame)
+    targets = sorted(reachable_set)
+    fractions = [max(found.peak_fraction.get(p, 0.0), 0.0) for p in targets]
+    times = [found.first_discovery.get(p, found.samples) / found.samples for p in targets]
+    summary = {
+        "best_quality": found.best_quality,
+        "best_expected": found.best_expected,
+        "peaks": float(len(found.peaks & reachable_set)),
+        "peak_fraction_mean": float(np.mean(fractions)) if targets else float("nan"),
+        "discovery_time": float(np.mean(times)) if targets else float("nan"),
+        "samples": float(found.samples),
+        **{f"peaks_at_{f:g}": float(len(found.peaks_at(f) & reachable_set)) for f in THRESHOLDS},
+    }
+    curve = pd.DataFrame([p.__dict__ for p in found.trajectory])
+    return summary, curve

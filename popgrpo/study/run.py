@@ -104,7 +104,7 @@ def reproduce(
         saved = json.loads(plan_file.read_text())
         if saved.get("study", "paper") != study:
             raise ValueError(f"{out} holds a --study {saved.get('study', 'paper')} study: use another --out")
-        if saved.get("landscape", "collapse") != landscape:
+        if not saved.get("study", "").startswith("discovery") and saved.get("landscape", "collapse") != landscape:
             raise ValueError(
                 f"{out} holds a study on the {saved.get('landscape', 'collapse')} landscape: use another --out"
             )
@@ -118,6 +118,8 @@ def reproduce(
                 f"{out} holds a study of {saved['epochs']}-epoch trials: rerun without --epochs, or use another --out"
             )
         trials = saved["trials"]
+        if seeds is not None and {t["seed"] for t in trials} != set(seeds):
+            raise ValueError(f"{out} holds a study of seeds {sorted({t['seed'] for t in trials})}: use another --out")
     else:
         plan = _new_plan(study, quick, seeds, epochs, landscape, model)  # before mkdir: a bad plan leaves nothing
         trials = plan["trials"]
@@ -180,11 +182,47 @@ def _new_plan(study, quick, seeds, epochs, landscape, model) -> dict:
             "model": str(Path(model).resolve()),
             "trials": trials,
         }
+    if study in ("discovery", "discovery-tuning"):
+        return _discovery_plan(study, quick, seeds, epochs, landscape)
     if study != "paper":
         raise ValueError(f"unknown study {study!r}")
     trials = [t.to_json() for t in build_plan(quick, seeds, epochs, landscape, regime=not quick)]
     effective_epochs = epochs or (QUICK_EPOCHS if quick else EPOCHS)
     return {"study": "paper", "quick": quick, "landscape": landscape, "epochs": effective_epochs, "trials": trials}
+
+
+def _discovery_plan(study, quick, seeds, epochs, landscape) -> dict:
+    """plan.json of a discovery study: the pre-registered confirmatory design (``discovery``) or
+    the tuning design (``discovery-tuning``), with ``--seeds``, ``--quick`` and ``--epochs`` applied."""
+    from dataclasses import replace
+
+    from popgrpo.study.discovery_plan import TUNING, build_discovery_plan, load_preregistration, quick_design
+
+    if landscape != "collapse":
+        raise ValueError(f"--study {study} runs both landscapes: drop --landscape")
+    sha = None
+    if study == "discovery":
+        design, sha = load_preregistration()
+    else:
+        design = TUNING
+    if quick:
+        design = quick_design(design, seeds)
+    elif seeds:
+        design = replace(design, seeds=tuple(seeds))
+    if epochs:
+        design = replace(design, epochs=epochs)
+    if study == "discovery" and not quick and set(design.seeds) & set(TUNING.seeds):
+        raise ValueError(f"--seeds {sorted(set(design.seeds) & set(TUNING.seeds))} are tuning seeds: confirm on others")
+    trials = build_discovery_plan(design)
+    return {
+        "study": study,
+        "quick": quick,
+        "landscape": "both",
+        "epochs": design.epochs,
+        "design": design.to_json(),
+        "preregistration_sha256": sha,
+        "trials": trials,
+    }
 
 
 def _print_where_to_watch(runs_root: str) -> None:

@@ -1,0 +1,355 @@
+"""The discovery study's tables, figures and verdicts (``popgrpo reproduce --study discovery[-tuning]``).
+
+Every trial is summarised once (:func:`popgrpo.study.discovery.trial_summary`) into two
+Parquet files that are all the report needs, so ``popgrpo report DIR`` redraws everything
+from them without the run directories:
+
+    OUT/discovery_trials.parquet  one row per trial: its cell (arm, landscape, instance,
+                                  intensity, seed) and what it found
+    OUT/discovery_curves.parquet  per trial and epoch: samples, peaks reached, best values so far
+
+The confirmatory report (``phase: confirmatory``) judges, against the best-of-K control, every
+mechanism of the design on every pre-registered metric: per cell (landscape × intensity) and
+pooled over intensities per landscape (a unit's mean difference over the intensities), units
+paired by (landscape instance, seed), confidence intervals by the hierarchical bootstrap over
+instances then seeds, one Holm family for the primary metrics and one for the secondary
+(:func:`popgrpo.study.stats.judge`). It writes ``verdicts.json`` (one record per claim:
+landscape, intensity or ``pooled``, mechanism, metric, mean paired difference, CI, Holm p,
+verdict) and ``verdicts.md``, ``arms.md``, the figures and the compute check.
+
+The tuning report (``phase: tuning``) writes per-arm means and paired effects against the
+control (``tuning.md``, ``tuning.json``) and, for each mechanism, the seeds a confirmatory
+study would need for power 0.8 (statsmodels' ``TTestPower``, at the Bonferroni level of the
+family's first Holm step: conservative).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from popgrpo.study.discovery_plan import CONTROL
+from popgrpo.study.stats import ALPHA, Claim, Verdict, judge, verdicts_markdown
+
+__all__ = ["METRICS", "render_discovery", "summarise"]
+
+POWER_FAMILY = 60
+"""The confirmatory primary family the tuning report sizes its power calculation for (5 cells ×
+2 landscapes × 3 mechanisms × 2 primary metrics; docs/DISCOVERY_PREREGISTRATION.md)."""
+
+TRIALS_FILE, CURVES_FILE = "discovery_trials.parquet", "discovery_curves.parquet"
+CELL = ["landscape", "instance", "intensity", "arm", "seed"]
+
+# Every metric the study can judge: which direction is better, and what it means.
+METRICS = {
+    "best_quality": (True, "best noise-free quality Q reached (max over executed ideas)"),
+    "peaks": (True, "distinct reachable peaks reached at the pre-registered fraction of their height"),
+    "best_expected": (True, "best noise-free expected reward Q·p_exec reached"),
+    "peak_fraction_mean": (True, "mean over reachable peaks of the best Q / height reached"),
+    "discovery_time": (False, "mean over reachable peaks of samples-to-first-discovery / samples (1: never)"),
+}
+
+
+def _load_plan(out: Path) -> dict:
+    return json.loads((out / "plan.json").read_text())
+
+
+def summarise(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The trials table and the curves of the study in ``out``: read from its Parquet files when
+    they are there, else computed from ``OUT/runs`` and written."""
+    out = Path(out)
+    trials_path, curves_path = out / TRIALS_FILE, out / CURVES_FILE
+    if trials_path.exists() and curves_path.exists():
+        return pd.read_parquet(trials_path), pd.read_parquet(curves_path)
+    from popgrpo.config import load_config, preset_path
+    from popgrpo.envs import make_env
+    from popgrpo.study.discovery import reachable, trial_summary
+
+    plan = _load_plan(out)
+    reach: dict[tuple[str, int], frozenset[int]] = {}
+    rows, curves = [], []
+    for trial in plan["trials"]:
+        cell = (trial["preset"], trial["instance"])
+        if cell not in reach:
+            env = make_env(load_config(preset_path(trial["preset"]), [f"env.peak_seed={trial['instance']}"]).env)
+            reach[cell] = reachable(env, env.peak_centres)
+        metrics = pd.read_parquet(out / "runs" / trial["key"] / "metrics.parquet")
+        summary, curve = trial_summary(metrics, reach[cell])
+        labels = {k: trial[k] for k in ("key", "landscape", "instance", "intensity", "arm", "seed")}
+        rows.append({**labels, **summary, "reachable": len(reach[cell])})
+        curves.append(curve.assign(key=trial["key"]))
+    trials, curve_frame = pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
+    trials.to_parquet(trials_path, index=False, compression="zstd")
+    curve_frame.to_parquet(curves_path, index=False, compression="zstd")
+    return trials, curve_frame
+
+
+def compute_check(trials: pd.DataFrame) -> str:
+    """One sentence on compute matching: the ideas sampled per run in each cell, equal across arms
+    (a ValueError when they are not: the comparison would not be compute-matched)."""
+    matched = trials[trials["arm"].isin(_matched_arms(trials))]
+    spread = matched.groupby(["landscape", "intensity"])["samples"].agg(["min", "max"])
+    unequal = spread[spread["min"] != spread["max"]]
+    if not unequal.empty:
+        raise ValueError(f"arms sampled different numbers of ideas in {list(unequal.index)}: not compute-matched")
+    parts = [f"{int(row['min']):,} at {i} update(s)/epoch" for (_, i), row in spread.iterrows()]
+    per_intensity = list(dict.fromkeys(parts))
+    return (
+        "Compute: every compute-matched arm sampled and executed exactly the same number of ideas per run in each "
+        f"cell ({'; '.join(per_intensity)}), with the same gradient steps (K = 5 members × epochs × updates/epoch); "
+        "no mechanism spends samples on selection or evaluation."
+    )
+
+
+def _matched_arms(trials: pd.DataFrame) -> list[str]:
+    return [a for a in trials["arm"].unique() if not str(a).startswith("Pop-GRPO, K = 1")]
+
+
+def _paired(trials: pd.DataFrame, arm: str, metric: str, landscape: str, intensity: int | None) -> pd.DataFrame:
+    """Per unit (instance, seed): the arm's and the control's value (intensity None: means over intensities)."""
+    part = trials[(trials["landscape"] == landscape) & trials["arm"].isin([arm, CONTROL])]
+    if intensity is not None:
+        part = part[part["intensity"] == intensity]
+    wide = part.pivot_table(index=["instance", "seed"], columns="arm", values=metric, aggfunc="mean")
+    return wide.dropna()
+
+
+def claims(trials: pd.DataFrame, design: dict, tier: str) -> list[tuple[Claim, dict]]:
+    """The claims of one Holm family (``tier``: ``primary`` or ``secondary``) with their labels."""
+    metrics = [m for m, spec in design["metrics"].items() if spec.get("tier", "primary") == tier]
+    out: list[tuple[Claim, dict]] = []
+    for landscape in design["landscapes"]:
+        for arm in [a for a in design["arms"] if a != CONTROL]:
+            for metric in metrics:
+                spec = design["metrics"][metric]
+                for intensity in (None, *design["intensities"]):
+                    wide = _paired(trials, arm, metric, landscape, intensity)
+                    if wide.empty:
+                        continue
+                    where = "pooled" if intensity is None else f"{intensity}/epoch"
+                    claim = Claim.paired(
+                        f"{landscape}, {where}: {arm} − best-of-K, {metric}",
+                        wide[arm].to_numpy(),
+                        wide[CONTROL].to_numpy(),
+                        margin=float(spec["margin"]),
+                        higher_is_better=METRICS[metric][0],
+                        groups=tuple(wide.index.get_level_values("instance")),
+                    )
+                    labels = {
+                        "landscape": landscape,
+                        "intensity": "pooled" if intensity is None else int(intensity),
+                        "mechanism": arm,
+                        "metric": metric,
+                        "tier": tier,
+                        "arm_mean": float(wide[arm].mean()),
+                        "control_mean": float(wide[CONTROL].mean()),
+                    }
+                    out.append((claim, labels))
+    return out
+
+
+def judge_design(trials: pd.DataFrame, design: dict) -> list[Verdict]:
+    """Every claim of the design, judged in two Holm families (primary, secondary)."""
+    verdicts: list[Verdict] = []
+    for tier in ("primary", "secondary"):
+        family = claims(trials, design, tier)
+        if not family:
+            continue
+        for verdict, (_, labels) in zip(judge([c for c, _ in family]), family, strict=True):
+            verdict.extra.update(labels)
+            verdicts.append(verdict)
+    return verdicts
+
+
+def arms_markdown(trials: pd.DataFrame, metrics: list[str]) -> str:
+    """Mean ± sd over units of each metric, per landscape × intensity × arm."""
+    grouped = trials.groupby(["landscape", "intensity", "arm"], sort=True)
+    lines = ["| landscape | updates/epoch | arm | n | " + " | ".join(metrics) + " |"]
+    lines.append("| --- " * (4 + len(metrics)) + "|")
+    for (landscape, intensity, arm), part in grouped:
+        cells = [f"{part[m].mean():.3f} ± {part[m].std(ddof=1):.3f}" for m in metrics]
+        lines.append(f"| {landscape} | {intensity} | {arm} | {len(part)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _arm_order(trials: pd.DataFrame) -> list[str]:
+    arms = list(dict.fromkeys(trials["arm"]))
+    return [CONTROL, *[a for a in arms if a != CONTROL]]
+
+
+def fig_curves(trials: pd.DataFrame, curves: pd.DataFrame, column: str, label: str, path: Path) -> Path:
+    """Mean over units of ``column`` against samples, one panel per landscape × intensity, a line per arm."""
+    merged = curves.merge(trials[["key", "landscape", "intensity", "arm"]], on="key")
+    landscapes, intensities = sorted(merged["landscape"].unique()), sorted(merged["intensity"].unique())
+    fig, axes = plt.subplots(
+        len(landscapes), len(intensities), figsize=(3.6 * len(intensities), 3.0 * len(landscapes)), squeeze=False
+    )
+    for r, landscape in enumerate(landscapes):
+        for c, intensity in enumerate(intensities):
+            ax = axes[r][c]
+            part = merged[(merged["landscape"] == landscape) & (merged["intensity"] == intensity)]
+            for arm in _arm_order(trials):
+                line = part[part["arm"] == arm].groupby("epoch")[["samples", column]].mean()
+                if not line.empty:
+                    style = {"color": "black", "linewidth": 2.2} if arm == CONTROL else {"linewidth": 1.2}
+                    ax.plot(line["samples"], line[column], label=arm, **style)
+            ax.set_title(f"{landscape}, {intensity} update(s)/epoch", fontsize=9)
+            ax.set_xlabel("ideas sampled (all members)", fontsize=8)
+            ax.set_ylabel(label, fontsize=8)
+            ax.tick_params(labelsize=7)
+    axes[0][0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def fig_effects(verdicts: list[Verdict], path: Path) -> Path:
+    """Forest plot: each primary claim's mean paired difference with its CI, coloured by verdict."""
+    primary = [v for v in verdicts if v.extra.get("tier") == "primary"]
+    metrics = list(dict.fromkeys(v.extra["metric"] for v in primary))
+    fig, axes = plt.subplots(1, max(1, len(metrics)), figsize=(6.0 * max(1, len(metrics)), 0.22 * len(primary) + 1.5))
+    axes = np.atleast_1d(axes)
+    colours = {"better": "tab:green", "worse": "tab:red", "equivalent": "tab:blue", "inconclusive": "grey"}
+    for ax, metric in zip(axes, metrics, strict=False):
+        rows = [v for v in primary if v.extra["metric"] == metric]
+        for y, v in enumerate(rows):
+            low, high = v.ci
+            ax.plot([low, high], [y, y], color=colours[v.outcome], linewidth=2)
+            ax.plot([v.test.mean], [y], "o", color=colours[v.outcome], markersize=4)
+        ax.axvline(0, color="black", linewidth=0.8)
+        if rows:
+            ax.axvspan(-rows[0].claim.margin, rows[0].claim.margin, color="tab:blue", alpha=0.08)
+        labels = [f"{v.extra['landscape']}, {v.extra['intensity']}: {v.extra['mechanism']}" for v in rows]
+        ax.set_yticks(range(len(rows)), labels, fontsize=6)
+        ax.invert_yaxis()
+        ax.set_title(f"{metric}: mechanism − best-of-K (95% CI; band: ±margin)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def power_table(trials: pd.DataFrame, metrics: list[str], alpha_family: int, power: float = 0.8) -> pd.DataFrame:
+    """Tuning: per landscape × arm × metric, the paired effect ``d_z`` against the control (units
+    averaged over intensities) and the paired units needed for ``power`` at level
+    ``ALPHA / alpha_family`` (two-sided paired t-test; NaN where |d_z| ≤ 0.05)."""
+    from statsmodels.stats.power import TTestPower
+
+    analysis = TTestPower()
+    rows = []
+    for landscape in sorted(trials["landscape"].unique()):
+        for arm in [a for a in _arm_order(trials) if a != CONTROL]:
+            for metric in metrics:
+                wide = _paired(trials, arm, metric, landscape, None)
+                if wide.empty:
+                    continue
+                d = (wide[arm] - wide[CONTROL]).to_numpy()
+                sd = d.std(ddof=1) if len(d) > 1 else math.nan
+                dz = d.mean() / sd if sd and sd > 0 else math.nan
+                needed = math.nan
+                if np.isfinite(dz) and abs(dz) > 0.05:
+                    needed = float(
+                        analysis.solve_power(
+                            effect_size=abs(dz), alpha=ALPHA / alpha_family, power=power, alternative="two-sided"
+                        )
+                    )
+                rows.append(
+                    {
+                        "landscape": landscape,
+                        "arm": arm,
+                        "metric": metric,
+                        "n": len(d),
+                        "mean_diff": float(d.mean()),
+                        "sd_diff": float(sd),
+                        "dz": float(dz),
+                        "units_for_power": needed,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def _markdown_table(frame: pd.DataFrame, digits: int = 3) -> str:
+    lines = ["| " + " | ".join(frame.columns) + " |", "| --- " * len(frame.columns) + "|"]
+    for _, row in frame.iterrows():
+        cells = [f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def wall_time(out: Path) -> float | None:
+    """The study's wall time: the sum over every ``popgrpo reproduce`` invocation that worked on
+    it (``OUT/wall.jsonl``); None when none was recorded."""
+    path = out / "wall.jsonl"
+    if not path.exists():
+        return None
+    return float(sum(json.loads(line)["seconds"] for line in path.read_text().splitlines() if line.strip()))
+
+
+def render_discovery(out: str | Path) -> list[Path]:
+    """Write the study's tables, figures and (confirmatory) verdicts into ``out``; return the paths."""
+    out = Path(out)
+    plan = _load_plan(out)
+    design = plan["design"]
+    trials, curves = summarise(out)
+    written = [out / TRIALS_FILE, out / CURVES_FILE]
+    check = compute_check(trials)
+    summary_metrics = ["best_quality", "peaks", "best_expected", "peak_fraction_mean", "discovery_time"]
+    arms_md = out / "arms.md"
+    arms_md.write_text(
+        f"# Discovery study ({design['phase']}): every arm\n\n{check}\n\n"
+        f"Mean ± sd over (instance, seed) units; peaks at {design['threshold']:g} of a peak's height.\n\n"
+        + arms_markdown(trials, summary_metrics)
+    )
+    written.append(arms_md)
+    written.append(fig_curves(trials, curves, "peaks", "peaks reached", out / "fig_peaks_vs_samples.png"))
+    written.append(
+        fig_curves(trials, curves, "best_quality", "best noise-free Q", out / "fig_best_quality_vs_samples.png")
+    )
+    if design["phase"] == "tuning":
+        metrics = [*summary_metrics, *[c for c in trials.columns if c.startswith("peaks_at_")]]
+        power = power_table(trials, metrics, alpha_family=POWER_FAMILY)
+        (out / "tuning.json").write_text(json.dumps(power.to_dict("records"), indent=1) + "\n")
+        (out / "tuning.md").write_text(
+            "# Discovery study, tuning phase: paired effects against best-of-K\n\n"
+            f"{check}\n\nPer landscape: units (instance, seed) averaged over intensities; d_z = mean / sd of "
+            "the paired differences; `units_for_power`: paired units for power 0.8 (two-sided paired t-test) at "
+            f"α = 0.05 / {POWER_FAMILY}, the Bonferroni level of the first Holm step in a family of "
+            f"{POWER_FAMILY} claims (5 cells × 2 landscapes × 3 mechanisms × 2 primary metrics).\n\n"
+            + _markdown_table(power)
+        )
+        written += [out / "tuning.json", out / "tuning.md"]
+        return written
+    verdicts = judge_design(trials, design)
+    records = [v.record() for v in verdicts]
+    wall = wall_time(out)
+    (out / "verdicts.json").write_text(
+        json.dumps(
+            {
+                "preregistration_sha256": plan.get("preregistration_sha256"),
+                "trials": len(trials),
+                "wall_seconds": wall,
+                "design": design,
+                "verdicts": records,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    cost = f"{len(trials)} trials" + (f" in {wall / 60:.0f} min of wall time" if wall else "")
+    blocks = [f"# Discovery study: verdicts against best-of-K\n\n{check} {cost}.\n"]
+    for tier in ("primary", "secondary"):
+        part = [v for v in verdicts if v.extra["tier"] == tier]
+        if part:
+            blocks.append(f"## {tier.capitalize()} metrics (one Holm family)\n\n" + verdicts_markdown(part))
+    (out / "verdicts.md").write_text("\n".join(blocks))
+    written += [out / "verdicts.json", out / "verdicts.md", fig_effects(verdicts, out / "fig_effects.png")]
+    return written
