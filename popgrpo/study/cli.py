@@ -127,6 +127,24 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from popgrpo.config import PRESET_DIR
     from popgrpo.study.calibrate import calibrate
 
+    if args.holdout:
+        from popgrpo.config import ConfigError
+        from popgrpo.study.calibrate import HOLDOUT_SEEDS, holdout_check
+
+        fit_path = Path(args.holdout)
+        if not fit_path.is_file():
+            raise ConfigError(f"--holdout {fit_path}: no such fit.json (the --out of a `popgrpo calibrate` run)")
+        try:
+            check = holdout_check(fit_path, HOLDOUT_SEEDS[:2] if args.quick else HOLDOUT_SEEDS, args.epochs or 120)
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"--holdout {fit_path}: {exc}") from None
+        target = fit_path.with_name("holdout.json")
+        target.write_text(json.dumps(check, indent=1) + "\n")
+        print(
+            json.dumps({k: check[k] for k in ("measured", "fitted", "paper", "errors", "within_tolerance")}, indent=2)
+        )
+        print(f"held-out check on seeds {check['seeds']}: {target}")
+        return 0
     out = Path(args.out or ("runs/calibrate-quick" if args.quick else "runs/calibrate"))
     seeds = (42,) if args.quick else tuple(args.seeds)
     fit = calibrate(
@@ -166,6 +184,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     cal.add_argument("--presets-dir", help="where the paper_* presets are written (default: the package's presets)")
     cal.add_argument("--no-presets", action="store_true", help="write the study only, no presets")
     cal.add_argument("--quick", action="store_true", help="4 trials, seed 42, 20 epochs: a smoke test, not a fit")
+    cal.add_argument(
+        "--holdout",
+        metavar="FIT_JSON",
+        help="no search: re-measure the chosen point of FIT_JSON on 10 held-out seeds (2 with --quick) and write "
+        "holdout.json beside it",
+    )
     cal.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2), help="Tune's progress output")
     cal.set_defaults(func=_cmd_calibrate)
 

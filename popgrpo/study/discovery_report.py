@@ -169,6 +169,57 @@ def judge_design(trials: pd.DataFrame, design: dict) -> list[Verdict]:
     return verdicts
 
 
+def decisions(verdicts: list[Verdict], design: dict) -> list[dict]:
+    """The pre-registered decision per mechanism: on a landscape it beats best-of-K when at least
+    one of its pooled primary claims there is ``better`` and none is ``worse``; it beats best-of-K
+    when it does on every landscape of the design."""
+    pooled = [v for v in verdicts if v.extra["tier"] == "primary" and v.extra["intensity"] == "pooled"]
+    rows = []
+    for arm in [a for a in design["arms"] if a != CONTROL]:
+        per_landscape = {}
+        for landscape in design["landscapes"]:
+            outcomes = [v.outcome for v in pooled if v.extra["mechanism"] == arm and v.extra["landscape"] == landscape]
+            per_landscape[landscape] = "better" in outcomes and "worse" not in outcomes
+        rows.append({"mechanism": arm, **per_landscape, "beats_best_of_k": all(per_landscape.values())})
+    return rows
+
+
+def decisions_markdown(rows: list[dict], landscapes: list[str]) -> str:
+    """The decisions as a table: yes/no per landscape and overall."""
+    lines = ["| mechanism | " + " | ".join(f"beats best-of-K on {x}" for x in landscapes) + " | beats best-of-K |"]
+    lines.append("| --- " * (2 + len(landscapes)) + "|")
+    for row in rows:
+        cells = ["yes" if row[x] else "no" for x in landscapes]
+        lines.append(
+            f"| {row['mechanism']} | " + " | ".join(cells) + f" | **{'yes' if row['beats_best_of_k'] else 'no'}** |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(verdicts: list[Verdict], design: dict) -> str:
+    """What docs/DISCOVERY.md includes: the decisions, then every pooled claim (primary, then
+    secondary) with its mean arm and control values; the per-intensity claims are in verdicts.md."""
+    lines = [
+        "| family | landscape | mechanism | metric | mechanism | best-of-K | difference [95% CI] | p (Holm) | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for v in verdicts:
+        if v.extra["intensity"] != "pooled":
+            continue
+        x = v.extra
+        lines.append(
+            f"| {x['tier']} | {x['landscape']} | {x['mechanism']} | {x['metric']} | {x['arm_mean']:.3f} "
+            f"| {x['control_mean']:.3f} | {v.test.mean:+.3f} [{v.ci[0]:+.3f}, {v.ci[1]:+.3f}] | {v.p_holm:.3g} "
+            f"| **{v.word}** |"
+        )
+    return (
+        decisions_markdown(decisions(verdicts, design), design["landscapes"])
+        + "\nPooled over the four intensities (a unit's mean over them), 20 paired units per row unless "
+        "the design says otherwise; Holm within each family (primary: every primary claim, pooled and "
+        "per intensity).\n\n" + "\n".join(lines) + "\n"
+    )
+
+
 def arms_markdown(trials: pd.DataFrame, metrics: list[str]) -> str:
     """Mean ± sd over units of each metric, per landscape × intensity × arm."""
     grouped = trials.groupby(["landscape", "intensity", "arm"], sort=True)
@@ -338,6 +389,7 @@ def render_discovery(out: str | Path) -> list[Path]:
                 "trials": len(trials),
                 "wall_seconds": wall,
                 "design": design,
+                "decisions": decisions(verdicts, design),
                 "verdicts": records,
             },
             indent=1,
@@ -345,11 +397,17 @@ def render_discovery(out: str | Path) -> list[Path]:
         + "\n"
     )
     cost = f"{len(trials)} trials" + (f" in {wall / 60:.0f} min of wall time" if wall else "")
-    blocks = [f"# Discovery study: verdicts against best-of-K\n\n{check} {cost}.\n"]
+    blocks = [
+        f"# Discovery study: verdicts against best-of-K\n\n{check} {cost}.\n",
+        "## Decisions (the pre-registered rule)\n\n"
+        + decisions_markdown(decisions(verdicts, design), design["landscapes"]),
+    ]
     for tier in ("primary", "secondary"):
         part = [v for v in verdicts if v.extra["tier"] == tier]
         if part:
             blocks.append(f"## {tier.capitalize()} metrics (one Holm family)\n\n" + verdicts_markdown(part))
     (out / "verdicts.md").write_text("\n".join(blocks))
-    written += [out / "verdicts.json", out / "verdicts.md", fig_effects(verdicts, out / "fig_effects.png")]
+    (out / "summary.md").write_text(summary_markdown(verdicts, design))
+    written += [out / "verdicts.json", out / "verdicts.md", out / "summary.md"]
+    written.append(fig_effects(verdicts, out / "fig_effects.png"))
     return written

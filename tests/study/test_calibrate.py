@@ -110,3 +110,36 @@ def test_the_paper_landscape_plan_uses_the_calibrated_presets_or_says_how_to_get
     assert {t.preset for t in trials} == set(PAPER_LANDSCAPE_PRESETS.values())
     assert all(t.config().env.radius_max == 13.0 for t in trials)
     assert len(trials) == len(plan.build_plan(quick=True))  # the same cells on either landscape
+
+
+def test_the_holdout_check_remeasures_the_fit_on_unseen_seeds(tmp_path):
+    import json
+    from pathlib import Path
+
+    from popgrpo.study.calibrate import calibration_loss, holdout_check, measure_point
+
+    fit = json.loads(Path("docs/results/calibration/fit.json").read_text())
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(fit))
+    with pytest.raises(ValueError, match="used by the fit"):
+        holdout_check(path, seeds=(42, 7))
+    check = holdout_check(path, seeds=(7, 8), epochs=3)
+    assert check["fitted"] == fit["measured"] and check["seeds"] == [7, 8]
+    assert check["per_seed"][1] == {"seed": 8, **measure_point(fit["point"], (8,), 3)}
+    mean = {k: (check["per_seed"][0][k] + check["per_seed"][1][k]) / 2 for k in check["measured"]}
+    assert check["measured"] == pytest.approx(mean)
+    assert check["loss"] == pytest.approx(calibration_loss(mean)[0])
+
+
+def test_calibrate_holdout_without_a_fit_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "popgrpo", "calibrate", "--holdout", str(tmp_path / "nope.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "no such fit.json" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

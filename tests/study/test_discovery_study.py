@@ -127,6 +127,16 @@ def test_verdicts_find_a_real_gain_and_bound_a_null_one():
     assert verdicts[("collapse", 4, "repulsion", "peaks")].extra["tier"] == "secondary"
 
 
+def test_the_decision_rule_needs_a_pooled_gain_on_every_landscape():
+    from popgrpo.study.discovery_report import decisions
+
+    trials = _synthetic({"truncation": 0.2, "repulsion": 0.0})
+    trials.loc[(trials["arm"] == "truncation") & (trials["landscape"] == "paper"), "best_quality"] -= 0.2
+    rows = {r["mechanism"]: r for r in decisions(judge_design(trials, SMALL.to_json()), SMALL.to_json())}
+    assert rows["truncation"]["collapse"] and not rows["truncation"]["paper"]
+    assert not rows["truncation"]["beats_best_of_k"] and not rows["repulsion"]["beats_best_of_k"]
+
+
 def test_a_harmful_mechanism_is_called_worse():
     verdicts = judge_design(_synthetic({"truncation": -0.3, "repulsion": 0.0}), SMALL.to_json())
     words = {v.extra["mechanism"] for v in verdicts if v.outcome == "worse"}
