@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, load_config
-from popgrpo.runtime.async_loop import AsyncExecutor, run_async
+from popgrpo.runtime.async_loop import AsyncExecutor, AsyncState, AsyncStateError, parse_async_state, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
 from popgrpo.runtime.stopping import deferring
@@ -76,16 +76,33 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
     start_round, restore, async_state = 0, None, None
     if info is not None:
         start_round, restore = info["round"] + 1, checkpointer.load(info)
-        async_state = info.get("extra", {}).get("async")
+        extra = info.get("extra", {})
+        raw = extra.get("async") if isinstance(extra, dict) else None
+        if config.scheduler.mode == "async":
+            try:
+                async_state = parse_async_state(raw)
+            except AsyncStateError as exc:
+                raise ResumeError(f"{checkpointer.root / 'latest.json'}: {exc}") from None
         if (out.path / "metrics.parquet").exists():
             written = out.read_metrics().to_dict("records")
+            if async_state is not None and async_state.rows > len(written):
+                raise ResumeError(
+                    f"{checkpointer.root / 'latest.json'}: extra.async.rows: {async_state.rows} rows, "
+                    f"but metrics.parquet holds {len(written)}"
+                )
             # Async rounds: the rows written up to the checkpoint's merge, in the order written.
             rows = (
-                written[: async_state["rows"]]
-                if async_state
+                written[: async_state.rows]
+                if async_state is not None
                 else [r for r in written if r["epoch"] < info["epoch_end"]]
             )
     out.truncate_lineage(max_round=info["round"] if info else -1)
+    replay: dict[int, list[int]] = {}
+    if config.scheduler.mode == "async":
+        try:  # merges decided after the checkpoint: the resumed run makes the same ones
+            replay = out.take_merges(first=async_state.merges if async_state is not None else 0)
+        except ValueError as exc:
+            raise ResumeError(f"{out.path}: {exc}") from None
     return _run(
         config,
         out,
@@ -95,6 +112,7 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         rows=rows,
         restore=restore,
         async_state=async_state,
+        replay=replay,
     )
 
 
@@ -106,7 +124,8 @@ def _run(
     start_round: int,
     rows: list[dict],
     restore: tuple[list[dict], list[LocalArchiveState]] | None,
-    async_state: dict | None = None,
+    async_state: AsyncState | None = None,
+    replay: dict[int, list[int]] | None = None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     done = len({r["epoch"] for r in rows})
@@ -165,7 +184,17 @@ def _run(
         if synchronous:
             run_rounds(config, executor, on_round, start_round=start_round)
         else:
-            run_async(config, cast(AsyncExecutor, executor), on_round, state=async_state)
+            try:
+                run_async(
+                    config,
+                    cast(AsyncExecutor, executor),
+                    on_round,
+                    state=async_state,
+                    decided=out.append_merge,
+                    replay=replay,
+                )
+            except AsyncStateError as exc:
+                raise ResumeError(f"{out.path}: {exc}") from None
         failed = False
     finally:
         bar.close()
