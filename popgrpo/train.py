@@ -172,9 +172,10 @@ def _run(
         executor.events.clear()
         best_max = max([best_max, *(r["reward_max"] for r in new)])
         last = [r for r in new if r["epoch"] == epoch_end - 1]
-        diversity = sum(r["diversity"] for r in last) / len(last)
         bar.update(len(rows) // len(member_rows) - bar.n)  # epochs per member, on average
-        bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
+        if last:  # a replayed async merge may find its reporters' rows written with the one before
+            diversity = sum(r["diversity"] for r in last) / len(last)
+            bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
 
     failed = True
     try:
