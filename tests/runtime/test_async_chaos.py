@@ -14,7 +14,7 @@ import pytest
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
 from popgrpo.train import resume, train
-from tests.runtime.test_async_determinism import _assert_same_run, _crash_in_adopt, _Crash, _lines
+from tests.runtime.test_async_determinism import _assert_same_run, _Crash, _crash_in_adopt, _lines
 
 pytestmark = pytest.mark.ray
 
