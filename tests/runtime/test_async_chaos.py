@@ -99,7 +99,7 @@ def test_on_ray_the_archive_actor_killed_mid_async_run_is_restored(ray_local, tm
     from tests.runtime.test_faults import _cfg as faults_cfg
     from tests.runtime.test_faults import _covers, _elite_map, _train_and_kill_archive
 
-    cfg = faults_cfg("run.epochs=8", "grpo.steps_per_epoch=16", "archive.shared=true", *SETS[8:], "run.loggers=[]")
+    cfg = faults_cfg("run.epochs=8", "grpo.steps_per_epoch=16", "archive.shared=true", *SETS[7:], "run.loggers=[]")
     summary, captured, final_maps, events = _train_and_kill_archive(tmp_path, cfg, monkeypatch)
     assert summary["epochs"] == 8
     assert "snapshot" in events[0]["reason"]
