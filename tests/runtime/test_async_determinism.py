@@ -27,7 +27,8 @@ from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import ResumeError, resume, train
 
-BASE = ["run.seed=42", "run.epochs=30", "run.loggers=[]", "scheduler.interval_epochs=10", "scheduler.mode=async"]
+BASE = ["run.seed=42", "run.epochs=30", "run.loggers=[]", "scheduler.interval_epochs=10", "scheduler.mode=async",
+        "grpo.steps_per_epoch=4"]  # fmt: skip
 STRAGGLERS = ["population.straggler.scale_s=0.05", "population.straggler.sigma=1.0"]
 BOUNDED = ["scheduler.buffer=2", "scheduler.max_staleness=1"]
 
