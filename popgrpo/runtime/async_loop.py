@@ -2,7 +2,11 @@
 
 Every member actor (a group of ``population.members_per_actor`` members, which report
 together) trains its rounds of T epochs on its own; the driver waits for whichever finishes
-first (``ray.wait(num_returns=1)`` in :meth:`RayExecutor.wait_train`). A report in a
+first (``ray.wait(num_returns=1)`` in :meth:`RayExecutor.wait_train`), or, with
+``scheduler.order: logical``, for the call due next by its logical finish time (the logical
+time it started plus its members' seeded straggler delays,
+:func:`~popgrpo.algorithms.async_rounds.logical_finish`), so the order is the seed's, not
+the machine's. A report in a
 member's last round is final; any other waits in the buffer for a merge. When
 :func:`~popgrpo.algorithms.async_rounds.merge_due` says so, the round's end is carried out
 for the buffered members only, by the same code as a sync round's
@@ -13,6 +17,9 @@ keys the cyclic objective, the merge stream and the mutations (a member adopts a
 at most once), so with ``max_staleness`` 0 (every merge waits for everyone) the run is the
 sync run, bit for bit.
 
+Each merge's decision (which actors' reports it takes) goes to the event log
+(``decided``, ``merges.jsonl``) before it is carried out; a resumed run replays the logged
+decisions its checkpoint does not hold (``replay``), whatever order the reports then come in.
 Each merge is written as it happens (``on_merge``: metrics of every report since the last
 write, the lineage record with an ``async`` part: the merge's number, the members whose
 reports it used with their bases and rounds, and the members still training with their
