@@ -83,6 +83,11 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
                 async_state = parse_async_state(raw)
             except AsyncStateError as exc:
                 raise ResumeError(f"{checkpointer.root / 'latest.json'}: {exc}") from None
+            if async_state.merges not in (info["round"], info["round"] + 1):  # after merge m: m + 1; at the end: m
+                raise ResumeError(
+                    f"{checkpointer.root / 'latest.json'}: extra.async.merges: {async_state.merges} "
+                    f"does not follow the checkpoint's round {info['round']}"
+                )
         if (out.path / "metrics.parquet").exists():
             written = out.read_metrics().to_dict("records")
             if async_state is not None and async_state.rows > len(written):

@@ -226,6 +226,7 @@ def _tampered(interrupted, tmp_path, change):
     [
         (lambda a, _l: a.update(round_of=[0, 1]), r"extra\.async\.round_of: 2 entries for 5 member actors"),
         (lambda a, _l: a.update(merges="two"), r"extra\.async\.merges: "),
+        (lambda a, _l: a.update(merges=7), r"extra\.async\.merges: 7 does not follow the checkpoint's round 1"),
         (lambda a, _l: a.update(base_of=[9] * 5), r"extra\.async\.base_of: a base past the last merge"),
         (lambda a, _l: a.update(in_flight=[0, 0]), r"extra\.async: finished and in_flight must hold each"),
         (lambda a, _l: a.update(keys=[[0.0, 1]]), r"extra\.async\.keys: one \(finish, call\) pair"),
