@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, load_config
-from popgrpo.runtime.async_loop import AsyncExecutor, run_async
+from popgrpo.runtime.async_loop import AsyncExecutor, AsyncState, AsyncStateError, parse_async_state, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
 from popgrpo.runtime.stopping import deferring
@@ -76,16 +76,38 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
     start_round, restore, async_state = 0, None, None
     if info is not None:
         start_round, restore = info["round"] + 1, checkpointer.load(info)
-        async_state = info.get("extra", {}).get("async")
+        extra = info.get("extra", {})
+        raw = extra.get("async") if isinstance(extra, dict) else None
+        if config.scheduler.mode == "async":
+            try:
+                async_state = parse_async_state(raw)
+            except AsyncStateError as exc:
+                raise ResumeError(f"{checkpointer.root / 'latest.json'}: {exc}") from None
+            if async_state.merges not in (info["round"], info["round"] + 1):  # after merge m: m + 1; at the end: m
+                raise ResumeError(
+                    f"{checkpointer.root / 'latest.json'}: extra.async.merges: {async_state.merges} "
+                    f"does not follow the checkpoint's round {info['round']}"
+                )
         if (out.path / "metrics.parquet").exists():
             written = out.read_metrics().to_dict("records")
+            if async_state is not None and async_state.rows > len(written):
+                raise ResumeError(
+                    f"{checkpointer.root / 'latest.json'}: extra.async.rows: {async_state.rows} rows, "
+                    f"but metrics.parquet holds {len(written)}"
+                )
             # Async rounds: the rows written up to the checkpoint's merge, in the order written.
             rows = (
-                written[: async_state["rows"]]
-                if async_state
+                written[: async_state.rows]
+                if async_state is not None
                 else [r for r in written if r["epoch"] < info["epoch_end"]]
             )
     out.truncate_lineage(max_round=info["round"] if info else -1)
+    replay: dict[int, list[int]] = {}
+    if config.scheduler.mode == "async":
+        try:  # merges decided after the checkpoint: the resumed run makes the same ones
+            replay = out.take_merges(first=async_state.merges if async_state is not None else 0)
+        except ValueError as exc:
+            raise ResumeError(f"{out.path}: {exc}") from None
     return _run(
         config,
         out,
@@ -95,6 +117,7 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         rows=rows,
         restore=restore,
         async_state=async_state,
+        replay=replay,
     )
 
 
@@ -106,7 +129,8 @@ def _run(
     start_round: int,
     rows: list[dict],
     restore: tuple[list[dict], list[LocalArchiveState]] | None,
-    async_state: dict | None = None,
+    async_state: AsyncState | None = None,
+    replay: dict[int, list[int]] | None = None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     done = len({r["epoch"] for r in rows})
@@ -153,9 +177,10 @@ def _run(
         executor.events.clear()
         best_max = max([best_max, *(r["reward_max"] for r in new)])
         last = [r for r in new if r["epoch"] == epoch_end - 1]
-        diversity = sum(r["diversity"] for r in last) / len(last)
         bar.update(len(rows) // len(member_rows) - bar.n)  # epochs per member, on average
-        bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
+        if last:  # a replayed async merge may find its reporters' rows written with the one before
+            diversity = sum(r["diversity"] for r in last) / len(last)
+            bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
 
     failed = True
     try:
@@ -165,7 +190,17 @@ def _run(
         if synchronous:
             run_rounds(config, executor, on_round, start_round=start_round)
         else:
-            run_async(config, cast(AsyncExecutor, executor), on_round, state=async_state)
+            try:
+                run_async(
+                    config,
+                    cast(AsyncExecutor, executor),
+                    on_round,
+                    state=async_state,
+                    decided=out.append_merge,
+                    replay=replay,
+                )
+            except AsyncStateError as exc:
+                raise ResumeError(f"{out.path}: {exc}") from None
         failed = False
     finally:
         bar.close()

@@ -433,6 +433,21 @@ class ResourcesConfig(Section):
     )
 
 
+class StragglerConfig(Section):
+    scale_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="Median extra seconds a member's round takes, drawn per (member, round) from the stream (run.seed, member, round): a seeded heavy-tailed delay, delay = scale_s · exp(sigma · z), z ~ N(0, 1) (log-normal). On Ray the member actor sleeps it inside its `train` call, so it is real wall time (a straggler study: async vs sync rounds under slow members); in-process members train one after another and do not sleep, but scheduler.order=logical orders their reports by it. 0: off (no delay, no draw). docs/guides/async.md.",
+    )
+    sigma: float = Field(
+        default=1.0,
+        ge=0,
+        le=5,
+        description="Log-normal σ of the straggler delay (1: heavy-tailed, a few members far slower than the median; 0: every round takes exactly scale_s more).",
+    )
+
+
 class PopulationConfig(Section):
     size: int = Field(
         default=1,
@@ -470,6 +485,10 @@ class PopulationConfig(Section):
     shared_init: bool = Field(
         default=True,
         description="All members start from the same initial weights (as fine-tuning one pretrained model does), so their soup is meaningful; false draws an independent init per member.",
+    )
+    straggler: StragglerConfig = Field(
+        default_factory=StragglerConfig,
+        description="Seeded member delays (off by default): each member's round takes a log-normal extra time.",
     )
 
 
@@ -547,6 +566,10 @@ class SchedulerConfig(Section):
         default=0,
         ge=0,
         description="async: S, the most merges a member's base may fall behind while it trains. 0: the sync schedule; larger lets fast members go on while slow ones finish.",
+    )
+    order: Literal["arrival", "logical"] = Field(
+        default="arrival",
+        description="async: the order the driver takes reports in. `arrival`: as they come (ray.wait), fastest; which reports a merge takes then depends on timing, and merges.jsonl records it so a resumed run replays the merges already decided. `logical`: by logical finish time, the logical time of the merge a call started from plus its members' population.straggler delays (ties: the order the calls were made); the driver waits for that report even if another arrives first. The run is then the same bit for bit on any machine, after member restarts and after --resume (with private archives), and equals the in-process run; it loses little time when the seeded delays dominate the real spread of round times. docs/guides/async.md.",
     )
     svd_mode: Literal["scale", "add"] = Field(
         default="scale",
@@ -725,6 +748,8 @@ class Config(Section):
             raise ValueError(
                 "scheduler.mode=async needs scheduler.enabled=true (there are no rounds to run asynchronously)"
             )
+        if sched.order == "logical" and sched.mode != "async":
+            raise ValueError("scheduler.order=logical needs scheduler.mode=async (sync rounds wait for every member)")
         if sched.buffer is not None and sched.buffer > self.population.size:
             raise ValueError(
                 f"scheduler.buffer ({sched.buffer}) must be <= population.size ({self.population.size}): a merge cannot wait for more members than exist"

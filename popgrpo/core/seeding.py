@@ -12,6 +12,7 @@ __all__ = [
     "STREAM_MERGE",
     "STREAM_PERTURB",
     "STREAM_POPULATION",
+    "STREAM_STRAGGLER",
     "derive_seed",
     "torch_generator",
 ]
@@ -24,6 +25,7 @@ STREAM_PERTURB = 2  # (2, k, round): member k's mutation when it adopts the merg
 STREAM_MERGE = 3  # (3, round): the driver's merge draws (task_arithmetic's w)
 STREAM_EVAL = 4  # (4, round, purpose): the driver's held-out evaluation draws
 STREAM_POPULATION = 5  # (5, round): the driver's population-mechanism draws (which top member a copy takes)
+STREAM_STRAGGLER = 6  # (6, k, round): member k's seeded extra delay in a round (population.straggler)
 
 
 def derive_seed(root: int, *keys: int) -> int:

@@ -20,6 +20,7 @@ import ray
 import torch
 
 from popgrpo.algorithms.archive_service import ArchiveHandle, LocalArchive, LocalArchiveState, StepResult
+from popgrpo.algorithms.async_rounds import straggler_delay
 from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
@@ -193,6 +194,7 @@ class MemberGroup:
         self.label = member_label(member_ids)  # the actor's name without the run, which the name carries
         self.build = build
         self.total_epochs, self.interval_epochs = config.run.epochs, config.scheduler.interval_epochs
+        self.seed, self.straggler = config.run.seed, config.population.straggler
         self.state_known = False  # nothing trained or loaded yet: round and epoch are not known
         self.last_reward_mean: dict[int, float] = {}
         torch.set_num_threads(config.run.torch_threads)
@@ -223,7 +225,9 @@ class MemberGroup:
             self.packed = PackedMembers(list(self.members.values()))
 
     def train(self, n_epochs: int) -> dict[int, list[dict]]:
-        """Epoch by epoch across the packed members, publishing live metrics after each."""
+        """Epoch by epoch across the packed members, publishing live metrics after each; then,
+        with ``population.straggler`` on, sleep the members' seeded delays for this round."""
+        delay = self.round_delay()
         rows: dict[int, list[dict]] = {k: [] for k in self.members}
         cpu = 0.0
         for _ in range(n_epochs):
@@ -239,7 +243,20 @@ class MemberGroup:
                 self.last_reward_mean[k] = float(row.get("reward_mean", math.nan))
         self.train_cpu_s.append(cpu)
         self.state_known = True
+        if delay > 0:
+            time.sleep(delay)
         return rows
+
+    def round_delay(self) -> float:
+        """Seconds of seeded straggler delay of the round about to be trained: the sum over this
+        actor's members (they train one after another), 0 when ``population.straggler`` is off."""
+        if self.straggler.scale_s == 0:
+            return 0.0
+        round_index = next(iter(self.members.values())).epochs_done // self.interval_epochs
+        return sum(
+            straggler_delay(self.seed, k, round_index, self.straggler.scale_s, self.straggler.sigma)
+            for k in sorted(self.members)
+        )
 
     def __repr__(self) -> str:
         """Members, device, round, epoch and each member's last mean reward (:func:`describe_group`)."""

@@ -139,10 +139,13 @@ class LocalExecutor:
     # ---- asynchronous rounds: in this process, reports come in the order calls were made ----
     @property
     def groups(self) -> list[list[int]]:
-        """Members that train and report together: each alone, or all of them when vectorised."""
+        """Members that train and report together: ``population.members_per_actor`` at a time,
+        as the Ray executor packs them into actors (so an asynchronous run makes the same
+        merges here as on Ray), or all of them when vectorised."""
         if self.config.population.vectorize:
             return [list(range(self.n_members))]
-        return [[k] for k in range(self.n_members)]
+        per_actor = self.config.population.members_per_actor
+        return [list(range(i, min(i + per_actor, self.n_members))) for i in range(0, self.n_members, per_actor)]
 
     def submit_train(self, g: int, n_epochs: int) -> tuple[int, int]:
         return (g, n_epochs)

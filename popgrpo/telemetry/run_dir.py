@@ -1,7 +1,8 @@
 """Everything a run writes lives under its run directory.
 
 ``config.yaml`` (resolved), ``metrics.parquet`` (one row per member per epoch),
-``lineage.jsonl`` (one line per scheduler round), ``summary.json`` (Table-1 numbers),
+``lineage.jsonl`` (one line per scheduler round), ``merges.jsonl`` (asynchronous rounds: each
+merge's decision, written before it is carried out), ``summary.json`` (Table-1 numbers),
 ``training_dynamics.png``. Files are replaced atomically (write, then rename), so a run
 that dies mid-write leaves the previous complete version, never half a file.
 """
@@ -65,6 +66,50 @@ class RunDirectory:
             fh.write(json.dumps(record) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+    def append_merge(self, entry: dict) -> None:
+        """Asynchronous rounds' event log: one merge's decision (``merge``, ``actors``,
+        ``members``), on disk (fsynced) before the merge is carried out."""
+        with open(self.path / "merges.jsonl", "a") as fh:
+            fh.write(json.dumps(entry) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def take_merges(self, first: int) -> dict[int, list[int]]:
+        """Drop the logged merges numbered ``first`` or later (decided, not checkpointed) from
+        ``merges.jsonl`` and return them, merge number → actors, for the resumed run to replay.
+
+        Raises ``ValueError`` (one line) on a line that is not such a decision.
+        """
+        path = self.path / "merges.jsonl"
+        if not path.exists():
+            return {}
+        kept, dropped = [], {}
+        for n, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"merges.jsonl line {n}: not JSON ({exc.msg})") from None
+            merge, actors = (entry.get("merge"), entry.get("actors")) if isinstance(entry, dict) else (None, None)
+            if (
+                not isinstance(merge, int)
+                or isinstance(merge, bool)
+                or merge < 0
+                or not isinstance(actors, list)
+                or not actors
+                or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in actors)
+            ):
+                raise ValueError(
+                    f"merges.jsonl line {n}: not a merge decision (an int merge >= 0 and a list of actors)"
+                )
+            if merge < first:
+                kept.append(line)
+            else:
+                dropped[merge] = actors
+        self._replace("merges.jsonl", "".join(f"{line}\n" for line in kept))
+        return dropped
 
     def append_event(self, event: dict) -> None:
         """A failure or recovery, one JSON line in ``events.jsonl``: never silent."""
