@@ -13,7 +13,7 @@ from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, load_config
 from popgrpo.runtime.async_loop import AsyncExecutor, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
-from popgrpo.runtime.scheduler import run_rounds
+from popgrpo.runtime.scheduler import FrontierStore, PopulationRounds, frontier_store, run_rounds
 from popgrpo.runtime.stopping import deferring
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.telemetry.loggers import RoundReport, archive_heatmaps, make_loggers
@@ -73,10 +73,11 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         out.append_event(event)
         tqdm.write(f"popgrpo: resume: checkpoint_fallback: {checkpointer.fallback}")
     rows: list[dict] = []
-    start_round, restore, async_state = 0, None, None
+    start_round, restore, async_state, store = 0, None, None, None
     if info is not None:
         start_round, restore = info["round"] + 1, checkpointer.load(info)
         async_state = info.get("extra", {}).get("async")
+        store = _frontier_store(out.path, info, checkpointer.load_driver(info), config, restore[0])
         if (out.path / "metrics.parquet").exists():
             written = out.read_metrics().to_dict("records")
             # Async rounds: the rows written up to the checkpoint's merge, in the order written.
@@ -95,7 +96,24 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         rows=rows,
         restore=restore,
         async_state=async_state,
+        store=store,
     )
+
+
+def _frontier_store(
+    run_dir: Path, info: dict, driver: object, config: Config, members: list[dict]
+) -> FrontierStore | None:
+    """The frontier store saved with checkpoint ``info`` (None: the round loop saved none), checked
+    against the run's config and its members' weights; ResumeError names what is wrong."""
+    if driver is None:
+        return None
+    reference = members[0].get("policy") if members and isinstance(members[0], dict) else None
+    try:
+        if not isinstance(reference, dict):
+            raise ValueError("no member weights to check the frontier store against")
+        return frontier_store(driver, config, reference, int(info["round"]))
+    except ValueError as exc:
+        raise ResumeError(f"{run_dir}: checkpoint round {info['round']}: {exc}") from None
 
 
 def _run(
@@ -107,6 +125,7 @@ def _run(
     rows: list[dict],
     restore: tuple[list[dict], list[LocalArchiveState]] | None,
     async_state: dict | None = None,
+    store: FrontierStore | None = None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     done = len({r["epoch"] for r in rows})
@@ -146,7 +165,7 @@ def _run(
         # round on resume, and TensorBoard purges what it logged, so no round goes missing.
         loggers.log_round(RoundReport(round_index, epoch_end, new, record, heatmaps))
         extra = None if state is None else {"async": {**state, "rows": len(rows)}}
-        checkpointer.save(round_index, epoch_end, member_states, archive_states, extra)
+        checkpointer.save(round_index, epoch_end, member_states, archive_states, extra, rounds.state_dict())
         for event in executor.events:
             out.append_event({"round": round_index, **event})
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
@@ -159,13 +178,14 @@ def _run(
 
     failed = True
     try:
+        rounds = PopulationRounds(config, executor, store)  # carries out round ends; its state is checkpointed
         if restore is not None:
             executor.load_member_states(restore[0])
             executor.load_archive_states(restore[1])
         if synchronous:
-            run_rounds(config, executor, on_round, start_round=start_round)
+            run_rounds(config, executor, on_round, start_round=start_round, rounds=rounds)
         else:
-            run_async(config, cast(AsyncExecutor, executor), on_round, state=async_state)
+            run_async(config, cast(AsyncExecutor, executor), on_round, state=async_state, rounds=rounds)
         failed = False
     finally:
         bar.close()

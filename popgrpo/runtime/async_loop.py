@@ -57,6 +57,7 @@ def run_async(
     executor: AsyncExecutor,
     on_merge: Callable[[int, int, list[list[dict]], dict | None, dict | None], None],
     state: Mapping[str, Any] | None = None,
+    rounds: PopulationRounds | None = None,
 ) -> None:
     """Train every member ``run.epochs`` epochs in asynchronous rounds.
 
@@ -66,7 +67,9 @@ def run_async(
     report), ``state`` where every actor is (JSON-able: the number of merges, each actor's
     round and base, the actors that have finished), for the checkpoint. A resumed run passes
     the checkpoint's ``state`` back, with its members already at their restore points: every
-    actor that had not finished redoes its round from there.
+    actor that had not finished redoes its round from there. ``rounds`` carries out each
+    merge (default: a new :class:`PopulationRounds`; a caller that checkpoints passes its own,
+    as for :func:`~popgrpo.runtime.scheduler.run_rounds`, to save and restore the frontier store).
     """
     sched = config.scheduler
     lengths = round_lengths(config.run.epochs, sched.interval_epochs)
@@ -85,7 +88,7 @@ def run_async(
     handles = [executor.submit_train(g, lengths[round_of[g]]) for g in order]
     buffer: list[int] = []
     pending: dict[int, list[dict]] = {k: [] for k in range(executor.n_members)}
-    rounds = PopulationRounds(config, executor)
+    rounds = PopulationRounds(config, executor) if rounds is None else rounds
 
     def flush(merge: int, epoch_end: int, record: dict | None) -> None:
         rows = [pending[k] for k in range(executor.n_members)]

@@ -88,6 +88,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     plan_file = Path(args.dir) / "plan.json"
     if plan_file.is_file() and json.loads(plan_file.read_text()).get("study") == "lm":
         from popgrpo.study.lm_report import render_lm as render
+    elif (Path(args.dir) / "corruption.parquet").is_file():  # a WARM study (popgrpo.study.warm)
+        from popgrpo.study.warm_report import render_warm as render
     try:
         written = render(args.dir)
     except FileNotFoundError as exc:
@@ -188,5 +190,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rep.set_defaults(func=_cmd_reproduce)
 
     report = sub.add_parser("report", help="re-render a study's tables and figures from its Parquet files")
-    report.add_argument("dir", help="the --out of a popgrpo reproduce run")
+    report.add_argument(
+        "dir", help="the --out of a popgrpo reproduce run (any --study), or a committed copy such as docs/results/warm"
+    )
     report.set_defaults(func=_cmd_report)
