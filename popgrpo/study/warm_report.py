@@ -352,7 +352,8 @@ def _km_median(time: np.ndarray, hacked: np.ndarray) -> tuple[float, float, floa
         return math.nan, math.nan, math.nan
     median = float(fit.quantile(0.5))
     try:
-        low, high = (float(x) for x in fit.quantile_ci(0.5))
+        with np.errstate(divide="ignore", invalid="ignore"):  # its log-log transform at S = 0 or 1
+            low, high = (float(x) for x in fit.quantile_ci(0.5))
     except (ValueError, ZeroDivisionError, FloatingPointError, IndexError):
         low, high = math.nan, math.nan
     return median, low, high
@@ -637,19 +638,21 @@ def _km_md(times: pd.DataFrame) -> str:
             rows = part[part.arm == arm]
             time, hacked = rows["time"].to_numpy(float), rows["hacked"].to_numpy(bool)
             median, low, high = _km_median(time, hacked)
-            med = "not reached" if math.isnan(median) else f"{median:g}"
-            ci = "" if math.isnan(median) else f" [{'–' if math.isnan(low) else f'{low:g}'}, "
-            ci += (
-                ""
-                if math.isnan(median)
-                else f"{'not reached' if math.isnan(high) or math.isinf(high) else f'{high:g}'}]"
-            )
+            med = "not reached" if math.isnan(median) else f"{median:g}{_median_ci(low, high)}"
             name = "single (half of the seed's RMs)" if arm == "single" else arm
             lines.append(
-                f"| {setting} | {name} | {len(rows)} | {int(hacked.sum())} | {int((~hacked).sum())} | {med}{ci} "
+                f"| {setting} | {name} | {len(rows)} | {int(hacked.sum())} | {int((~hacked).sum())} | {med} "
                 f"| {_rmst(time, hacked, tau):.2f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _median_ci(low: float, high: float) -> str:
+    """`` [low, high]`` of a KM median: ``not reached`` for an upper bound the curve never
+    reaches, ``n/a`` where statsmodels' interval is undefined (e.g. every unit hacked at once)."""
+    if math.isnan(low) or math.isnan(high):
+        return " [n/a]"
+    return f" [{low:g}, {'not reached' if math.isinf(high) else f'{high:g}'}]"
 
 
 def _survival_md(tests: list[SurvivalTest]) -> str:
