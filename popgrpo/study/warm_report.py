@@ -380,6 +380,9 @@ class SurvivalTest:
     p: float
     p_holm: float = math.nan
     alpha: float = ALPHA
+    # seeds where a is hacked later than b / neither order is known (same epoch, or both
+    # censored) / a is hacked earlier; a censored time is later than any earlier hacking
+    order: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def diff(self) -> float:
@@ -411,6 +414,7 @@ class SurvivalTest:
             "mean_diff": self.diff,
             "ci_low": num(self.ci[0]),
             "ci_high": num(self.ci[1]),
+            "seeds_later_tied_earlier": list(self.order),
             "chisq": num(self.chisq),
             "p": num(self.p),
             "p_holm": num(self.p_holm),
@@ -473,9 +477,28 @@ def survival_tests(
                 diffs = [_rmst(time_a[i], hacked_a[i], tau) - _rmst(time_b[i], hacked_b[i], tau) for i in draws]
                 low, high = np.quantile(diffs, [0.025, 0.975])
                 ci = (float(low), float(high))
-            tests.append(SurvivalTest(setting, a, b, len(seeds), tau, ra, rb, ci, chisq, p, alpha=alpha))
+            order = _seed_order(
+                ta["time"].to_numpy(float),
+                ta["hacked"].to_numpy(bool),
+                tb["time"].to_numpy(float),
+                tb["hacked"].to_numpy(bool),
+            )
+            tests.append(SurvivalTest(setting, a, b, len(seeds), tau, ra, rb, ci, chisq, p, alpha=alpha, order=order))
     adjusted, _ = holm([t.p for t in tests], alpha)
     return [replace(t, p_holm=p) for t, p in zip(tests, adjusted, strict=True)]
+
+
+def _seed_order(
+    time_a: np.ndarray, hacked_a: np.ndarray, time_b: np.ndarray, hacked_b: np.ndarray
+) -> tuple[int, int, int]:
+    """Per seed (``[n]`` each, paired by position): is ``a`` hacked later, in an unknown order, or earlier?
+
+    ``a`` is later where ``b`` was hacked before ``a``'s time (hacked or censored there), earlier
+    the other way round; equal times, and two censored runs, leave the order unknown.
+    """
+    later = int(np.sum(hacked_b & (time_a > time_b)))
+    earlier = int(np.sum(hacked_a & (time_b > time_a)))
+    return later, len(time_a) - later - earlier, earlier
 
 
 def _survival_pairs(times: pd.DataFrame) -> list[tuple[str, str]]:
@@ -657,12 +680,12 @@ def _median_ci(low: float, high: float) -> str:
 
 def _survival_md(tests: list[SurvivalTest]) -> str:
     lines = [
-        "| comparison | n seeds | RMST a − b, epochs [95% CI] | log-rank χ² | p | p (Holm) | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| comparison | n seeds | seeds: later / same / earlier | RMST a − b, epochs [95% CI] | log-rank χ² | p | p (Holm) | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for t in tests:
         lines.append(
-            f"| {t.name} | {t.n} | {t.rmst_a:.2f} − {t.rmst_b:.2f} = {_num(t.diff, 2)} [{_num(t.ci[0], 2)}, "
+            f"| {t.name} | {t.n} | {' / '.join(map(str, t.order))} | {t.rmst_a:.2f} − {t.rmst_b:.2f} = {_num(t.diff, 2)} [{_num(t.ci[0], 2)}, "
             f"{_num(t.ci[1], 2)}] | {'n/a' if math.isnan(t.chisq) else f'{t.chisq:.2f}'} | {_p(t.p)} | {_p(t.p_holm)} "
             f"| **{t.outcome}** |"
         )
@@ -813,7 +836,8 @@ def render_warm(
         "value; runs never hacked are right-censored at their last epoch. One unit per seed and arm (single "
         "RMs: the epoch by which half of the seed's RMs are hacked). Kaplan–Meier per arm; log-rank tests "
         f"stratified by seed, Holm across the {len(tests)} tests; RMST = restricted mean survival time up to "
-        "the last epoch, its difference with a bootstrap CI over seeds.",
+        'the last epoch, its difference with a bootstrap CI over seeds; "later / same / earlier" counts '
+        "seeds by which arm was hacked first (same: the same epoch, or neither hacked).",
         "",
         _km_md(times),
         _survival_md(tests),

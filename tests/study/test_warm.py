@@ -254,6 +254,8 @@ def test_log_rank_finds_later_hacking_and_not_a_tie():
     )
     later, tie = tests
     assert later.outcome == "later" and later.p_holm < 0.01 and later.diff > 20 and later.ci[0] > 0
+    assert later.order == (10, 0, 0)  # never hacked: later than every seed's hacking
+    assert tie.order == (3, 4, 3)  # early[::-1] against early: 5 = 5 four times, 7 vs 6 and 6 vs 7 three times each
     # the same times in other seeds: same KM curve, no difference
     assert tie.outcome == "inconclusive" and tie.diff == pytest.approx(0) and tie.p_holm > 0.5
     # Holm across the family: the adjusted p is at least the raw one
