@@ -603,16 +603,24 @@ def fig_survival(times: pd.DataFrame, path: Path) -> Path:
     """Kaplan–Meier curves of P(not yet hacked) per arm and setting; + marks censored units."""
     settings = sorted(times["setting"].unique())
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 3.8), squeeze=False)
+    warms = [a for a in set(times["arm"]) if a.startswith("warm")]
+    largest = max(warms, key=lambda a: int(a.removeprefix("warm"))) if warms else None
     for ax, setting in zip(axes[0], settings, strict=True):
         part = times[times.setting == setting]
+        faint_labelled = False
         for arm in _km_arms(part):
             rows = part[part.arm == arm]
             t, s = km_curve(rows["time"].to_numpy(float), rows["hacked"].to_numpy(bool))
             end = float(rows["time"].max())
             t, s = np.append(t, end), np.append(s, s[-1])
+            if arm.startswith("warm") and arm != largest:  # the smaller WARMs: faint, one legend entry
+                label = None if faint_labelled else f"warm2…warm{int(str(largest).removeprefix('warm')) - 1}"
+                faint_labelled = True
+                ax.step(t, s, "-", where="post", color="grey", alpha=0.35, lw=1.0, label=label)
+                continue
             label = "single (half of the seed's RMs)" if arm == "single" else arm
             style = "k-" if arm == "execution" else ("--" if arm.startswith(("single", "ens")) else "-")
-            (line,) = ax.step(t, s, style, where="post", label=f"{label} (n = {len(rows)})", lw=1.3)
+            (line,) = ax.step(t, s, style, where="post", label=f"{label} (n = {len(rows)})", lw=1.6)
             censored = rows[~rows["hacked"]]
             if len(censored):
                 ax.plot(censored["time"], np.full(len(censored), s[-1]), "+", color=line.get_color(), ms=8)
