@@ -90,9 +90,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
         from popgrpo.study.lm_report import render_lm as render
     elif (Path(args.dir) / "corruption.parquet").is_file():  # a WARM study (popgrpo.study.warm)
         from popgrpo.study.warm_report import render_warm as render
+    from popgrpo.study.warm_report import WarmStudyError
+
     try:
         written = render(args.dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, WarmStudyError) as exc:
         print(f"popgrpo: {exc}", file=sys.stderr)
         return 2
     for path in written:

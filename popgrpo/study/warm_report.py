@@ -41,14 +41,19 @@ from popgrpo.study.stats import ALPHA, Claim, Verdict, holm, judge
 from popgrpo.telemetry.plots import save_figure
 
 __all__ = [
+    "COLUMNS",
     "MARGINS",
     "TABLES",
     "WARM_FIGURES",
     "SurvivalTest",
+    "WarmClaim",
+    "WarmStudyError",
     "hacking_summary",
     "hacking_times",
     "is_single",
+    "judge_claims",
     "km_curve",
+    "load_warm",
     "paper_status",
     "render_warm",
     "rl_table",
@@ -786,13 +791,55 @@ def _invocations_md(invocations: list[dict]) -> list[str]:
 
 
 # ---- all of it -------------------------------------------------------------------------------
+# The columns the report reads of each table.
+COLUMNS = {
+    "lmc": ("setting", "seed", "lam", "subset", "wa", "ens", "diagonal"),
+    "corruption": ("setting", "seed", "m", "subset", "wa", "ens", "oracle"),
+    "bon": ("setting", "seed", "proxy", "n", "kl", "control"),
+    "rl": ("setting", "seed", "proxy", "epoch", "reward_mean", "control_reward_mean", "control_expected_reward"),
+}
+
+
+class WarmStudyError(ValueError):
+    """A directory's WARM tables or study.json cannot be read as the study wrote them."""
+
+
 def load_warm(out: str | Path) -> dict[str, pd.DataFrame]:
-    """The study's tables (``lmc``, ``corruption``, ``bon``, ``rl``) from ``out``'s Parquet files."""
+    """The study's tables (``lmc``, ``corruption``, ``bon``, ``rl``) from ``out``'s Parquet files.
+
+    FileNotFoundError when one is missing; :class:`WarmStudyError` when one is not Parquet or
+    lacks a column the report reads (:data:`COLUMNS`).
+    """
     out = Path(out)
     missing = [name for name in TABLES if not (out / f"{name}.parquet").is_file()]
     if missing:
         raise FileNotFoundError(f"{out} holds no WARM study: {', '.join(f'{m}.parquet' for m in missing)} missing")
-    return {name: pd.read_parquet(out / f"{name}.parquet") for name in TABLES}
+    frames = {}
+    for name in TABLES:
+        path = out / f"{name}.parquet"
+        try:
+            frames[name] = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow's errors for a damaged or foreign file
+            raise WarmStudyError(f"{path}: not a Parquet table: {str(exc).splitlines()[0][:200]}") from None
+        lacking = [c for c in COLUMNS[name] if c not in frames[name].columns]
+        if lacking or frames[name].empty:
+            what = f"no column {', '.join(lacking)}" if lacking else "no rows"
+            raise WarmStudyError(f"{path}: not the WARM study's {name} table ({what})")
+    return frames
+
+
+def _recorded(out: Path) -> dict:
+    """``out/study.json`` (the plan and the invocations), ``{}`` when there is none."""
+    path = out / "study.json"
+    if not path.is_file():
+        return {}
+    try:
+        recorded = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise WarmStudyError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(recorded, dict):
+        raise WarmStudyError(f"{path}: not a JSON object")
+    return recorded
 
 
 def render_warm(
@@ -806,7 +853,7 @@ def render_warm(
     out = Path(out)
     if frames is None:
         frames = load_warm(out)
-    recorded = json.loads((out / "study.json").read_text()) if (out / "study.json").is_file() else {}
+    recorded = _recorded(out)
     window = int(study.rl_window if study is not None else recorded.get("study", {}).get("rl_window", 5))
     if seconds is None:
         seconds = recorded.get("seconds")

@@ -88,10 +88,22 @@ def test_quick_warm_study_writes_every_table_figure_and_claim(tmp_path, capsys):
     assert (committed / "warm.md").read_text() == (tmp_path / "warm.md").read_text()
     assert (committed / "verdicts.json").read_text() == (tmp_path / "verdicts.json").read_text()
     assert all((committed / name).is_file() for name in WARM_FIGURES)
+    # Bad input: exit 2 and one line naming the file.
+    bon = pd.read_parquet(committed / "bon.parquet")
+    for damage, says in (
+        (lambda: (committed / "bon.parquet").write_bytes(b"not parquet"), "not a Parquet table"),
+        (lambda: bon.drop(columns=["control"]).to_parquet(committed / "bon.parquet"), "no column control"),
+        (lambda: (committed / "study.json").write_text("{"), "study.json: not JSON"),
+        (lambda: (committed / "bon.parquet").unlink(), "bon.parquet missing"),
+    ):
+        damage()
+        capsys.readouterr()
+        assert main(["report", str(committed)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("popgrpo: ") and "\n" not in err and says in err, err
+        bon.to_parquet(committed / "bon.parquet")
+        shutil.copy(tmp_path / "study.json", committed / "study.json")
     (committed / "bon.parquet").unlink()
-    capsys.readouterr()
-    assert main(["report", str(committed)]) == 2
-    assert capsys.readouterr().err.strip().count("\n") == 0
 
 
 def test_hacking_summary_finds_the_peak_and_the_drop():
