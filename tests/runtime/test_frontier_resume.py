@@ -190,3 +190,33 @@ def test_the_store_is_copied_out_with_the_run(tmp_path):
     shutil.move(run, moved)
     resume(moved, progress=False)
     assert _lineage(moved) == _lineage(tmp_path / "whole")
+
+
+@pytest.mark.ray
+def test_on_ray_a_resumed_frontier_run_equals_the_uninterrupted_one(tmp_path, ray_local):
+    """The same through RayExecutor (snapshots fetched from member actors, on the cluster the test started)."""
+    from popgrpo.runtime.ray_executor import RayExecutor
+
+    def crashing(config, run_dir):
+        executor = RayExecutor(config, run_dir=run_dir)
+        train_round, calls = executor.train, {"n": 0}
+
+        def crash_later(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] > 3:
+                raise _Crash("driver lost")
+            return train_round(*args, **kwargs)
+
+        executor.train = crash_later  # type: ignore[method-assign]
+        return executor
+
+    packed = "population.members_per_actor=2"  # 2 actors on the test's 2 CPUs; same numbers as unpacked
+    train(_config(packed), tmp_path / "whole", progress=False)
+    run = tmp_path / "resumed"
+    with pytest.raises(_Crash):
+        train(_config(packed), run, executor_factory=crashing, progress=False)
+    crash_round = json.loads((run / "checkpoints" / "latest.json").read_text())["round"]
+    assert (run / "checkpoints" / f"round_{crash_round:04d}" / DRIVER_FILE).is_file()
+    resume(run, executor_factory=lambda c, d: RayExecutor(c, run_dir=d), progress=False)
+    pd.testing.assert_frame_equal(_metrics(tmp_path / "whole"), _metrics(run))
+    assert _lineage(run) == _lineage(tmp_path / "whole")
