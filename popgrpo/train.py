@@ -13,7 +13,7 @@ from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, load_config
 from popgrpo.runtime.async_loop import AsyncExecutor, AsyncState, AsyncStateError, parse_async_state, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
-from popgrpo.runtime.scheduler import run_rounds
+from popgrpo.runtime.scheduler import FrontierStore, PopulationRounds, frontier_store, run_rounds
 from popgrpo.runtime.stopping import deferring
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.telemetry.loggers import RoundReport, archive_heatmaps, make_loggers
@@ -73,7 +73,7 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         out.append_event(event)
         tqdm.write(f"popgrpo: resume: checkpoint_fallback: {checkpointer.fallback}")
     rows: list[dict] = []
-    start_round, restore, async_state = 0, None, None
+    start_round, restore, async_state, store = 0, None, None, None
     if info is not None:
         start_round, restore = info["round"] + 1, checkpointer.load(info)
         extra = info.get("extra", {})
@@ -88,6 +88,7 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
                     f"{checkpointer.root / 'latest.json'}: extra.async.merges: {async_state.merges} "
                     f"does not follow the checkpoint's round {info['round']}"
                 )
+        store = _frontier_store(out.path, info, checkpointer.load_driver(info), config, restore[0])
         if (out.path / "metrics.parquet").exists():
             written = out.read_metrics().to_dict("records")
             if async_state is not None and async_state.rows > len(written):
@@ -118,7 +119,24 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         restore=restore,
         async_state=async_state,
         replay=replay,
+        store=store,
     )
+
+
+def _frontier_store(
+    run_dir: Path, info: dict, driver: object, config: Config, members: list[dict]
+) -> FrontierStore | None:
+    """The frontier store saved with checkpoint ``info`` (None: the round loop saved none), checked
+    against the run's config and its members' weights; ResumeError names what is wrong."""
+    if driver is None:
+        return None
+    reference = members[0].get("policy") if members and isinstance(members[0], dict) else None
+    try:
+        if not isinstance(reference, dict):
+            raise ValueError("no member weights to check the frontier store against")
+        return frontier_store(driver, config, reference, int(info["round"]))
+    except ValueError as exc:
+        raise ResumeError(f"{run_dir}: checkpoint round {info['round']}: {exc}") from None
 
 
 def _run(
@@ -131,6 +149,7 @@ def _run(
     restore: tuple[list[dict], list[LocalArchiveState]] | None,
     async_state: AsyncState | None = None,
     replay: dict[int, list[int]] | None = None,
+    store: FrontierStore | None = None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     done = len({r["epoch"] for r in rows})
@@ -170,7 +189,7 @@ def _run(
         # round on resume, and TensorBoard purges what it logged, so no round goes missing.
         loggers.log_round(RoundReport(round_index, epoch_end, new, record, heatmaps))
         extra = None if state is None else {"async": {**state, "rows": len(rows)}}
-        checkpointer.save(round_index, epoch_end, member_states, archive_states, extra)
+        checkpointer.save(round_index, epoch_end, member_states, archive_states, extra, rounds.state_dict())
         for event in executor.events:
             out.append_event({"round": round_index, **event})
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
@@ -184,11 +203,12 @@ def _run(
 
     failed = True
     try:
+        rounds = PopulationRounds(config, executor, store)  # carries out round ends; its state is checkpointed
         if restore is not None:
             executor.load_member_states(restore[0])
             executor.load_archive_states(restore[1])
         if synchronous:
-            run_rounds(config, executor, on_round, start_round=start_round)
+            run_rounds(config, executor, on_round, start_round=start_round, rounds=rounds)
         else:
             try:
                 run_async(
@@ -198,6 +218,7 @@ def _run(
                     state=async_state,
                     decided=out.append_merge,
                     replay=replay,
+                    rounds=rounds,
                 )
             except AsyncStateError as exc:
                 raise ResumeError(f"{out.path}: {exc}") from None

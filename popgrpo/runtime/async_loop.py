@@ -127,6 +127,7 @@ def run_async(
     state: AsyncState | None = None,
     decided: Callable[[dict], None] | None = None,
     replay: Mapping[int, Sequence[int]] | None = None,
+    rounds: PopulationRounds | None = None,
 ) -> None:
     """Train every member ``run.epochs`` epochs in asynchronous rounds.
 
@@ -141,6 +142,10 @@ def run_async(
     ``members``) before the merge is carried out: the event log. ``replay`` (merge number →
     actors) holds decisions an interrupted run logged but did not checkpoint: such a merge
     waits for exactly those actors' reports and merges them, whatever else has reported.
+
+    ``rounds`` carries out each merge (default: a new :class:`PopulationRounds`; a caller that
+    checkpoints passes its own, as for :func:`~popgrpo.runtime.scheduler.run_rounds`, to save
+    and restore the frontier store).
     """
     sched = config.scheduler
     lengths = round_lengths(config.run.epochs, sched.interval_epochs)
@@ -185,7 +190,7 @@ def run_async(
     buffer: list[int] = []
     pending: dict[int, list[dict]] = {k: [] for k in range(executor.n_members)}  # rows not yet written
     reported: dict[int, list[dict]] = {}  # rows of the reports in the buffer, which their merge reads
-    rounds = PopulationRounds(config, executor)
+    rounds = PopulationRounds(config, executor) if rounds is None else rounds
 
     def flush(merge: int, epoch_end: int, record: dict | None) -> None:
         rows = [pending[k] for k in range(executor.n_members)]

@@ -15,7 +15,7 @@ docs/MERGING.md and docs/MECHANISMS.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 
 import torch
@@ -37,7 +37,7 @@ from popgrpo.core.seeding import STREAM_MERGE, torch_generator
 from popgrpo.runtime.executor import Executor
 from popgrpo.schema import json_float
 
-__all__ = ["PopulationRounds", "merge_selected", "round_lengths", "run_rounds"]
+__all__ = ["FrontierStore", "PopulationRounds", "frontier_store", "merge_selected", "round_lengths", "run_rounds"]
 
 Weights = Mapping[str, torch.Tensor]
 
@@ -84,19 +84,23 @@ def run_rounds(
     executor: Executor,
     on_round: Callable[[int, int, list[list[dict]], dict | None], None],
     start_round: int = 0,
+    rounds: PopulationRounds | None = None,
 ) -> None:
     """Train rounds ``start_round, …``; after each, ``on_round(round, epoch_end, rows_per_member, record)``.
 
     The lineage record is ``None`` when the scheduler is off or after the final round
     (nothing is merged once training is over). ``start_round > 0`` continues a resumed run
-    whose members already hold the state at the end of round ``start_round − 1``. Only the
+    whose members already hold the state at the end of round ``start_round − 1``. ``rounds``
+    (default: a new one) carries out each round's end; a caller that checkpoints passes its
+    own, to save its :meth:`~PopulationRounds.state_dict` (the frontier store) in ``on_round``
+    and to hand a resumed run the store it had. Only the
     weights a decision names are fetched (the top M of a soup, copy sources, new frontier
     snapshots); held-out evaluations (greedy soup, the merged model's pass@k) run in this
     process on them.
     """
     lengths = round_lengths(config.run.epochs, config.scheduler.interval_epochs)
     epoch_end = sum(lengths[:start_round])
-    rounds = PopulationRounds(config, executor)
+    rounds = PopulationRounds(config, executor) if rounds is None else rounds
     for round_index in range(start_round, len(lengths)):
         n_epochs = lengths[round_index]
         rows = executor.train(n_epochs, round_index)
@@ -113,18 +117,35 @@ class PopulationRounds:
 
     The decision is the pure function the registry names (:mod:`popgrpo.algorithms.population`);
     here are its effects: fetch the weights it names, merge, evaluate, send each distinct base
-    once to the members through the executor, and the frontier store's snapshots (driver memory;
-    a resumed run starts with an empty store). ``end_round`` takes the members that reported
-    and their rows, so it serves a round over any subset of the population.
+    once to the members through the executor, and the frontier store's snapshots (driver
+    memory, saved with each round's checkpoint through :meth:`state_dict` and given back to a
+    resumed run's loop: ``state``, as :func:`frontier_store` checked it). ``end_round`` takes
+    the members that reported and their rows, so it serves a round over any subset of the
+    population.
     """
 
-    def __init__(self, config: Config, executor: Executor) -> None:
+    def __init__(self, config: Config, executor: Executor, state: FrontierStore | None = None) -> None:
         self.config = config
         self.executor = executor
         self.step = POPULATION_STEPS.get(config.scheduler.population)
         self.evaluator: WeightsEvaluator | None = None
-        self.frontier: list[FrontierEntry] = []
-        self.snapshots: dict[str, Weights] = {}  # frontier entry key → the weights stored with it
+        self.frontier: list[FrontierEntry] = [] if state is None else list(state.entries)
+        # frontier entry key → the weights stored with it
+        self.snapshots: dict[str, Weights] = {} if state is None else dict(state.snapshots)
+
+    def state_dict(self) -> dict | None:
+        """What the round checkpoint keeps of the loop: the frontier store, or None while it is empty.
+
+        ``{"frontier": [{key, member, round, cells, visits}, …] (the store's order),
+        "snapshots": {key: {parameter name: tensor}}}``; :func:`frontier_store` reads it back.
+        An empty store saves nothing: a resumed run without one starts empty, as this one is.
+        """
+        if not self.frontier:
+            return None
+        return {
+            "frontier": [asdict(entry) for entry in self.frontier],
+            "snapshots": {key: dict(weights) for key, weights in self.snapshots.items()},
+        }
 
     def end_round(self, round_index: int, epoch_end: int, members: list[int], rows: list[list[dict]]) -> dict:
         """Decide, fetch, merge, adopt for ``members`` (with their ``rows``); return the round's lineage record."""
@@ -220,6 +241,72 @@ class PopulationRounds:
             else:
                 raise RuntimeError(f"frontier entry {entry.key} has no stored weights")
         self.frontier, self.snapshots = list(entries), snapshots
+
+
+@dataclass(frozen=True)
+class FrontierStore:
+    """The frontier store a resumed run starts from: its index and each entry's weights."""
+
+    entries: tuple[FrontierEntry, ...]
+    snapshots: Mapping[str, Weights]
+
+
+_ENTRY_FIELDS = {"key": str, "member": int, "round": int, "cells": int, "visits": int}
+
+
+def frontier_store(state: object, config: Config, reference: Weights, round_index: int) -> FrontierStore:
+    """Check a checkpoint's frontier store (:meth:`PopulationRounds.state_dict`) before a run resumes from it.
+
+    A checkpoint is untrusted input: the store must be what this run could have written at the
+    end of round ``round_index``: at most ``scheduler.frontier_capacity`` entries of exactly
+    the five fields, keys ``"<round>.<member>"`` of a member of the population and a round not
+    after ``round_index``, no key twice, counts ≥ 0, and one snapshot per entry, no more, whose
+    tensors have the names, shapes and dtypes of ``reference`` (a member's weights from the same
+    checkpoint) and are finite. Raises ValueError naming the first thing wrong.
+    """
+    sched = config.scheduler
+    if not isinstance(state, dict) or set(state) != {"frontier", "snapshots"}:
+        raise ValueError("frontier store: not a {frontier, snapshots} mapping")
+    if sched.population != "frontier":
+        raise ValueError(f"frontier store: the run's scheduler.population is {sched.population!r}, not 'frontier'")
+    raw_entries, raw_snapshots = state["frontier"], state["snapshots"]
+    if not isinstance(raw_entries, list) or not isinstance(raw_snapshots, dict):
+        raise ValueError("frontier store: 'frontier' must be a list and 'snapshots' a mapping")
+    if len(raw_entries) > sched.frontier_capacity:
+        raise ValueError(
+            f"frontier store: {len(raw_entries)} entries, above frontier_capacity {sched.frontier_capacity}"
+        )
+    entries: list[FrontierEntry] = []
+    for raw in raw_entries:
+        if not isinstance(raw, dict) or set(raw) != set(_ENTRY_FIELDS):
+            raise ValueError(f"frontier store: an entry is not {{{', '.join(_ENTRY_FIELDS)}}}")
+        for name, kind in _ENTRY_FIELDS.items():
+            if type(raw[name]) is not kind:  # bool is an int: refused too
+                raise ValueError(f"frontier store: entry field {name!r} is not {kind.__name__}")
+        entry = FrontierEntry(**raw)
+        if not 0 <= entry.member < config.population.size or not 0 <= entry.round <= round_index:
+            raise ValueError(f"frontier store: entry {entry.key!r}: no member {entry.member} in round {entry.round}")
+        if entry.key != f"{entry.round}.{entry.member}" or entry.cells < 0 or entry.visits < 0:
+            raise ValueError(f"frontier store: entry {entry.key!r} is not <round>.<member> with counts ≥ 0")
+        entries.append(entry)
+    keys = [e.key for e in entries]
+    if len(set(keys)) != len(keys) or set(raw_snapshots) != set(keys):
+        raise ValueError("frontier store: its snapshots are not one per entry")
+    snapshots: dict[str, Weights] = {}
+    for key in keys:
+        weights = raw_snapshots[key]
+        if not isinstance(weights, dict) or set(weights) != set(reference):
+            raise ValueError(f"frontier store: snapshot {key!r} does not hold the policy's parameters")
+        for name, tensor in weights.items():
+            like = reference[name]
+            if not isinstance(tensor, torch.Tensor) or tensor.shape != like.shape or tensor.dtype != like.dtype:
+                raise ValueError(
+                    f"frontier store: snapshot {key!r}: {name} is not a {like.dtype} tensor of {tuple(like.shape)}"
+                )
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"frontier store: snapshot {key!r}: {name} is not finite")
+        snapshots[key] = weights
+    return FrontierStore(tuple(entries), snapshots)
 
 
 @dataclass

@@ -113,9 +113,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
         from popgrpo.study.lm_report import render_lm as render
     elif kind in ("discovery", "discovery-tuning"):
         from popgrpo.study.discovery_report import render_discovery as render
+    elif (Path(args.dir) / "corruption.parquet").is_file():  # a WARM study (popgrpo.study.warm)
+        from popgrpo.study.warm_report import render_warm as render
+    from popgrpo.study.warm_report import WarmStudyError
+
     try:
         written = render(args.dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, WarmStudyError) as exc:
         print(f"popgrpo: {exc}", file=sys.stderr)
         return 2
     for path in written:
@@ -244,5 +248,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     rep.set_defaults(func=_cmd_reproduce)
 
     report = sub.add_parser("report", help="re-render a study's tables and figures from its Parquet files")
-    report.add_argument("dir", help="the --out of a popgrpo reproduce run")
+    report.add_argument(
+        "dir", help="the --out of a popgrpo reproduce run (any --study), or a committed copy such as docs/results/warm"
+    )
     report.set_defaults(func=_cmd_report)

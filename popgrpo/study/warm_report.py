@@ -1,10 +1,34 @@
-"""Tables, claims and figures of the WARM study (:mod:`popgrpo.study.warm`) from its Parquet files."""
+"""Tables, verdicts and figures of the WARM study (:mod:`popgrpo.study.warm`) from its Parquet files.
+
+Every claim is a paired comparison over **seeds** (the unit: one RM directory per seed and
+setting, and every run of that seed trained against its RMs), judged with the shared
+statistics of :mod:`popgrpo.study.stats`: a paired t-test Holm-corrected across every claim of
+the report, TOST at the margin stated in :data:`MARGINS` before any "no difference", and a
+bootstrap confidence interval of the mean difference. The single-RM arm enters each claim once
+per seed, as the mean over that seed's RMs: M RMs of one seed share their data and are not
+M independent replicates.
+
+When a run is hacked is a **survival** question: many runs are never hacked within the epochs
+trained (right-censored), so a mean "hacked epoch" is not defined. :func:`hacking_times` gives
+each run a time and an event flag; the single-RM arm gives one per seed (the epoch by which
+half of the seed's RMs are hacked, censored when fewer are). Kaplan–Meier curves
+(``statsmodels.duration.survfunc.SurvfuncRight``) and log-rank tests stratified by seed
+(``survdiff``) compare the arms; the effect size is the difference of restricted mean
+survival times (RMST: the area under the KM curve up to the last epoch, in epochs) with a
+bootstrap interval over seeds. The log-rank tests are their own Holm family.
+
+``render_warm`` writes ``warm.md``, ``verdicts.json`` and the figures; ``popgrpo report DIR``
+calls it for a directory that holds the study's Parquet files (e.g. the committed
+``docs/results/warm``).
+"""
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import matplotlib
 
@@ -13,15 +37,43 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from popgrpo.study.stats import ALPHA, Claim, Verdict, holm, judge
 from popgrpo.telemetry.plots import save_figure
 
-__all__ = ["WARM_FIGURES", "hacking_summary", "is_single", "render_warm", "rl_table", "single_means", "warm_claims"]
+__all__ = [
+    "COLUMNS",
+    "MARGINS",
+    "TABLES",
+    "WARM_FIGURES",
+    "SurvivalTest",
+    "WarmClaim",
+    "WarmStudyError",
+    "hacking_summary",
+    "hacking_times",
+    "is_single",
+    "judge_claims",
+    "km_curve",
+    "load_warm",
+    "paper_status",
+    "render_warm",
+    "rl_table",
+    "single_means",
+    "survival_tests",
+    "warm_claims",
+]
 
-WARM_FIGURES = ("fig3_lmc.png", "fig4_corruption.png", "fig6_bon.png", "fig8_rl.png")
+WARM_FIGURES = ("fig3_lmc.png", "fig4_corruption.png", "fig6_bon.png", "fig8_rl.png", "fig8b_hacking_survival.png")
+TABLES = ("lmc", "corruption", "bon", "rl")
+
+# Equivalence margins, stated before the 16-seed results: the smallest difference a claim
+# counts as one. Pair accuracy: 0.01 (one point; the RMs sit 0.01–0.02 below the oracle's
+# ceiling on test pairs); control E[R] (best-of-N and RL): 0.01 (6% of the reference policy's
+# 0.17, 5% of what GRPO on execution gains over 30 epochs); epochs: 1.
+MARGINS = {"accuracy": 0.01, "control": 0.01, "epochs": 1.0}
 
 
 def _ms(values: pd.Series) -> str:
-    """``mean ± sd (n)`` over seeds; the sd is left out with one seed."""
+    """``mean ± sd`` over seeds; the sd is left out with one seed."""
     values = values.dropna()
     if values.empty:
         return "–"
@@ -38,9 +90,10 @@ def is_single(proxy: pd.Series) -> pd.Series:
 def single_means(table: pd.DataFrame) -> pd.DataFrame:
     """The single-RM runs of :func:`rl_table` reduced to one row per setting and seed: the mean
     of each measure over the RMs (M = 1 is then the typical RM, not one arbitrary draw), with
-    ``n_rms`` the number of RMs averaged."""
+    ``n_rms`` the number of RMs averaged. When runs are hacked is left out (censored times have
+    no mean): :func:`hacking_times` summarises it per seed."""
     singles = table[is_single(table["proxy"])]
-    numeric = [c for c in singles.columns if c not in ("setting", "seed", "proxy")]
+    numeric = [c for c in singles.columns if c not in ("setting", "seed", "proxy", "hacked", "hacked_epoch")]
     grouped = singles.groupby(["setting", "seed"], sort=False)
     out = grouped[numeric].mean()
     out["n_rms"] = grouped.size()
@@ -59,8 +112,10 @@ def rl_table(rl: pd.DataFrame, window: int) -> pd.DataFrame:
 def hacking_summary(curve: pd.DataFrame, window: int, smooth: int = 3) -> dict:
     """Of one run's population-mean curve (epoch → reward_mean, control_expected_reward): the
     control's first value, its peak (a ``smooth``-epoch moving mean) and the epoch of that
-    peak, the epoch it is hacked (falls back below its first value), its mean over training,
-    its final value (last ``window`` epochs) and the drop from peak to end; the proxy's final value."""
+    peak, whether and when it is hacked (the smoothed control falls back below its first value
+    after the peak: ``hacked``, ``hacked_epoch``, NaN when it never does within the
+    ``last_epoch`` observed), its mean over training, its final value (last ``window``
+    epochs) and the drop from peak to end; the proxy's final value."""
     control = curve["control_expected_reward"]
     smoothed = control.rolling(smooth, min_periods=1, center=True).mean()
     final = float(control.tail(window).mean())
@@ -70,9 +125,9 @@ def hacking_summary(curve: pd.DataFrame, window: int, smooth: int = 3) -> dict:
         "control_initial": float(control.iloc[0]),
         "control_peak": float(smoothed.max()),
         "peak_epoch": peak_epoch,
-        # hacked: the first epoch after the peak where the control falls below where it started
-        # (the run's last epoch + 1 when it never does)
-        "hacked_epoch": int(below.index[0]) if len(below) else int(control.index.max()) + 1,
+        "hacked": bool(len(below)),
+        "hacked_epoch": float(below.index[0]) if len(below) else math.nan,
+        "last_epoch": int(cast(int, control.index.max())),
         "control_mean": float(control.mean()),
         "control_final": final,
         "control_drop": float(smoothed.max() - final),
@@ -80,89 +135,87 @@ def hacking_summary(curve: pd.DataFrame, window: int, smooth: int = 3) -> dict:
     }
 
 
-def _diff_claim(a: pd.Series, b: pd.Series, at_least: bool = False) -> tuple[float, float, int, int]:
-    """Mean and sd over seeds of a − b (paired by seed), and how many seeds are in favour of the
-    claim: a > b, or a ≥ b for an "at least" claim."""
-    d = (a - b).dropna()
-    sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
-    wins = (d >= 0) if at_least else (d > 0)
-    return float(d.mean()) if len(d) else math.nan, sd, int(wins.sum()), len(d)
+# ---- paired claims ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WarmClaim:
+    """One of WARM's claims as a paired comparison over seeds.
+
+    ``at_least``: the paper claims "at least as good" (equivalence within the margin supports
+    it, as a significant gain does); otherwise it claims "better".
+    """
+
+    test: Claim
+    measure: str
+    at_least: bool = False
 
 
-def verdict(mean: float, wins: int, n: int, at_least: bool = False) -> str:
-    """``held`` when the mean difference points the claimed way and more than half the seeds
-    agree; ``not held`` when the mean points the other way and at most half agree; ``mixed``
-    otherwise (the seeds disagree with their mean)."""
-    right_way = mean >= 0 if at_least else mean > 0
-    if right_way and 2 * wins > n:
-        return "held"
-    if not right_way and 2 * wins <= n:
-        return "not held"
-    return "mixed"
+def _paired(name: str, a: pd.Series, b: pd.Series, margin: float) -> Claim | None:
+    """The claim ``a − b`` over the seeds both series have (indexed by seed); None without any."""
+    seeds = sorted(set(a.dropna().index) & set(b.dropna().index))
+    if not seeds:
+        return None
+    return Claim.paired(name, [float(a[s]) for s in seeds], [float(b[s]) for s in seeds], margin)
 
 
-def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
-    """Each claim of WARM with the numbers that test it here and a verdict (held / not held)."""
+def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[WarmClaim]:
+    """Each claim of WARM that the study's tables test, as a paired comparison over seeds.
+
+    RL claims compare WARM M against "one RM": per seed, the mean over that seed's single-RM
+    runs (:func:`single_means`). When runs are hacked is not a paired claim but a survival
+    comparison (:func:`survival_tests`).
+    """
     lmc, cor, bon, rl = frames["lmc"], frames["corruption"], frames["bon"], frames["rl"]
-    claims = []
+    claims: list[WarmClaim] = []
+
+    def add(name: str, measure: str, a: pd.Series, b: pd.Series, kind: str, at_least: bool = False) -> None:
+        claim = _paired(name, a, b, MARGINS[kind])
+        if claim is not None:
+            claims.append(WarmClaim(claim, measure, at_least))
+
     M = int(cor["m"].max())
     for setting in sorted(lmc["setting"].unique()):
         for subset in ("test", "shifted"):
             mid = lmc[(lmc.setting == setting) & (lmc.subset == subset) & np.isclose(lmc.lam, 0.5)]
             if mid.empty or mid["wa"].isna().all():
                 continue
-            mean, sd, wins, n = _diff_claim(
-                mid.set_index("seed")["wa"], mid.set_index("seed")["diagonal"], at_least=True
+            by_seed = mid.set_index("seed")
+            add(
+                f"LMC ({setting}, {subset}): WA at λ = 0.5 is at least the diagonal",
+                "acc(WA(½)) − diagonal(½)",
+                by_seed["wa"],
+                by_seed["diagonal"],
+                "accuracy",
+                at_least=True,
             )
-            claims.append(
-                {
-                    "claim": f"LMC ({setting}, {subset}): WA at λ = 0.5 is at least the diagonal",
-                    "measure": "acc(WA(½)) − diagonal(½)",
-                    "value": mean,
-                    "sd": sd,
-                    "seeds_for": f"{wins}/{n}",
-                    "verdict": verdict(mean, wins, n, at_least=True),
-                }
-            )
-            mean, sd, wins, n = _diff_claim(mid.set_index("seed")["wa"], mid.set_index("seed")["ens"], at_least=True)
-            claims.append(
-                {
-                    "claim": f"WA vs ENS ({setting}, {subset}, λ = 0.5): WA at least as accurate",
-                    "measure": "acc(WA(½)) − acc(ENS(½))",
-                    "value": mean,
-                    "sd": sd,
-                    "seeds_for": f"{wins}/{n}",
-                    "verdict": verdict(mean, wins, n, at_least=True),
-                }
+            add(
+                f"WA vs ENS ({setting}, {subset}, λ = 0.5): WA at least as accurate",
+                "acc(WA(½)) − acc(ENS(½))",
+                by_seed["wa"],
+                by_seed["ens"],
+                "accuracy",
+                at_least=True,
             )
     full = cor[(cor.setting == "corrupt") & (cor.m == M)].set_index(["seed", "subset"])
     if not full.empty:
         corrupt = full.xs("train_corrupt", level="subset")
-        mean, sd, wins, n = _diff_claim(corrupt["ens"], corrupt["wa"])
-        claims.append(
-            {
-                "claim": f"Corruption (M = {M}): WA memorises corrupted labels less than ENS",
-                "measure": "acc_train_corrupt(ENS) − acc_train_corrupt(WA)",
-                "value": mean,
-                "sd": sd,
-                "seeds_for": f"{wins}/{n}",
-                "verdict": verdict(mean, wins, n),
-            }
+        add(
+            f"Corruption (M = {M}): WA memorises corrupted labels less than ENS",
+            "acc_train_corrupt(ENS) − acc_train_corrupt(WA)",
+            corrupt["ens"],
+            corrupt["wa"],
+            "accuracy",
         )
         for subset in ("test", "shifted"):
             part = full.xs(subset, level="subset")
             if part["wa"].isna().all():
                 continue
-            mean, sd, wins, n = _diff_claim(part["wa"], part["ens"], at_least=True)
-            claims.append(
-                {
-                    "claim": f"Corruption (M = {M}): WA generalises at least as well as ENS ({subset})",
-                    "measure": f"acc_{subset}(WA) − acc_{subset}(ENS)",
-                    "value": mean,
-                    "sd": sd,
-                    "seeds_for": f"{wins}/{n}",
-                    "verdict": verdict(mean, wins, n, at_least=True),
-                }
+            add(
+                f"Corruption (M = {M}): WA generalises at least as well as ENS ({subset})",
+                f"acc_{subset}(WA) − acc_{subset}(ENS)",
+                part["wa"],
+                part["ens"],
+                "accuracy",
+                at_least=True,
             )
     n_max = int(bon["n"].max())
     for setting in sorted(bon["setting"].unique()):
@@ -171,97 +224,301 @@ def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[dict]:
         warm = top[top.proxy == f"warm{M}"].set_index("seed")["control"]
         ens = top[top.proxy == f"ens{M}"].set_index("seed")["control"]
         for other, name in ((single, "the mean single RM"), (ens, f"ENS M = {M}")):
-            mean, sd, wins, n = _diff_claim(warm, other)
-            claims.append(
-                {
-                    "claim": f"Best-of-{n_max} ({setting}): WARM M = {M} picks better ideas than {name}",
-                    "measure": "control(WARM) − control(other) at the largest N",
-                    "value": mean,
-                    "sd": sd,
-                    "seeds_for": f"{wins}/{n}",
-                    "verdict": verdict(mean, wins, n),
-                }
+            add(
+                f"Best-of-{n_max} ({setting}): WARM M = {M} picks better ideas than {name}",
+                "control(WARM) − control(other) at the largest N",
+                warm,
+                other,
+                "control",
             )
     table = rl_table(rl, window)
     for setting in sorted(table["setting"].unique()):
-        singles = single_means(table[table.setting == setting])
-        part = table[table.setting == setting].set_index(["seed", "proxy"])
-        single = singles.set_index("seed")
-        if single.empty:
+        single = single_means(table[table.setting == setting]).set_index("seed")
+        part = table[(table.setting == setting) & (table.proxy == f"warm{M}")].set_index("seed")
+        if single.empty or part.empty:
             continue
         k = int(single["n_rms"].max())
         one = f"one RM (mean of {k} RMs)" if k > 1 else "one RM"
-        warm = part.xs(f"warm{M}", level="proxy") if f"warm{M}" in part.index.get_level_values("proxy") else None
-        if warm is None:
-            continue
-        for key, what in (
-            ("control_peak", "reaches a higher peak control reward"),
-            ("control_mean", "keeps a higher control reward on average over training"),
+        for key, what, kind in (
+            ("control_peak", "reaches a higher peak control reward", "control"),
+            ("control_mean", "keeps a higher control reward on average over training", "control"),
         ):
-            mean, sd, wins, n = _diff_claim(warm[key], single[key])
-            claims.append(
-                {
-                    "claim": f"RL ({setting}): GRPO against WARM M = {M} {what} than against {one}",
-                    "measure": f"{key}(WARM) − {key}(single)",
-                    "value": mean,
-                    "sd": sd,
-                    "seeds_for": f"{wins}/{n}",
-                    "verdict": verdict(mean, wins, n),
-                }
+            add(
+                f"RL ({setting}): GRPO against WARM M = {M} {what} than against {one}",
+                f"{key}(WARM) − {key}(single)",
+                part[key],
+                single[key],
+                kind,
             )
-        mean, sd, wins, n = _diff_claim(warm["hacked_epoch"].astype(float), single["hacked_epoch"].astype(float))
-        claims.append(
-            {
-                "claim": f"RL ({setting}): hacking is delayed — the control falls back below its start later against WARM M = {M} than against {one}",
-                "measure": "hacked epoch(WARM) − hacked epoch(single)",
-                "value": mean,
-                "sd": sd,
-                "seeds_for": f"{wins}/{n}",
-                "verdict": verdict(mean, wins, n),
-            }
+        add(
+            f"RL ({setting}): the control peaks later against WARM M = {M} than against {one}",
+            "peak epoch(WARM) − peak epoch(single)",
+            part["peak_epoch"].astype(float),
+            single["peak_epoch"].astype(float),
+            "epochs",
         )
-        mean, sd, wins, n = _diff_claim(warm["peak_epoch"].astype(float), single["peak_epoch"].astype(float))
-        claims.append(
-            {
-                "claim": f"RL ({setting}): the control peaks later against WARM M = {M} than against {one}",
-                "measure": "peak epoch(WARM) − peak epoch(single)",
-                "value": mean,
-                "sd": sd,
-                "seeds_for": f"{wins}/{n}",
-                "verdict": verdict(mean, wins, n),
-            }
-        )
-        if k > 1:
-            claims += _each_single_claims(table[table.setting == setting], warm, setting, M)
     return claims
 
 
-def _each_single_claims(part: pd.DataFrame, warm: pd.DataFrame, setting: str, M: int) -> list[dict]:
-    """WARM against every single RM's run of the same seed: the mean difference over the
-    seed × RM pairs and how many pairs favour WARM (a few RMs that happen to be good proxies pull
-    the mean over RMs, not the count)."""
-    each = part[is_single(part["proxy"])].set_index("seed")
-    out = []
-    for key, what in (
-        ("control_mean", "keeps a higher control reward on average over training"),
-        ("hacked_epoch", "is hacked later"),
-    ):
-        d = (warm[key].reindex(each.index).astype(float) - each[key].astype(float)).dropna()
-        mean = float(d.mean())
-        wins, n = int((d > 0).sum()), len(d)
-        out.append(
-            {
-                "claim": f"RL ({setting}): GRPO against WARM M = {M} {what} than against each single RM",
-                "measure": f"{key}(WARM) − {key}(RM k), over seed × RM pairs (count: pairs in favour)",
-                "value": mean,
-                "sd": float(d.std(ddof=1)) if n > 1 else math.nan,
-                "seeds_for": f"{wins}/{n}",
-                "verdict": verdict(mean, wins, n),
-            }
+def paper_status(verdict: Verdict, at_least: bool) -> str:
+    """What the verdict says of WARM's claim: ``supported``, ``refuted`` or ``not shown``.
+
+    "Better" claims are supported by a significant gain, refuted by a significant loss or by
+    equivalence (no difference beyond the margin); "at least as good" claims are supported by
+    a gain or by equivalence and refuted by a loss. Anything else is not shown.
+    """
+    if verdict.outcome == "better" or (at_least and verdict.outcome == "equivalent"):
+        return "supported"
+    if verdict.outcome == "worse":
+        return "refuted"
+    if verdict.outcome == "equivalent":
+        return f"refuted (no difference beyond ±{verdict.claim.margin:g})"
+    return "not shown"
+
+
+def judge_claims(claims: list[WarmClaim], alpha: float = ALPHA) -> list[Verdict]:
+    """The claims judged as one Holm family (:func:`popgrpo.study.stats.judge`); each verdict's
+    ``extra`` carries its measure, the claim's kind and :func:`paper_status`."""
+    verdicts = judge([c.test for c in claims], alpha=alpha) if claims else []
+    return [
+        replace(
+            v,
+            extra={
+                "measure": c.measure,
+                "paper_claims": "at least as good" if c.at_least else "better",
+                "paper_claim_status": paper_status(v, c.at_least),
+            },
         )
-    return out
+        for c, v in zip(claims, verdicts, strict=True)
+    ]
 
 
+# ---- hacking as survival ---------------------------------------------------------------------
+def hacking_times(table: pd.DataFrame) -> pd.DataFrame:
+    """Time to hacking per seed and arm of :func:`rl_table`: ``setting, seed, arm, time, hacked, runs``.
+
+    A run's time is its ``hacked_epoch`` (``hacked`` true) or, never hacked, the last epoch it
+    was seen unhacked (``hacked`` false: right-censored there). The single-RM runs of a seed
+    are one unit, arm ``single``: the epoch by which half of the seed's RMs (``ceil(k/2)`` of
+    ``k``) are hacked, censored at the last epoch when fewer than half ever are.
+    """
+    rows = []
+    for (setting, seed), part in table.groupby(["setting", "seed"], sort=False):
+        singles = part[is_single(part["proxy"])]
+        if not singles.empty:
+            need = math.ceil(len(singles) / 2)
+            times = np.sort(singles.loc[singles["hacked"], "hacked_epoch"].to_numpy(dtype=float))
+            hacked = len(times) >= need
+            time = float(times[need - 1]) if hacked else float(singles["last_epoch"].max())
+            rows.append(
+                {
+                    "setting": setting,
+                    "seed": seed,
+                    "arm": "single",
+                    "time": time,
+                    "hacked": hacked,
+                    "runs": len(singles),
+                }
+            )
+        for _, run in part[~is_single(part["proxy"])].iterrows():
+            hacked = bool(run["hacked"])
+            time = float(run["hacked_epoch"]) if hacked else float(run["last_epoch"])
+            rows.append(
+                {"setting": setting, "seed": seed, "arm": run["proxy"], "time": time, "hacked": hacked, "runs": 1}
+            )
+    return pd.DataFrame(rows, columns=["setting", "seed", "arm", "time", "hacked", "runs"])
+
+
+def km_curve(time: np.ndarray, hacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kaplan–Meier estimate of P(not hacked after epoch t) as a step function from (0, 1).
+
+    ``time [n]``, ``hacked [n]`` (bool: event, else censored) → ``t [k + 1]``, ``S [k + 1]``:
+    S holds from t[i] until t[i + 1] (``SurvfuncRight``'s event times, with t = 0 first).
+    """
+    from statsmodels.duration.survfunc import SurvfuncRight
+
+    fit = SurvfuncRight(np.asarray(time, dtype=float), np.asarray(hacked, dtype=int))
+    return np.concatenate([[0.0], fit.surv_times]), np.concatenate([[1.0], fit.surv_prob])
+
+
+def _rmst(time: np.ndarray, hacked: np.ndarray, tau: float) -> float:
+    """Restricted mean survival time: the area under the KM curve over [0, tau], in epochs."""
+    t, s = km_curve(time, hacked)
+    edges = np.append(np.clip(t, 0.0, tau), tau)
+    return float(np.sum(s * np.diff(edges)))
+
+
+def _km_median(time: np.ndarray, hacked: np.ndarray) -> tuple[float, float, float]:
+    """The KM median time to hacking and its 95% CI (statsmodels; NaN where not reached)."""
+    from statsmodels.duration.survfunc import SurvfuncRight
+
+    fit = SurvfuncRight(np.asarray(time, dtype=float), np.asarray(hacked, dtype=int))
+    if not np.any(hacked):
+        return math.nan, math.nan, math.nan
+    median = float(fit.quantile(0.5))
+    try:
+        with np.errstate(divide="ignore", invalid="ignore"):  # its log-log transform at S = 0 or 1
+            low, high = (float(x) for x in fit.quantile_ci(0.5))
+    except (ValueError, ZeroDivisionError, FloatingPointError, IndexError):
+        low, high = math.nan, math.nan
+    return median, low, high
+
+
+@dataclass(frozen=True)
+class SurvivalTest:
+    """Arm ``a`` against arm ``b`` (paired by seed): is ``a`` hacked later?
+
+    ``rmst_a``/``rmst_b``: restricted mean survival times up to ``tau`` (epochs unhacked on
+    average over the first tau); ``ci`` the bootstrap interval of their difference over seeds;
+    ``chisq``/``p``: the log-rank test stratified by seed; ``p_holm`` across the family.
+    """
+
+    setting: str
+    a: str
+    b: str
+    n: int
+    tau: float
+    rmst_a: float
+    rmst_b: float
+    ci: tuple[float, float]
+    chisq: float
+    p: float
+    p_holm: float = math.nan
+    alpha: float = ALPHA
+    # seeds where a is hacked later than b / neither order is known (same epoch, or both
+    # censored) / a is hacked earlier; a censored time is later than any earlier hacking
+    order: tuple[int, int, int] = (0, 0, 0)
+
+    @property
+    def diff(self) -> float:
+        return self.rmst_a - self.rmst_b
+
+    @property
+    def outcome(self) -> str:
+        """``later`` / ``earlier`` (``a`` hacked later or earlier than ``b``, Holm p < α) or ``inconclusive``."""
+        if math.isnan(self.p_holm) or self.p_holm >= self.alpha:
+            return "inconclusive"
+        return "later" if self.diff > 0 else "earlier"
+
+    @property
+    def name(self) -> str:
+        return f"RL ({self.setting}): hacked later against {self.a} than against {self.b}"
+
+    def record(self) -> dict[str, Any]:
+        def num(x: float) -> float | None:
+            return None if math.isnan(x) else float(x)
+
+        return {
+            "claim": self.name,
+            "family": "survival",
+            "n": self.n,
+            "test": "log-rank, stratified by seed",
+            "rmst_tau": self.tau,
+            "rmst_a": self.rmst_a,
+            "rmst_b": self.rmst_b,
+            "mean_diff": self.diff,
+            "ci_low": num(self.ci[0]),
+            "ci_high": num(self.ci[1]),
+            "seeds_later_tied_earlier": list(self.order),
+            "chisq": num(self.chisq),
+            "p": num(self.p),
+            "p_holm": num(self.p_holm),
+            "alpha": self.alpha,
+            "verdict": self.outcome,
+        }
+
+
+def _logrank(time: np.ndarray, hacked: np.ndarray, group: np.ndarray, strata: np.ndarray) -> tuple[float, float]:
+    """statsmodels' log-rank test (``survdiff``) stratified by ``strata``; NaN without any event."""
+    from statsmodels.duration.survfunc import survdiff
+
+    if not np.any(hacked):
+        return math.nan, math.nan
+    try:
+        chisq, p = survdiff(time, hacked.astype(int), group, strata=strata)
+    except np.linalg.LinAlgError:  # no event in any stratum where both arms are at risk
+        return math.nan, math.nan
+    return float(chisq), float(p)
+
+
+def survival_tests(
+    times: pd.DataFrame,
+    pairs: list[tuple[str, str]],
+    *,
+    alpha: float = ALPHA,
+    n_resamples: int = 999,
+    seed: int = 0,
+) -> list[SurvivalTest]:
+    """Log-rank test and RMST difference of each pair of arms in each setting, Holm across all.
+
+    ``times`` from :func:`hacking_times`; a pair enters a setting where both arms have seeds
+    in common (its units). The RMST difference's CI resamples seeds with replacement (both arms
+    together, keeping the pairing), percentile, ``n_resamples`` draws from ``seed``.
+    """
+    rng = np.random.default_rng(seed)
+    tests: list[SurvivalTest] = []
+    for setting in sorted(times["setting"].unique()):
+        part = times[times.setting == setting]
+        for a, b in pairs:
+            ta, tb = (part[part.arm == arm].set_index("seed") for arm in (a, b))
+            seeds = sorted(set(ta.index) & set(tb.index))
+            if not seeds:
+                continue
+            ta, tb = ta.loc[seeds], tb.loc[seeds]
+            time = np.concatenate([ta["time"], tb["time"]]).astype(float)
+            hacked = np.concatenate([ta["hacked"], tb["hacked"]]).astype(bool)
+            group = np.repeat([0, 1], len(seeds))
+            strata = np.tile(np.arange(len(seeds)), 2)
+            chisq, p = _logrank(time, hacked, group, strata)
+            tau = float(time.max())
+            ra = _rmst(ta["time"].to_numpy(float), ta["hacked"].to_numpy(bool), tau)
+            rb = _rmst(tb["time"].to_numpy(float), tb["hacked"].to_numpy(bool), tau)
+            ci = (math.nan, math.nan)
+            if len(seeds) > 1:
+                draws = rng.integers(0, len(seeds), size=(n_resamples, len(seeds)))
+                (time_a, hacked_a), (time_b, hacked_b) = (
+                    (t["time"].to_numpy(float), t["hacked"].to_numpy(bool)) for t in (ta, tb)
+                )
+                diffs = [_rmst(time_a[i], hacked_a[i], tau) - _rmst(time_b[i], hacked_b[i], tau) for i in draws]
+                low, high = np.quantile(diffs, [0.025, 0.975])
+                ci = (float(low), float(high))
+            order = _seed_order(
+                ta["time"].to_numpy(float),
+                ta["hacked"].to_numpy(bool),
+                tb["time"].to_numpy(float),
+                tb["hacked"].to_numpy(bool),
+            )
+            tests.append(SurvivalTest(setting, a, b, len(seeds), tau, ra, rb, ci, chisq, p, alpha=alpha, order=order))
+    adjusted, _ = holm([t.p for t in tests], alpha)
+    return [replace(t, p_holm=p) for t, p in zip(tests, adjusted, strict=True)]
+
+
+def _seed_order(
+    time_a: np.ndarray, hacked_a: np.ndarray, time_b: np.ndarray, hacked_b: np.ndarray
+) -> tuple[int, int, int]:
+    """Per seed (``[n]`` each, paired by position): is ``a`` hacked later, in an unknown order, or earlier?
+
+    ``a`` is later where ``b`` was hacked before ``a``'s time (hacked or censored there), earlier
+    the other way round; equal times, and two censored runs, leave the order unknown.
+    """
+    later = int(np.sum(hacked_b & (time_a > time_b)))
+    earlier = int(np.sum(hacked_a & (time_b > time_a)))
+    return later, len(time_a) - later - earlier, earlier
+
+
+def _survival_pairs(times: pd.DataFrame) -> list[tuple[str, str]]:
+    """The comparisons the report makes: WARM M against one RM and against ENS M = 2, and
+    Pop-GRPO against WARM M, where the study has those arms."""
+    arms = set(times["arm"])
+    warms = [a for a in arms if a.startswith("warm")]
+    if not warms:
+        return []
+    M = max(int(a.removeprefix("warm")) for a in warms)
+    pairs = [(f"warm{M}", "single"), (f"warm{M}", "ens2"), (f"pop_warm{M}", f"warm{M}")]
+    return [(a, b) for a, b in pairs if a in arms and b in arms]
+
+
+# ---- figures ---------------------------------------------------------------------------------
 def fig_lmc(lmc: pd.DataFrame, path: Path) -> Path:
     settings = sorted(lmc["setting"].unique())
     fig, axes = plt.subplots(len(settings), 2, figsize=(9, 3.3 * len(settings)), squeeze=False)
@@ -335,14 +592,116 @@ def fig_rl(rl: pd.DataFrame, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def _claims_md(claims: list[dict]) -> str:
+def _km_arms(times: pd.DataFrame) -> list[str]:
+    """The arms the KM figure and table show, in a fixed order: single, ENS, WARM, Pop-GRPO, execution."""
+    arms = list(dict.fromkeys(times["arm"]))
+    order = {"single": 0, "ens": 1, "warm": 2, "pop_warm": 3, "execution": 4}
+
+    def key(arm: str) -> tuple[int, str]:
+        kind = next((k for k in ("single", "pop_warm", "ens", "warm", "execution") if arm.startswith(k)), arm)
+        return order.get(kind, 5), f"{arm:>12}"
+
+    return sorted(arms, key=key)
+
+
+def fig_survival(times: pd.DataFrame, path: Path) -> Path:
+    """Kaplan–Meier curves of P(not yet hacked) per arm and setting; + marks censored units."""
+    settings = sorted(times["setting"].unique())
+    fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 3.8), squeeze=False)
+    warms = [a for a in set(times["arm"]) if a.startswith("warm")]
+    largest = max(warms, key=lambda a: int(a.removeprefix("warm"))) if warms else None
+    for ax, setting in zip(axes[0], settings, strict=True):
+        part = times[times.setting == setting]
+        faint_labelled = False
+        for arm in _km_arms(part):
+            rows = part[part.arm == arm]
+            t, s = km_curve(rows["time"].to_numpy(float), rows["hacked"].to_numpy(bool))
+            end = float(rows["time"].max())
+            t, s = np.append(t, end), np.append(s, s[-1])
+            if arm.startswith("warm") and arm != largest:  # the smaller WARMs: faint, one legend entry
+                label = None if faint_labelled else f"warm2…warm{int(str(largest).removeprefix('warm')) - 1}"
+                faint_labelled = True
+                ax.step(t, s, "-", where="post", color="grey", alpha=0.35, lw=1.0, label=label)
+                continue
+            label = "single (half of the seed's RMs)" if arm == "single" else arm
+            style = "k-" if arm == "execution" else ("--" if arm.startswith(("single", "ens")) else "-")
+            (line,) = ax.step(t, s, style, where="post", label=f"{label} (n = {len(rows)})", lw=1.6)
+            censored = rows[~rows["hacked"]]
+            if len(censored):
+                ax.plot(censored["time"], np.full(len(censored), s[-1]), "+", color=line.get_color(), ms=8)
+        ax.set(
+            title=f"time to hacking ({setting}), Kaplan–Meier",
+            xlabel="epoch",
+            ylabel="share of seeds not yet hacked",
+            ylim=(-0.03, 1.03),
+        )
+        ax.legend(fontsize=7)
+    return save_figure(fig, path)
+
+
+# ---- tables ----------------------------------------------------------------------------------
+def _num(x: float, digits: int = 3) -> str:
+    return "n/a" if math.isnan(x) else f"{x:+.{digits}f}"
+
+
+def _p(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.3g}"
+
+
+def _claims_md(verdicts: list[Verdict]) -> str:
     lines = [
-        "| claim | measure | value (mean ± sd over seeds) | seeds in favour | verdict |",
-        "| --- | --- | --- | --- | --- |",
+        "| claim | measure | n | mean difference [95% CI] | p (Holm) | TOST p (Holm), margin | verdict | WARM's claim |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for c in claims:
-        sd = "" if math.isnan(c["sd"]) else f" ± {c['sd']:.3f}"
-        lines.append(f"| {c['claim']} | {c['measure']} | {c['value']:+.3f}{sd} | {c['seeds_for']} | {c['verdict']} |")
+    for v in verdicts:
+        ci = f"[{_num(v.ci[0])}, {_num(v.ci[1])}]"
+        lines.append(
+            f"| {v.claim.name} | {v.extra['measure']} | {v.test.n} | {_num(v.test.mean)} {ci} | {_p(v.p_holm)} "
+            f"| {_p(v.p_tost)}, ±{v.claim.margin:g} | **{v.word}** | {v.extra['paper_claim_status']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _km_md(times: pd.DataFrame) -> str:
+    lines = [
+        "| setting | arm | units (seeds) | hacked | censored | KM median epoch [95% CI] | RMST (epochs) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for setting in sorted(times["setting"].unique()):
+        part = times[times.setting == setting]
+        tau = float(part["time"].max())
+        for arm in _km_arms(part):
+            rows = part[part.arm == arm]
+            time, hacked = rows["time"].to_numpy(float), rows["hacked"].to_numpy(bool)
+            median, low, high = _km_median(time, hacked)
+            med = "not reached" if math.isnan(median) else f"{median:g}{_median_ci(low, high)}"
+            name = "single (half of the seed's RMs)" if arm == "single" else arm
+            lines.append(
+                f"| {setting} | {name} | {len(rows)} | {int(hacked.sum())} | {int((~hacked).sum())} | {med} "
+                f"| {_rmst(time, hacked, tau):.2f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _median_ci(low: float, high: float) -> str:
+    """`` [low, high]`` of a KM median: ``not reached`` for an upper bound the curve never
+    reaches, ``n/a`` where statsmodels' interval is undefined (e.g. every unit hacked at once)."""
+    if math.isnan(low) or math.isnan(high):
+        return " [n/a]"
+    return f" [{low:g}, {'not reached' if math.isinf(high) else f'{high:g}'}]"
+
+
+def _survival_md(tests: list[SurvivalTest]) -> str:
+    lines = [
+        "| comparison | n seeds | seeds: later / same / earlier | RMST a − b, epochs [95% CI] | log-rank χ² | p | p (Holm) | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for t in tests:
+        lines.append(
+            f"| {t.name} | {t.n} | {' / '.join(map(str, t.order))} | {t.rmst_a:.2f} − {t.rmst_b:.2f} = {_num(t.diff, 2)} [{_num(t.ci[0], 2)}, "
+            f"{_num(t.ci[1], 2)}] | {'n/a' if math.isnan(t.chisq) else f'{t.chisq:.2f}'} | {_p(t.p)} | {_p(t.p_holm)} "
+            f"| **{t.outcome}** |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -364,19 +723,20 @@ def _corruption_md(cor: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _rl_md(table: pd.DataFrame) -> str:
+def _rl_md(table: pd.DataFrame, times: pd.DataFrame) -> str:
     """One row per proxy, mean ± sd over seeds; the single RMs as two rows: the mean over the RMs
-    of each seed (± sd over seeds, comparable with the other rows) and every RM's run on its own
-    (± sd over seeds × RMs: the spread between individual RMs)."""
+    of each seed (± sd over seeds, the unit every claim uses) and every RM's run on its own
+    (± sd over seeds × RMs: the spread between individual RMs, descriptive only). "hacked"
+    counts units hacked within the epochs trained (the single-RM unit: half of a seed's RMs)."""
     lines = [
-        "| setting | proxy | control E[R] first epoch | control peak (epoch) | hacked epoch | control mean | control final | proxy final |",
+        "| setting | proxy | control E[R] first epoch | control peak (epoch) | hacked | control mean | control final | proxy final |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
-    def row(setting, name, p):
+    def row(setting: str, name: str, p: pd.DataFrame, hacked: str) -> None:
         lines.append(
             f"| {setting} | {name} | {_ms(p['control_initial'])} | {_ms(p['control_peak'])} ({_ms(p['peak_epoch'].astype(float))}) "
-            f"| {_ms(p['hacked_epoch'].astype(float))} | {_ms(p['control_mean'])} | {_ms(p['control_final'])} | {_ms(p['proxy_final'])} |"
+            f"| {hacked} | {_ms(p['control_mean'])} | {_ms(p['control_final'])} | {_ms(p['proxy_final'])} |"
         )
 
     for setting, part in table.groupby("setting", sort=False):
@@ -384,14 +744,20 @@ def _rl_md(table: pd.DataFrame) -> str:
         singles_done = False
         for proxy, p in part.groupby("proxy", sort=False):
             if not single[p.index].all():
-                row(setting, proxy, p)
+                row(str(setting), str(proxy), p, f"{int(p['hacked'].sum())}/{len(p)} seeds")
             elif not singles_done:
                 singles_done = True
                 means = single_means(part)
                 k = int(means["n_rms"].max())
-                row(setting, f"single (mean of {k} RMs)", means)
+                units = times[(times.setting == setting) & (times.arm == "single")]
+                row(
+                    str(setting), f"single (mean of {k} RMs)", means, f"{int(units['hacked'].sum())}/{len(units)} seeds"
+                )
                 if k > 1:
-                    row(setting, f"single (each of {k} RMs)", part[single])
+                    each = part[single]
+                    row(
+                        str(setting), f"single (each of {k} RMs)", each, f"{int(each['hacked'].sum())}/{len(each)} runs"
+                    )
     return "\n".join(lines) + "\n"
 
 
@@ -411,30 +777,125 @@ def _bon_md(bon: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_warm(out: str | Path, frames: dict[str, pd.DataFrame] | None, study, seconds: float | None) -> list[Path]:
-    """Write the figures and ``warm.md`` (tables and claims) into ``out``; return the paths."""
+def _invocations_md(invocations: list[dict]) -> list[str]:
+    """What each recorded invocation of the study cost (``study.json``), as Markdown lines."""
+    if not invocations:
+        return []
+    lines = ["| invocation finished | seeds | RL runs trained | wall seconds |", "| --- | --- | --- | --- |"]
+    for inv in invocations:
+        seeds = ", ".join(map(str, inv.get("seeds", [])))
+        lines.append(
+            f"| {inv.get('finished', '?')} | {seeds} | {inv.get('runs_trained', '?')} | {inv['seconds']:.0f} |"
+        )
+    return [*lines, ""]
+
+
+# ---- all of it -------------------------------------------------------------------------------
+# The columns the report reads of each table.
+COLUMNS = {
+    "lmc": ("setting", "seed", "lam", "subset", "wa", "ens", "diagonal"),
+    "corruption": ("setting", "seed", "m", "subset", "wa", "ens", "oracle"),
+    "bon": ("setting", "seed", "proxy", "n", "kl", "control"),
+    "rl": ("setting", "seed", "proxy", "epoch", "reward_mean", "control_reward_mean", "control_expected_reward"),
+}
+
+
+class WarmStudyError(ValueError):
+    """A directory's WARM tables or study.json cannot be read as the study wrote them."""
+
+
+def load_warm(out: str | Path) -> dict[str, pd.DataFrame]:
+    """The study's tables (``lmc``, ``corruption``, ``bon``, ``rl``) from ``out``'s Parquet files.
+
+    FileNotFoundError when one is missing; :class:`WarmStudyError` when one is not Parquet or
+    lacks a column the report reads (:data:`COLUMNS`).
+    """
+    out = Path(out)
+    missing = [name for name in TABLES if not (out / f"{name}.parquet").is_file()]
+    if missing:
+        raise FileNotFoundError(f"{out} holds no WARM study: {', '.join(f'{m}.parquet' for m in missing)} missing")
+    frames = {}
+    for name in TABLES:
+        path = out / f"{name}.parquet"
+        try:
+            frames[name] = pd.read_parquet(path)
+        except Exception as exc:  # pyarrow's errors for a damaged or foreign file
+            raise WarmStudyError(f"{path}: not a Parquet table: {str(exc).splitlines()[0][:200]}") from None
+        lacking = [c for c in COLUMNS[name] if c not in frames[name].columns]
+        if lacking or frames[name].empty:
+            what = f"no column {', '.join(lacking)}" if lacking else "no rows"
+            raise WarmStudyError(f"{path}: not the WARM study's {name} table ({what})")
+    return frames
+
+
+def _recorded(out: Path) -> dict:
+    """``out/study.json`` (the plan and the invocations), ``{}`` when there is none."""
+    path = out / "study.json"
+    if not path.is_file():
+        return {}
+    try:
+        recorded = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise WarmStudyError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(recorded, dict):
+        raise WarmStudyError(f"{path}: not a JSON object")
+    return recorded
+
+
+def render_warm(
+    out: str | Path, frames: dict[str, pd.DataFrame] | None = None, study: Any = None, seconds: float | None = None
+) -> list[Path]:
+    """Write the figures, ``warm.md`` and ``verdicts.json`` into ``out``; return the paths.
+
+    ``frames`` default to ``out``'s Parquet files; ``study`` (a :class:`popgrpo.study.warm.WarmStudy`)
+    and ``seconds`` to what ``out/study.json`` recorded, so a committed study redraws as it ran.
+    """
     out = Path(out)
     if frames is None:
-        frames = {n: pd.read_parquet(out / f"{n}.parquet") for n in ("lmc", "corruption", "bon", "rl")}
+        frames = load_warm(out)
+    recorded = _recorded(out)
+    window = int(study.rl_window if study is not None else recorded.get("study", {}).get("rl_window", 5))
+    if seconds is None:
+        seconds = recorded.get("seconds")
     written = [
         fig_lmc(frames["lmc"], out / WARM_FIGURES[0]),
         fig_corruption(frames["corruption"], out / WARM_FIGURES[1]),
         fig_bon(frames["bon"], out / WARM_FIGURES[2]),
         fig_rl(frames["rl"], out / WARM_FIGURES[3]),
     ]
-    window = study.rl_window
-    claims = warm_claims(frames, window)
+    table = rl_table(frames["rl"], window)
+    times = hacking_times(table)
+    written.append(fig_survival(times, out / WARM_FIGURES[4]))
+    verdicts = judge_claims(warm_claims(frames, window))
+    tests = survival_tests(times, _survival_pairs(times))
     seeds = sorted(frames["rl"]["seed"].unique())
+    M = int(frames["corruption"]["m"].max())
     text = [
         "# WARM study",
         "",
-        f"Seeds {', '.join(map(str, seeds))}; M = {int(frames['corruption']['m'].max())}; "
-        f"RL {int(frames['rl']['epoch'].max()) + 1} epochs; numbers are mean ± sd over seeds"
-        + (f"; {seconds:.0f} s." if seconds is not None else "."),
+        f"{len(seeds)} seeds ({', '.join(map(str, seeds))}); M = {M}; RL {int(frames['rl']['epoch'].max()) + 1} "
+        f"epochs; tables give mean ± sd over seeds"
+        + (f"; this invocation {seconds:.0f} s." if seconds is not None else "."),
         "",
+        *_invocations_md(recorded.get("invocations", [])),
         "## Claims",
         "",
-        _claims_md(claims),
+        f"Paired over seeds; one Holm family of {len(verdicts)} claims (α = {ALPHA}); `equivalent within ±m` "
+        'needs TOST at the stated margin m (popgrpo.study.stats). "One RM" is, per seed, the mean over its '
+        "single-RM runs. WARM's claim: supported, refuted or not shown by the verdict.",
+        "",
+        _claims_md(verdicts),
+        "## When is a run hacked (survival)",
+        "",
+        "Time to hacking: the first epoch after its peak where a run's smoothed control falls below its first "
+        "value; runs never hacked are right-censored at their last epoch. One unit per seed and arm (single "
+        "RMs: the epoch by which half of the seed's RMs are hacked). Kaplan–Meier per arm; log-rank tests "
+        f"stratified by seed, Holm across the {len(tests)} tests; RMST = restricted mean survival time up to "
+        'the last epoch, its difference with a bootstrap CI over seeds; "later / same / earlier" counts '
+        "seeds by which arm was hacked first (same: the same epoch, or neither hacked).",
+        "",
+        _km_md(times),
+        _survival_md(tests),
         "## Accuracies: WA vs ENS (Figs. 4–5)",
         "",
         _corruption_md(frames["corruption"]),
@@ -443,7 +904,9 @@ def render_warm(out: str | Path, frames: dict[str, pd.DataFrame] | None, study, 
         _bon_md(frames["bon"]),
         "## RL: control reward of GRPO against each proxy (Figs. 1b, 8)",
         "",
-        _rl_md(rl_table(frames["rl"], window)),
+        _rl_md(table, times),
     ]
     (out / "warm.md").write_text("\n".join(text))
-    return [*written, out / "warm.md"]
+    records = [{"family": "paired", **v.record()} for v in verdicts] + [t.record() for t in tests]
+    (out / "verdicts.json").write_text(json.dumps(records, indent=1) + "\n")
+    return [*written, out / "warm.md", out / "verdicts.json"]

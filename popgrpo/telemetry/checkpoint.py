@@ -2,7 +2,9 @@
 
 Layout per round ``r``: ``checkpoints/round_<r>/member_<k>.pt`` (one per member: weights,
 Adam, α, RNG state, counters), ``checkpoints/round_<r>/archive.pt`` (every archive's elites
-and novelty memory) and ``checkpoints/round_<r>/manifest.json`` (the SHA-256 of each file).
+and novelty memory), ``checkpoints/round_<r>/driver.pt`` (the round loop's frontier store,
+only while it holds snapshots) and ``checkpoints/round_<r>/manifest.json`` (the SHA-256 of
+each file).
 ``checkpoints/latest.json`` is replaced last, atomically, so it always names a complete round;
 a run killed while writing round ``r`` resumes from round ``r − 1``. The driver writes every
 file, so members on other nodes need no shared filesystem.
@@ -38,6 +40,7 @@ __all__ = ["CheckpointError", "Checkpointer", "elites_table"]
 
 _ROUND_DIR = re.compile(r"round_(\d{4,})")
 _NDARRAY = "__ndarray__"  # marks a numpy array stored as a tensor
+DRIVER_FILE = "driver.pt"  # the round loop's own state (the frontier store), when it has one
 
 
 class CheckpointError(ValueError):
@@ -115,9 +118,12 @@ class Checkpointer:
         member_states: Sequence[Mapping[str, Any]],
         archive_states: Sequence[Mapping[str, Any]],
         extra: Mapping[str, Any] | None = None,
+        driver: Mapping[str, Any] | None = None,
     ) -> Path:
         """Write round ``round_index``'s checkpoint; ``extra`` (JSON-able) is kept in its manifest
-        (asynchronous rounds keep where each member actor is there)."""
+        (asynchronous rounds keep where each member actor is there); ``driver`` (tensors and
+        plain containers: the round loop's frontier store) goes to ``driver.pt``, hashed like
+        the other files, and :meth:`load_driver` reads it back."""
         folder = self.root / f"round_{round_index:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         hashes: dict[str, str] = {}
@@ -129,6 +135,10 @@ class Checkpointer:
         data = _to_bytes(list(archive_states))
         atomic_write(folder / "archive.pt", data)
         hashes["archive.pt"] = _sha256(data)
+        if driver is not None:
+            data = _to_bytes(dict(driver))
+            atomic_write(folder / DRIVER_FILE, data)
+            hashes[DRIVER_FILE] = _sha256(data)
         table = elites_table(archive_states)
         with atomic_path(self.run_dir / "archive.parquet") as tmp:
             pq.write_table(table, tmp)
@@ -187,9 +197,14 @@ class Checkpointer:
 
     def _check(self, info: dict) -> dict:
         """``info`` if every file of its round is there, matches its hash and loads without code."""
-        for name in self._names(info):
+        for name in self._names(info) + ([DRIVER_FILE] if self._has_driver(info) else []):
             _from_bytes(self._read(info, name), name)
         return info
+
+    @staticmethod
+    def _has_driver(info: dict) -> bool:
+        hashes = info.get("sha256")
+        return isinstance(hashes, dict) and DRIVER_FILE in hashes
 
     def latest(self) -> dict | None:
         """The newest intact round's info (``round, epoch_end, members, path, sha256``), or None.
@@ -238,6 +253,14 @@ class Checkpointer:
         """The members' states and :meth:`load_archives` of the round ``info`` names."""
         members = [_from_bytes(self._read(info, name), name) for name in self._names(info)[:-1]]
         return members, self.load_archives(info)
+
+    def load_driver(self, info: dict[str, Any]) -> Any:
+        """The round loop's state saved with the round ``info`` names (``driver``), or None if none was.
+
+        Loaded like every other file (hash checked, no code run); what it holds is for the
+        round loop to check (:func:`popgrpo.runtime.scheduler.frontier_store`).
+        """
+        return _from_bytes(self._read(info, DRIVER_FILE), DRIVER_FILE) if self._has_driver(info) else None
 
     def load_archives(self, info: dict[str, Any]) -> list[Any]:
         """The archive services' ``state_dict()``s as saved, one per archive."""
