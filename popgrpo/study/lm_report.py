@@ -3,10 +3,11 @@
 Every number is read from ``OUT/metrics.parquet`` (each trial's per-epoch rows, members
 averaged per epoch). A method's number for one seed is the mean of its last ``window``
 epochs; tables give mean ± sd over seeds. Claims compare two methods **seed by seed** (the
-same seed draws the same first prompts and the same initial programs): the paired
-differences, how many seeds agree, and a one-sided paired t-test in the claimed direction.
-A claim *holds* when p < 0.05; with three seeds that needs the differences to be large and
-consistent.
+same seed draws the same first prompts and the same initial programs) and are judged together
+by :func:`popgrpo.study.stats.judge`: two-sided paired t-tests with Holm's correction across
+every claim of the report, TOST against the metric's margin (:data:`MARGINS`) before any
+"equivalent", bootstrap intervals. With three seeds and 25 claims only large, consistent
+differences survive.
 
 Files written into ``OUT``: ``lm.md`` (tables, claims, cost), ``lm_table.csv`` (one row per
 method and seed), ``lm_claims.json`` and the figures :data:`FIGURES`.
@@ -24,9 +25,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
-from scipy import stats
 
 from popgrpo.study.lm import CONTROL, LM_METHODS
+from popgrpo.study.stats import Claim, judge
 from popgrpo.telemetry.plots import save_figure
 from popgrpo.telemetry.summary import population_by_epoch
 
@@ -54,7 +55,9 @@ COLORS = {
     "Combined (§7)": "tab:purple",
 }
 REMEDIES = ("QD-GRPO", "MaxEnt-GRPO", "Pop-GRPO", "Combined (§7)")
-ALPHA = 0.05
+# Equivalence margins of the claims, in each metric's units. Set when the report moved to the
+# shared statistics, after the study's results were known: no "equivalent" here is pre-registered.
+MARGINS = {"reward_mean": 0.02, "reward_max": 0.02, "diversity": 0.01, "distinct": 0.05, "complexity": 2.0}
 
 
 # ---- numbers --------------------------------------------------------------------------------
@@ -102,61 +105,60 @@ def _paired(table: pd.DataFrame, a: str, b: str, col: str) -> pd.Series:
     return (left[seeds] - right[seeds]).dropna()
 
 
-def _claim(table: pd.DataFrame, text: str, a: str, b: str, col: str, direction: int) -> dict:
-    """``a`` is ``direction`` (+1 above, −1 below) ``b`` on ``col``: differences, wins, p, verdict."""
+def _claim(table: pd.DataFrame, text: str, a: str, b: str, col: str, direction: int) -> tuple[Claim, dict]:
+    """The claim "``a`` is ``direction`` (+1 above, −1 below) ``b`` on ``col``" and its labels."""
     diff = _paired(table, a, b, col)
-    n, signed = len(diff), diff * direction
-    wins = int((signed > 0).sum())
-    if n > 1 and signed.std(ddof=1) > 0:
-        # scipy's annotations miss the result's pvalue attribute
-        p = float(stats.ttest_1samp(signed, 0.0, alternative="greater").pvalue)  # pyright: ignore[reportAttributeAccessIssue]
-    else:
-        p = math.nan
-    mean = float(diff.mean()) if n else math.nan
-    if not n or math.isnan(mean):
-        verdict = "not measured"
-    elif p < ALPHA:
-        verdict = "holds"
-    elif mean * direction > 0:
-        verdict = "same direction, within seed noise"
-    else:
-        verdict = "does not hold"
-    return {
-        "claim": text,
+    claim = Claim(text, tuple(float(d) for d in diff), margin=MARGINS[col], higher_is_better=direction > 0)
+    labels = {
         "a": a,
         "b": b,
         "metric": col,
         "direction": direction,
-        "diff_mean": mean,
-        "diff_sd": float(diff.std(ddof=1)) if n > 1 else math.nan,
-        "wins": wins,
-        "n": n,
-        "p": p,
-        "verdict": verdict,
+        "diff_mean": float(diff.mean()) if len(diff) else math.nan,
+        "diff_sd": float(diff.std(ddof=1)) if len(diff) > 1 else math.nan,
+        "wins": int(((diff * direction) > 0).sum()),
     }
+    return claim, labels
 
 
 def lm_claims(table: pd.DataFrame) -> list[dict]:
-    """The paper's collapse (GRPO vs the control) and its remedies (each method vs GRPO)."""
-    c = []
-    c.append(_claim(table, "GRPO raises mean reward over the no-update control", "GRPO", CONTROL, "reward_mean", 1))
+    """The paper's collapse (GRPO vs the control) and its remedies (each method vs GRPO), judged
+    as one family; each claim's record (:meth:`~popgrpo.study.stats.Verdict.record`) with its labels."""
+    c = [_claim(table, "GRPO raises mean reward over the no-update control", "GRPO", CONTROL, "reward_mean", 1)]
     for col, word in (("diversity", "embedding diversity"), ("distinct", "distinct programs")):
         c.append(_claim(table, f"GRPO collapses: {word} below the control", "GRPO", CONTROL, col, -1))
     c.append(_claim(table, "GRPO collapses: programs shorter than the control's", "GRPO", CONTROL, "complexity", -1))
-    # The paper's collapse leaves max reward flat: tested as "max reward rises", verdict read inversely.
+    # The paper's collapse leaves max reward flat: it holds when the difference is equivalent to 0.
     c.append(_claim(table, "GRPO leaves max reward flat (no rise over the control)", "GRPO", CONTROL, "reward_max", 1))
-    c[-1]["verdict"] = {
-        "holds": "does not hold (max reward rose)",
-        "does not hold": "holds (max reward did not rise)",
-        "same direction, within seed noise": "holds (no rise beyond seed noise)",
-    }.get(c[-1]["verdict"], c[-1]["verdict"])
     for method in REMEDIES:
         c.append(_claim(table, f"{method} keeps more embedding diversity than GRPO", method, "GRPO", "diversity", 1))
         c.append(_claim(table, f"{method} keeps more distinct programs than GRPO", method, "GRPO", "distinct", 1))
         c.append(_claim(table, f"{method} keeps longer programs than GRPO", method, "GRPO", "complexity", 1))
         c.append(_claim(table, f"{method} reaches a higher max reward than GRPO", method, "GRPO", "reward_max", 1))
         c.append(_claim(table, f"{method} keeps mean reward above GRPO's", method, "GRPO", "reward_mean", 1))
-    return c
+    measured = [(claim, labels) for claim, labels in c if len(claim.diffs) > 1]
+    verdicts = iter(judge([claim for claim, _ in measured])) if measured else iter(())
+    records = []
+    for claim, labels in c:
+        if len(claim.diffs) > 1:
+            record = {**next(verdicts).record(), **labels}
+        else:
+            record = {"claim": claim.name, "n": len(claim.diffs), "verdict": "not measured", **labels}
+        if labels["metric"] == "reward_max" and labels["b"] == CONTROL:
+            record["verdict"] = _flat_reading(record["verdict"])
+        records.append(record)
+    return records
+
+
+def _flat_reading(word: str) -> str:
+    """The verdict of "max reward stays flat", read from the claim "it rises"."""
+    if word.startswith("equivalent"):
+        return f"holds ({word})"
+    if word.startswith("better"):
+        return "does not hold (max reward rose)"
+    if word.startswith("worse"):
+        return "does not hold (max reward fell)"
+    return word
 
 
 # ---- markdown ---------------------------------------------------------------------------------
@@ -192,15 +194,25 @@ def delta_markdown(table: pd.DataFrame, baseline: str) -> str:
 
 def claims_markdown(claims: list[dict]) -> str:
     lines = [
-        "| claim | difference (mean ± sd over seeds) | seeds agreeing | p (one-sided, paired) | verdict |",
-        "| --- | ---: | ---: | ---: | --- |",
+        "| claim | difference a − b, mean ± sd over seeds [95% CI] | seeds in the claimed direction "
+        "| p (Holm) | TOST p (Holm), margin | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
+
+    def num(x: float | None, fmt: str) -> str:
+        return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
     for c in claims:
-        diff = "–" if math.isnan(c["diff_mean"]) else f"{c['diff_mean']:+.3f}"
+        diff = num(c["diff_mean"], "+.3f")
         if not math.isnan(c["diff_sd"]):
             diff += f" ± {c['diff_sd']:.3f}"
-        p = "–" if math.isnan(c["p"]) else f"{c['p']:.3f}"
-        lines.append(f"| {c['claim']} | {diff} | {c['wins']}/{c['n']} | {p} | {c['verdict']} |")
+        if c.get("ci_low") is not None:
+            diff += f" [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+        tost = f"{num(c.get('p_tost_holm'), '.3g')}, ±{MARGINS[c['metric']]:g}"
+        lines.append(
+            f"| {c['claim']} | {diff} | {c['wins']}/{c['n']} | {num(c.get('p_holm'), '.3g')} | {tost} "
+            f"| {c['verdict']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
