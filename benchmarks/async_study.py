@@ -203,7 +203,7 @@ class Design:
     arms: tuple[Arm, ...]
 
 
-def design(quick: bool, n_seeds: int) -> Design:
+def design(quick: bool, n_seeds: int, scale_s: float = 1.0) -> Design:
     if quick:
         return Design(4, 2, 3, 0.2, 1.0, (0,), (Arm("sync", "sync"), Arm("async B=2 S=1", "async", 2, 1)))
     k = 8
@@ -211,7 +211,7 @@ def design(quick: bool, n_seeds: int) -> Design:
         members=k,
         interval=10,
         rounds=8,
-        scale_s=1.0,
+        scale_s=scale_s,
         sigma=1.0,
         seeds=tuple(range(n_seeds)),
         arms=(
@@ -489,6 +489,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="K = 4, short rounds, one seed: a smoke run")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (default 3)")
+    parser.add_argument("--scale-s", type=float, default=1.0, help="median straggler delay, seconds (default 1)")
+    parser.add_argument(
+        "--render", action="store_true", help="no runs: rewrite the section and the figure from --data's JSON"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--data", type=Path, default=ROOT / "benchmarks" / "data")
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "img" / "async_study.png")
@@ -498,24 +502,35 @@ def main(argv: list[str] | None = None) -> int:
         help="how the machine was shared while the study ran (printed in the report)",
     )
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error("--seeds must be at least 1")
+    if args.seeds < 1 or args.scale_s <= 0:
+        parser.error("--seeds must be at least 1 and --scale-s positive")
+    data = args.data / "async_study.json"
+    if args.render:
+        if not data.is_file():
+            parser.error(f"--render: no {data}")
+        result = json.loads(data.read_text())
+        figure(result, args.figure)
+        write_region(args.out, markdown(result, result["command"]))
+        print(f"wrote {args.out}, {args.figure}")
+        return 0
     # Ray's workers start at nice 15 unless told otherwise: give them this process's niceness,
     # so that members and driver compete for the cores on the same terms.
     os.environ.setdefault("RAY_worker_niceness", str(os.nice(0)))
-    d = design(args.quick, args.seeds)
+    d = design(args.quick, args.seeds, args.scale_s)
     result = run_study(d)
     result["machine"] = args.machine
     try:
         result["figure"] = str(args.figure.resolve().relative_to(ROOT))
     except ValueError:
         result["figure"] = str(args.figure)
+    result["command"] = "python -m benchmarks.async_study" + (
+        " --quick" if args.quick else f" --seeds {args.seeds} --scale-s {args.scale_s:g}"
+    )
     args.data.mkdir(parents=True, exist_ok=True)
-    (args.data / "async_study.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    data.write_text(json.dumps(result, indent=1, default=float) + "\n")
     figure(result, args.figure)
-    command = "python -m benchmarks.async_study" + (" --quick" if args.quick else f" --seeds {args.seeds}")
-    write_region(args.out, markdown(result, command))
-    print(f"wrote {args.out}, {args.data / 'async_study.json'}, {args.figure}")
+    write_region(args.out, markdown(result, result["command"]))
+    print(f"wrote {args.out}, {data}, {args.figure}")
     return 0
 
 
