@@ -15,9 +15,9 @@ initial weights, landscape and per-(member, round) delays.
 **Equal wall time.** No run is cut: every call each member actor answers is logged (which
 actor, when it started and when the driver had its answer), and a row of ``metrics.parquet``
 (member k, epoch e) counts as reached at the time the call that trained it was answered.
-The budget ``T`` is the wall time of the study's fastest run (from its first ``train`` call
-to its last answer), so every run was still training at ``T``; each run is then judged on
-what it had by ``T`` after its first call: member-epochs per second, the utilisation of its
+The budget ``W`` is the wall time of the study's fastest run (from its first ``train`` call
+to its last answer), so every run was still training at ``W``; each run is then judged on
+what it had by ``W`` after its first call: member-epochs per second, the utilisation of its
 member actors, the best reward, and the noise-free discovery summary
 (:func:`popgrpo.study.discovery.trial_summary` on the rows reached by then).
 
@@ -370,6 +370,18 @@ def markdown(result: dict[str, Any], command: str) -> str:
         ("peak_fraction_mean", "peak fraction", ".3f"),
     ]
     n = len(d["seeds"])
+    per_call = md_table(
+        ["arm", "compute s per call, median (epochs and call latency)", "straggler sleep s per call, median"],
+        [
+            [
+                arm,
+                f"{statistics.median(c['end'] - c['start'] - c['delay'] for r in mine for c in r['calls']):.2f}",
+                f"{statistics.median(c['delay'] for r in mine for c in r['calls']):.2f}",
+            ]
+            for arm in arms
+            if (mine := [r for r in result["calls"] if r["arm"] == arm])
+        ],
+    )
     return "\n".join(
         [
             "### 8. Async vs sync rounds at equal wall time under stragglers (issue 28)",
@@ -382,9 +394,11 @@ def markdown(result: dict[str, Any], command: str) -> str:
             f"within each seed. Mean ± sd over seeds; differences are arm − sync by seed with a "
             f"percentile bootstrap 95% CI (`popgrpo.study.stats`; with {n} seeds the CI is coarse).",
             "",
-            f"Machine: {result['machine']}.",
+            f"Machine: {result['machine']}. What a member's call spent its time on (every call of every seed):",
             "",
-            f"**Equal wall time**: budget T = {result['budget_s']:.1f} s after each run's first train call "
+            per_call,
+            "",
+            f"**Equal wall time**: a budget of {result['budget_s']:.1f} s after each run's first train call "
             "(the fastest run's whole length, so every run was still training); a metrics row counts "
             "once the call that trained it was answered. No run was cut: the same runs give the "
             "equal-epochs numbers below.",
@@ -412,10 +426,10 @@ def figure(result: dict[str, Any], path: Path) -> None:
 
     arms = [a["name"] for a in result["design"]["arms"]]
     panels = [
-        ("at_budget", "epochs_per_s", "member-epochs per second by T"),
-        ("at_budget", "util_busy", "member utilisation by T"),
-        ("at_budget", "best_quality", "best noise-free Q by T"),
-        ("at_epochs", "best_quality", "best noise-free Q at equal epochs"),
+        ("at_budget", "epochs_per_s", "member-epochs per second by the budget"),
+        ("at_budget", "util_busy", "member utilisation by the budget"),
+        ("at_budget", "best_expected", "best expected reward E[R] by the budget"),
+        ("at_epochs", "best_expected", "best E[R] at equal epochs"),
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(14, 3.6))
     for ax, (part, key, title) in zip(axes, panels, strict=True):
@@ -428,7 +442,7 @@ def figure(result: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(
         f"K = {result['design']['members']}, stragglers log-normal (median {result['design']['scale_s']:g} s, "
-        f"σ = {result['design']['sigma']:g}), T = {result['budget_s']:.1f} s; dots: seeds, bars: mean ± sd",
+        f"σ = {result['design']['sigma']:g}), budget {result['budget_s']:.1f} s; dots: seeds, bars: mean ± sd",
         fontsize=9,
     )
     fig.tight_layout()
