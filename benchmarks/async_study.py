@@ -31,7 +31,8 @@ seeded sleep at the end of each call (known from :func:`straggler_delay`).
 trained ``run.epochs`` epochs, whatever the wall time; the cost of training from stale bases.
 
 Writes ``--data``/async_study.json, the section between ``<!-- async-study:begin -->`` and
-``<!-- async-study:end -->`` in ``--out`` and the figure ``--figure``. ``--quick`` is a smoke
+``<!-- async-study:end -->`` in ``--out`` and the figure ``--figure``; with ``--tag NAME``,
+``async_study_NAME.json`` and the markers ``async-study-NAME`` (a second study beside the first). ``--quick`` is a smoke
 run (K = 4, short rounds, one seed): its numbers say nothing.
 """
 
@@ -51,7 +52,13 @@ from typing import Any
 
 from benchmarks.common import local_ray, md_table
 
-BEGIN, END = "<!-- async-study:begin -->", "<!-- async-study:end -->"
+
+def markers(tag: str = "") -> tuple[str, str]:
+    """The comments around a study's section in ``--out``; ``tag`` tells several studies apart."""
+    name = f"async-study-{tag}" if tag else "async-study"
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
 ROOT = Path(__file__).resolve().parents[1]
 OUTCOMES = ("best_reward", "best_quality", "best_expected", "peaks", "peak_fraction_mean")
 
@@ -329,7 +336,7 @@ def _ms(pair: Sequence[float], fmt: str) -> str:
     return f"{format(mean, fmt)} ± {format(sd, fmt)}" if not math.isnan(sd) else format(mean, fmt)
 
 
-def markdown(result: dict[str, Any], command: str) -> str:
+def markdown(result: dict[str, Any], command: str, section: str = "8", data: str = "async_study.json") -> str:
     d = result["design"]
     arms = [a["name"] for a in d["arms"]]
     rows_t, rows_e = result["at_budget"], result["at_epochs"]
@@ -384,7 +391,8 @@ def markdown(result: dict[str, Any], command: str) -> str:
     )
     return "\n".join(
         [
-            "### 8. Async vs sync rounds at equal wall time under stragglers (issue 28)",
+            f"### {section}. Async vs sync rounds at equal wall time under stragglers of median "
+            f"{d['scale_s']:g} s (issue 28)",
             "",
             f"`{command}` (module docstring: the method). pop_grpo preset on the collapse landscape, "
             f"K = {d['members']} members (one Ray actor each), rounds of T = {d['interval']} epochs, "
@@ -413,7 +421,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
             "",
             diffs(result["compare_epochs"], [("window_s", "wall s", ".1f"), *reach]),
             "",
-            f"Data: `benchmarks/data/async_study.json`; figure: `{result['figure']}` (shown in docs/guides/async.md).",
+            f"Data: `benchmarks/data/{data}`; figure: `{result['figure']}` (shown in docs/guides/async.md).",
         ]
     )
 
@@ -487,14 +495,15 @@ def run_study(d: Design, progress: Callable[[str], None] = print) -> dict[str, A
     }
 
 
-def write_region(path: Path, region: str) -> None:
+def write_region(path: Path, region: str, tag: str = "") -> None:
     text = path.read_text() if path.exists() else ""
-    block = f"{BEGIN}\n{region}\n{END}"
-    start, end = text.find(BEGIN), text.find(END)
+    begin, end_marker = markers(tag)
+    block = f"{begin}\n{region}\n{end_marker}"
+    start, end = text.find(begin), text.find(end_marker)
     text = (
         text.rstrip("\n") + "\n\n" + block + "\n"
         if start == -1 or end < start
-        else text[:start] + block + text[end + len(END) :]
+        else text[:start] + block + text[end + len(end_marker) :]
     )
     path.write_text(text)
 
@@ -507,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--render", action="store_true", help="no runs: rewrite the section and the figure from --data's JSON"
     )
+    parser.add_argument("--tag", default="", help="name of a second study beside the first (its markers and JSON)")
+    parser.add_argument("--section", default="8", help="the section's number in --out (default 8)")
     parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     parser.add_argument("--data", type=Path, default=ROOT / "benchmarks" / "data")
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "img" / "async_study.png")
@@ -518,13 +529,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.scale_s <= 0:
         parser.error("--seeds must be at least 1 and --scale-s positive")
-    data = args.data / "async_study.json"
+    if args.tag and not args.tag.replace("_", "").isalnum():
+        parser.error(f"--tag must be letters, digits and _, got {args.tag!r}")
+    data = args.data / (f"async_study_{args.tag}.json" if args.tag else "async_study.json")
     if args.render:
         if not data.is_file():
             parser.error(f"--render: no {data}")
         result = json.loads(data.read_text())
         figure(result, args.figure)
-        write_region(args.out, markdown(result, result["command"]))
+        write_region(args.out, markdown(result, result["command"], args.section, data.name), args.tag)
         print(f"wrote {args.out}, {args.figure}")
         return 0
     # Ray's workers start at nice 15 unless told otherwise: give them this process's niceness,
@@ -543,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     args.data.mkdir(parents=True, exist_ok=True)
     data.write_text(json.dumps(result, indent=1, default=float) + "\n")
     figure(result, args.figure)
-    write_region(args.out, markdown(result, result["command"]))
+    write_region(args.out, markdown(result, result["command"], args.section, data.name), args.tag)
     print(f"wrote {args.out}, {data}, {args.figure}")
     return 0
 

@@ -80,3 +80,9 @@ def test_write_region_replaces_its_own_block_and_keeps_the_rest(tmp_path):
     text = path.read_text()
     assert text.count("async-study:begin") == 1 and "two" in text and "one" not in text
     assert text.startswith("# Benchmarks\n\nbefore\n")
+    # A tagged study has its own markers: writing it leaves the first one alone.
+    write_region(path, "second", tag="scale2")
+    write_region(path, "third", tag="scale2")
+    text = path.read_text()
+    assert "two" in text and "third" in text and "second" not in text
+    assert text.index("async-study:end") < text.index("async-study-scale2:begin")
