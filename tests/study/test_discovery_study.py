@@ -17,7 +17,7 @@ from popgrpo.study.discovery_plan import (
     load_preregistration,
     quick_design,
 )
-from popgrpo.study.discovery_report import compute_check, judge_design
+from popgrpo.study.discovery_report import compute_check, judge_design, render_discovery
 
 SMALL = DiscoveryDesign(
     phase="confirmatory",
@@ -205,3 +205,21 @@ def test_bad_study_arguments_exit_2_with_one_line(tmp_path, args, message):
     assert result.returncode == 2
     assert message in result.stderr.strip().splitlines()[-1]  # argparse's usage lines, then the one error line
     assert not (tmp_path / "s").exists()
+
+
+def test_the_committed_discovery_results_redraw_and_the_docs_quote_them(tmp_path):
+    """docs/DISCOVERY.md's table is summary.md, and summary.md is what `popgrpo report` writes from
+    the committed Parquet files (no training)."""
+    import shutil
+    from pathlib import Path
+
+    committed = Path("docs/results/discovery")
+    for name in ("plan.json", "discovery_trials.parquet", "discovery_curves.parquet", "wall.jsonl"):
+        shutil.copy(committed / name, tmp_path / name)
+    render_discovery(tmp_path)
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary == (committed / "summary.md").read_text()
+    assert summary in Path("docs/DISCOVERY.md").read_text()
+    saved = json.loads((tmp_path / "verdicts.json").read_text())
+    assert saved["trials"] == 640 and saved["preregistration_sha256"] == load_preregistration()[1]
+    assert saved == json.loads((committed / "verdicts.json").read_text())
