@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from popgrpo.study.discovery_plan import CONTROL
+from popgrpo.study.discovery_plan import CONTROL, K1_ARM
 from popgrpo.study.stats import ALPHA, Claim, Verdict, judge, verdicts_markdown
 
 __all__ = ["METRICS", "render_discovery", "summarise"]
@@ -46,7 +46,6 @@ POWER_FAMILY = 60
 2 landscapes × 3 mechanisms × 2 primary metrics; docs/DISCOVERY_PREREGISTRATION.md)."""
 
 TRIALS_FILE, CURVES_FILE = "discovery_trials.parquet", "discovery_curves.parquet"
-CELL = ["landscape", "instance", "intensity", "arm", "seed"]
 
 # Every metric the study can judge: which direction is better, and what it means.
 METRICS = {
@@ -110,7 +109,8 @@ def compute_check(trials: pd.DataFrame) -> str:
 
 
 def _matched_arms(trials: pd.DataFrame) -> list[str]:
-    return [a for a in trials["arm"].unique() if not str(a).startswith("Pop-GRPO, K = 1")]
+    """The arms with the compute of the control (every arm but the population of one)."""
+    return [a for a in trials["arm"].unique() if a != K1_ARM]
 
 
 def _paired(trials: pd.DataFrame, arm: str, metric: str, landscape: str, intensity: int | None) -> pd.DataFrame:
@@ -212,11 +212,14 @@ def summary_markdown(verdicts: list[Verdict], design: dict) -> str:
             f"| {x['control_mean']:.3f} | {v.test.mean:+.3f} [{v.ci[0]:+.3f}, {v.ci[1]:+.3f}] | {v.p_holm:.3g} "
             f"| **{v.word}** |"
         )
+    sizes = sorted({v.test.n for v in verdicts if v.extra["intensity"] == "pooled"})
+    units = " or ".join(str(n) for n in sizes)
     return (
         decisions_markdown(decisions(verdicts, design), design["landscapes"])
-        + "\nPooled over the four intensities (a unit's mean over them), 20 paired units per row unless "
-        "the design says otherwise; Holm within each family (primary: every primary claim, pooled and "
-        "per intensity).\n\n" + "\n".join(lines) + "\n"
+        + f"\nPooled over the intensities (a unit's mean over them), {units} paired units (instance, seed) "
+        "per row; Holm within each family (primary: every primary claim, pooled and per intensity).\n\n"
+        + "\n".join(lines)
+        + "\n"
     )
 
 
