@@ -353,16 +353,24 @@ def _p(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.3g}"
 
 
-def verdicts_markdown(verdicts: Sequence[Verdict], digits: int = 3) -> str:
-    """A Markdown table of verdicts: claim, n, mean difference [CI], Holm p, TOST p, verdict."""
-    lines = [
-        "| claim | n | mean difference [95% CI] | p (Holm) | TOST p (Holm), margin | verdict |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+def verdicts_markdown(
+    verdicts: Sequence[Verdict],
+    digits: int = 3,
+    *,
+    after_claim: Sequence[tuple[str, str]] = (),
+    last: Sequence[tuple[str, str]] = (),
+) -> str:
+    """A Markdown table of verdicts: claim, n, mean difference [CI], Holm p, TOST p, verdict.
+
+    ``after_claim`` and ``last``: extra columns ``(header, key of Verdict.extra)`` placed after
+    the claim's name and after the verdict."""
+    head = ["claim", *(h for h, _ in after_claim), "n", "mean difference [95% CI]", "p (Holm)"]
+    head += ["TOST p (Holm), margin", "verdict", *(h for h, _ in last)]
+    lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
     for v in verdicts:
         ci = f"[{_num(v.ci[0], digits)}, {_num(v.ci[1], digits)}]"
-        lines.append(
-            f"| {v.claim.name} | {v.test.n} | {_num(v.test.mean, digits)} {ci} | {_p(v.p_holm)} "
-            f"| {_p(v.p_tost)}, ±{v.claim.margin:g} | **{v.word}** |"
-        )
+        cells = [v.claim.name, *(str(v.extra[k]) for _, k in after_claim), str(v.test.n)]
+        cells += [f"{_num(v.test.mean, digits)} {ci}", _p(v.p_holm), f"{_p(v.p_tost)}, ±{v.claim.margin:g}"]
+        cells += [f"**{v.word}**", *(str(v.extra[k]) for _, k in last)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -37,7 +37,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from popgrpo.study.stats import ALPHA, Claim, Verdict, holm, judge
+from popgrpo.study.stats import ALPHA, Claim, Verdict, holm, judge, verdicts_markdown
 from popgrpo.telemetry.plots import save_figure
 
 __all__ = [
@@ -649,17 +649,9 @@ def _p(x: float) -> str:
 
 
 def _claims_md(verdicts: list[Verdict]) -> str:
-    lines = [
-        "| claim | measure | n | mean difference [95% CI] | p (Holm) | TOST p (Holm), margin | verdict | WARM's claim |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for v in verdicts:
-        ci = f"[{_num(v.ci[0])}, {_num(v.ci[1])}]"
-        lines.append(
-            f"| {v.claim.name} | {v.extra['measure']} | {v.test.n} | {_num(v.test.mean)} {ci} | {_p(v.p_holm)} "
-            f"| {_p(v.p_tost)}, ±{v.claim.margin:g} | **{v.word}** | {v.extra['paper_claim_status']} |"
-        )
-    return "\n".join(lines) + "\n"
+    return verdicts_markdown(
+        verdicts, after_claim=[("measure", "measure")], last=[("WARM's claim", "paper_claim_status")]
+    )
 
 
 def _km_md(times: pd.DataFrame) -> str:
