@@ -212,3 +212,18 @@ def test_regime_map_reports_each_intensity_and_follows_the_numbers(regime_study_
     flat = metrics.copy()
     flat.loc[flat.trial.str.startswith("grpo-"), "complexity"] = 3.5
     assert (regime_rows(trial_table(plan, flat)).grpo_complexity_ratio == 1.0).all()
+
+
+@pytest.mark.parametrize("landscape", ["paper", "collapse"])
+def test_the_committed_study_redraws_its_tables_unchanged(landscape, tmp_path):
+    """docs/results/<landscape> holds the study's per-epoch data: `popgrpo report` on a copy
+    writes the committed tables and verdicts again, without training."""
+    import shutil
+    from pathlib import Path
+
+    committed = Path("docs/results") / landscape
+    copy = tmp_path / landscape
+    shutil.copytree(committed, copy, ignore=shutil.ignore_patterns("*.png", "*.md", "verdicts.json"))
+    assert main(["report", str(copy)]) == 0
+    for name in ("table1.md", "claims.md", "verdicts.json"):
+        assert (copy / name).read_text() == (committed / name).read_text(), name
