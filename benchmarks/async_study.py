@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import local_ray, md_table
+from benchmarks.common import local_ray, md_table, write_between
 
 
 def markers(tag: str = "") -> tuple[str, str]:
@@ -496,16 +496,7 @@ def run_study(d: Design, progress: Callable[[str], None] = print) -> dict[str, A
 
 
 def write_region(path: Path, region: str, tag: str = "") -> None:
-    text = path.read_text() if path.exists() else ""
-    begin, end_marker = markers(tag)
-    block = f"{begin}\n{region}\n{end_marker}"
-    start, end = text.find(begin), text.find(end_marker)
-    text = (
-        text.rstrip("\n") + "\n\n" + block + "\n"
-        if start == -1 or end < start
-        else text[:start] + block + text[end + len(end_marker) :]
-    )
-    path.write_text(text)
+    write_between(path, region, *markers(tag))
 
 
 def main(argv: list[str] | None = None) -> int:

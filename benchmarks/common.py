@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -28,7 +29,9 @@ __all__ = [
     "md_table",
     "met",
     "pss_bytes",
+    "replace_between",
     "rss_bytes",
+    "write_between",
 ]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -218,3 +221,20 @@ def loopback_ray_cluster(head_node_args: dict, worker_cpus: tuple[int, ...] = ()
         else:
             os.environ["RAY_TMPDIR"] = previous
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def replace_between(text: str, region: str, begin: str, end: str) -> str:
+    """``text`` with everything between the markers ``begin`` and ``end`` replaced by ``region``
+    (the markers and region appended when absent): how a benchmark rewrites its own section of
+    BENCHMARKS.md and keeps the rest of the file as it is."""
+    block = f"{begin}\n{region.strip()}\n{end}"
+    start, stop = text.find(begin), text.find(end)
+    if start == -1 or stop == -1 or stop < start:
+        return text.rstrip("\n") + ("\n\n" if text.strip() else "") + block + "\n"
+    return text[:start] + block + text[stop + len(end) :]
+
+
+def write_between(path: Path, region: str, begin: str, end: str) -> None:
+    """:func:`replace_between` on the file at ``path`` (created when missing)."""
+    text = path.read_text() if path.exists() else ""
+    path.write_text(replace_between(text, region, begin, end))

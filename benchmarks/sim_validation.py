@@ -31,7 +31,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import md_table, met
+from benchmarks.common import md_table, met, write_between
 
 BEGIN, END = "<!-- sim:begin -->", "<!-- sim:end -->"
 CORES = os.cpu_count() or 1
@@ -268,15 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     figure(curves, args.figure)
     command = "python -m benchmarks.sim_validation" + (" --quick" if args.quick else "")
     region = markdown(costs, validation, curves, len(curves[0]["wall_s"]), command)
-    text = args.out.read_text() if args.out.exists() else ""
-    block = f"{BEGIN}\n{region}\n{END}"
-    start, end = text.find(BEGIN), text.find(END)
-    text = (
-        text.rstrip("\n") + "\n\n" + block + "\n"
-        if start == -1 or end < start
-        else text[:start] + block + text[end + len(END) :]
-    )
-    args.out.write_text(text)
+    write_between(args.out, region, BEGIN, END)
     print(f"wrote {args.out}, {args.data / 'sim_validation.json'}, {args.figure}")
     return 0
 

@@ -29,6 +29,8 @@ import time
 import traceback
 from pathlib import Path
 
+from benchmarks.common import replace_between, write_between
+
 BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
 CORES = os.cpu_count() or 1
 SECTION_TITLES = {
@@ -43,16 +45,11 @@ SECTION_TITLES = {
 
 def replace_generated(text: str, region: str) -> str:
     """``text`` with everything between the markers replaced by ``region`` (markers appended when absent)."""
-    block = f"{BEGIN}\n{region.strip()}\n{END}"
-    start, end = text.find(BEGIN), text.find(END)
-    if start == -1 or end == -1 or end < start:
-        return text.rstrip("\n") + ("\n\n" if text.strip() else "") + block + "\n"
-    return text[:start] + block + text[end + len(END) :]
+    return replace_between(text, region, BEGIN, END)
 
 
 def write_region(path: Path, region: str) -> None:
-    text = path.read_text() if path.exists() else ""
-    path.write_text(replace_generated(text, region))
+    write_between(path, region, BEGIN, END)
 
 
 def _cpu_model() -> str:
