@@ -45,7 +45,8 @@ docs: install
 docs-serve: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
-# Rewrite the generated tables of docs/reference/ (config fields, live metrics) from the code.
+# Rewrite the generated tables of docs/reference/ (config fields, live metrics) from the code, and
+# docs/RESULTS.md's table of verdicts from docs/results/{paper,collapse}/verdicts.json.
 docs-reference: install
 	$(BIN)/python docs/gen_reference.py
 

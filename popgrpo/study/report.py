@@ -43,7 +43,7 @@ from popgrpo.study.stats import Claim as StatClaim
 from popgrpo.telemetry.plots import save_figure
 from popgrpo.telemetry.summary import population_by_epoch
 
-__all__ = ["FIGURES", "Claim", "check_claims", "render", "trial_table"]
+__all__ = ["FIGURES", "Claim", "check_claims", "render", "results_verdicts_markdown", "trial_table", "verdict_cell"]
 
 METRICS = (
     ("mean_reward", "mean R"),
@@ -226,6 +226,11 @@ def controls_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _paper_diversity_order() -> list[str]:
+    """The four methods of the paper's Table 1, most diverse first (Pop-GRPO > MaxEnt-GRPO > GRPO > QD-GRPO)."""
+    return sorted(PAPER_TABLE1, key=lambda m: -PAPER_TABLE1[m]["diversity"])
+
+
 def regime_rows(table: pd.DataFrame) -> pd.DataFrame:
     """Per training intensity (GRPO updates per epoch): the three main claims, over seeds.
 
@@ -236,9 +241,11 @@ def regime_rows(table: pd.DataFrame) -> pd.DataFrame:
       verdict of :func:`check_claims` (Holm-corrected with every other comparison of the report).
     * ``grpo_complexity_ratio``: GRPO's complexity in the last 10 epochs over the first 10
       (< 1: complexity collapses); ``grpo_diversity``: GRPO's last-10 diversity.
+    * ``diversity_in_paper_order``: the four methods' mean diversity, in the paper's order (what
+      ``ordering`` ranks).
     """
     rows = table[table.study == "regime"]
-    paper_order = sorted((m for m in PAPER_TABLE1), key=lambda m: -PAPER_TABLE1[m]["diversity"])
+    paper_order = _paper_diversity_order()
     verdicts = {c.comparison: c.verdict for c in check_claims(table) if c.comparison.endswith("(regime)")}
     out = []
     for intensity, cell in rows.groupby("value"):
@@ -259,6 +266,7 @@ def regime_rows(table: pd.DataFrame) -> pd.DataFrame:
                 "pop_verdict": verdicts.get(_regime_comparison(intensity), "inconclusive"),
                 "grpo_complexity_ratio": float((grpo.complexity / grpo.complexity_first).mean()),
                 "grpo_diversity": float(grpo.diversity.mean()),
+                "diversity_in_paper_order": ", ".join(f"{d:.3f}" for d in diversity.values),
             }
         )
     return pd.DataFrame(out)
@@ -268,6 +276,7 @@ def regime_markdown(table: pd.DataFrame) -> str:
     regime = regime_rows(table)
     if regime.empty:
         return ""
+    order = _paper_diversity_order()
     lines = [
         "## Regime map: the main claims by training intensity (GRPO updates per epoch, fixed epochs)",
         "",
@@ -275,13 +284,13 @@ def regime_markdown(table: pd.DataFrame) -> str:
         "Pop − best-of-K: best member's max R; GRPO complexity last/first: < 1 is a collapse.",
         "",
         "| updates/epoch | diversity ordering τ | Pop − best-of-K (mean) | Pop ahead | verdict (Holm) "
-        "| GRPO complexity last/first | GRPO diversity |",
-        "|" + " --- |" * 7,
+        f"| GRPO complexity last/first | GRPO diversity | diversity of {', '.join(order)} |",
+        "|" + " --- |" * 8,
     ]
     for r in regime.itertuples():
         lines.append(
             f"| {r.updates_per_epoch} | {r.ordering:+.2f} | {r.pop_minus_control:+.3f} | {r.pop_ahead} | {r.pop_verdict} "
-            f"| {r.grpo_complexity_ratio:.3f} | {r.grpo_diversity:.3f} |"
+            f"| {r.grpo_complexity_ratio:.3f} | {r.grpo_diversity:.3f} | {r.diversity_in_paper_order} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -642,6 +651,63 @@ def claims_markdown(claims: list[Claim]) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     lines += [f"| {c.claim} | {c.comparison} | {c.evidence} | {c.expected} | **{c.verdict}** |" for c in claims]
+    return "\n".join(lines) + "\n"
+
+
+def verdict_cell(record: dict) -> str:
+    """A verdict as the results pages state it: bold verdict, then (mean [95% CI], Holm p), and
+    the TOST Holm p where the verdict rests on it (equivalent, or within the margin)."""
+    p = "n/a" if record["p_holm"] is None else f"{record['p_holm']:.3g}"
+    numbers = f"{record['mean_diff']:+.4f} [{record['ci_low']:+.3f}, {record['ci_high']:+.3f}], Holm p = {p}"
+    if "within" in record["verdict"]:
+        numbers += f", TOST Holm p = {record['p_tost_holm']:.3g}"
+    return f"**{record['verdict']}** ({numbers})"
+
+
+def results_verdicts_markdown(landscapes: dict[str, list[dict]]) -> str:
+    """One table of every judged comparison of several landscapes' studies, side by side.
+
+    ``landscapes`` maps a column header to that study's ``verdicts.json`` records; the studies
+    must judge the same paper claims in the same order (one row per comparison). A cell reads
+    ``**verdict** (mean difference [95% CI], Holm p)``; where a landscape compares against
+    another rival than the first (MaxEnt-GRPO's closest method differs), its cell names its
+    comparison. Under the table, per landscape, how many comparisons came out as the paper
+    claims, the other way (significant against the claim), equivalent, or inconclusive.
+    docs/RESULTS.md includes this table (``docs/gen_reference.py`` writes it).
+    """
+    columns = list(landscapes.values())
+    if not columns or len({len(c) for c in columns}) != 1:
+        raise ValueError("every landscape needs the same number of verdicts")
+    lines = [
+        "| claim (paper) | comparison, paired by seed | " + " | ".join(landscapes) + " |",
+        "| --- | --- |" + " --- |" * len(columns),
+    ]
+    previous = None
+    for row in zip(*columns, strict=True):
+        first = row[0]
+        if any(r["paper_claim"] != first["paper_claim"] for r in row):
+            raise ValueError(f"the landscapes judge different claims: {[r['paper_claim'] for r in row]}")
+        cells = [
+            verdict_cell(r) if r["comparison"] == first["comparison"] else f"{r['comparison']}: {verdict_cell(r)}"
+            for r in row
+        ]
+        claim = first["paper_claim"] if first["paper_claim"] != previous else "…"
+        previous = first["paper_claim"]
+        lines.append(f"| {claim} | {first['comparison']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for name, records in landscapes.items():
+        outcomes = [
+            "as claimed"
+            if r["outcome"] == r["expected"]
+            else "the other way"
+            if r["outcome"] in ("better", "worse")
+            else r["outcome"]
+            for r in records
+        ]
+        counts = ", ".join(
+            f"{outcomes.count(o)} {o}" for o in ("as claimed", "the other way", "equivalent", "inconclusive")
+        )
+        lines.append(f"- {name}: of {len(records)} comparisons, {counts}.")
     return "\n".join(lines) + "\n"
 
 
