@@ -23,6 +23,7 @@ from typing import Protocol
 import torch
 
 from popgrpo.config import Config
+from popgrpo.core.tensor_lists import int_list
 from popgrpo.policies.causal_lm import CausalLMPolicy, Rollout
 from popgrpo.policies.engines import Generation, RolloutEngine, Sampling
 from popgrpo.registry import ROLLOUT_ENGINES
@@ -147,7 +148,7 @@ class EngineSampler:
         self.push()
         policy, cfg = self.policy, self.policy.cfg
         input_ids, attention = policy.encode(prompts)
-        rows = [ids[mask.bool()].tolist() for ids, mask in zip(input_ids, attention, strict=True)]
+        rows = [int_list(ids[mask.bool()]) for ids, mask in zip(input_ids, attention, strict=True)]
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
         sampling = Sampling(n=group_size, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
         generation = self.service.generate(self.member_id, rows, sampling)
@@ -156,7 +157,7 @@ class EngineSampler:
                 f"the rollout engine answered {len(generation.token_ids)} completions for "
                 f"{len(prompts)} prompts × {group_size}"
             )
-        completion, mask, logp = completion_tensors(generation, policy.tokenizer.pad_token_id)
+        completion, mask, logp = completion_tensors(generation, policy.pad_token_id)
         input_ids = input_ids.repeat_interleave(group_size, dim=0).to(policy.device)
         attention = attention.repeat_interleave(group_size, dim=0).to(policy.device)
         rollout = policy.rollout_of(prompts, input_ids, attention, completion, mask, group_size)

@@ -124,6 +124,11 @@ class CausalLMPolicy:
         self.model.eval()  # no dropout in the base model: log-probs must be reproducible
         self.n_prompts = cfg.prompts_per_step
 
+    @property
+    def pad_token_id(self) -> int:
+        """The tokenizer's padding token (its end-of-sequence token where it has none)."""
+        return int(self.tokenizer.pad_token_id)
+
     # ---- weights: the adapters only ------------------------------------------------------
     @torch.no_grad()
     def reset_adapters(self, generator: torch.Generator) -> None:

@@ -141,7 +141,7 @@ class RayExecutor:
         rollout = config.policy.causal_lm.rollout
         if config.policy.kind != "causal_lm" or not rollout.on_worker():
             return None
-        worker = RolloutWorker.options(
+        worker: Any = RolloutWorker.options(
             name=rollout_worker_name(self.run_tag), namespace=self.namespace, num_cpus=0, num_gpus=rollout.worker_gpus()
         ).remote(self._config_json)
         problem = ray.get(worker.ready.remote())
