@@ -24,6 +24,7 @@ and the CPU tests import this module without it.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -75,6 +76,8 @@ class VLLMEngine:
             raise ValueError("policy.causal_lm.model is required")
         self.cfg = cfg
         rollout = cfg.rollout
+        if cfg.local_files_only:  # vLLM loads through huggingface_hub: no download, as for the trainers
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.llm = llm_class(
             model=cfg.model,
             dtype=cfg.dtype,

@@ -3,6 +3,7 @@ vLLM engine's adapter files load in peft, and without vLLM it says so in one lin
 
 import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,3 +110,85 @@ def test_vllm_engine_without_vllm_is_a_one_line_config_error(tiny_lm):
     with pytest.raises(EngineUnavailable) as info:
         vllm_engine(_cfg(tiny_lm, rollout={"engine": "vllm"}))
     assert str(info.value) == MISSING_VLLM and "\n" not in MISSING_VLLM and "popgrpo[vllm]" in MISSING_VLLM
+
+
+class _FakeVLLM:
+    """A stand-in for the ``vllm`` package with the calls the engine makes, as vLLM documents
+    them: it checks what popgrpo does with them (adapter files and ids, the shape of the answer),
+    not vLLM itself, which no test here runs."""
+
+    def __init__(self):
+        self.llm_kwargs, self.requests, self.calls = None, [], []
+        fake = self
+
+        class LLM:
+            def __init__(self, **kwargs):
+                fake.llm_kwargs = kwargs
+
+            def generate(self, prompts, params, lora_request=None, use_tqdm=True):
+                fake.calls.append((prompts, params, lora_request))
+                return [_request(i, params.kwargs["n"]) for i, _ in enumerate(prompts)]
+
+        class SamplingParams:
+            def __init__(self, **kwargs):
+                self.kwargs = kwargs
+
+        class LoRARequest:
+            def __init__(self, lora_name, lora_int_id, lora_path):
+                self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
+                fake.requests.append(self)
+
+        self.LLM, self.SamplingParams, self.LoRARequest = LLM, SamplingParams, LoRARequest
+
+
+def _request(i, n):
+    from types import SimpleNamespace as NS
+
+    def completion(j):  # completion j of prompt i: j + 1 tokens; answered in reverse order
+        ids = [10 * i + j + t for t in range(j + 1)]
+        return NS(index=j, token_ids=ids, logprobs=[{t: NS(logprob=-t / 10)} for t in ids])
+
+    return NS(outputs=[completion(j) for j in reversed(range(n))])
+
+
+def test_vllm_engine_writes_each_version_with_a_fresh_adapter_id_and_answers_prompt_major(tiny_lm, monkeypatch):
+    import sys
+    from types import ModuleType
+
+    from popgrpo.policies.vllm_engine import VLLMEngine
+
+    fake = _FakeVLLM()
+    vllm_module, lora_module, request_module = (
+        ModuleType("vllm"),
+        ModuleType("vllm.lora"),
+        ModuleType("vllm.lora.request"),
+    )
+    vllm_module.LLM, vllm_module.SamplingParams = fake.LLM, fake.SamplingParams  # type: ignore[attr-defined]
+    request_module.LoRARequest = fake.LoRARequest  # type: ignore[attr-defined]
+    for name, module in (("vllm", vllm_module), ("vllm.lora", lora_module), ("vllm.lora.request", request_module)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = _cfg(tiny_lm, rollout={"engine": "vllm", "max_loras": 3})
+    engine = VLLMEngine(cfg)
+    kw = fake.llm_kwargs
+    assert kw["enable_lora"] and kw["max_loras"] == 3 and kw["max_lora_rank"] == 8
+    assert kw["logprobs_mode"] == "processed_logprobs" and kw["model"] == str(tiny_lm)
+    state = _trained_adapter(CausalLMPolicy(cfg), 0)
+    engine.load_adapter(0, 1, state)
+    engine.load_adapter(1, 1, state)
+    first = fake.requests[0].lora_path
+    engine.load_adapter(0, 2, state)  # a new version: new id, new files, the old ones gone
+    assert [r.lora_int_id for r in fake.requests] == [1, 2, 3]
+    assert (
+        not Path(first).exists()
+        and json.loads((Path(fake.requests[2].lora_path) / "adapter_config.json").read_text())["r"] == 4
+    )
+    out = engine.generate([[4, 5], [6]], 0, Sampling(n=2, temperature=0.7, max_new_tokens=8, seed=11))
+    prompts, params, lora = fake.calls[-1]
+    assert prompts == [{"prompt_token_ids": [4, 5]}, {"prompt_token_ids": [6]}] and lora is fake.requests[2]
+    assert params.kwargs == {"n": 2, "temperature": 0.7, "max_tokens": 8, "seed": 11, "logprobs": 0}
+    assert out.token_ids == [[0], [1, 2], [10], [11, 12]]  # prompt-major, completions in index order
+    assert out.logprobs == [[-0.0], [-0.1, -0.2], [-1.0], [-1.1, -1.2]]
+    with pytest.raises(KeyError, match="member 5"):
+        engine.generate([[4]], 5, Sampling(n=1, temperature=1.0, max_new_tokens=8, seed=0))
+    engine.close()
