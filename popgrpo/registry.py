@@ -2,7 +2,8 @@
 
 Every config field that names an implementation (``env.kind``, ``policy.kind``,
 ``reward.source``, ``run.loggers``, ``scheduler.merge``, ``scheduler.mutate``,
-``scheduler.objectives``, ``scheduler.population``, ``reward.proxy.combine``) takes its allowed values from a
+``scheduler.objectives``, ``scheduler.population``, ``reward.proxy.combine``,
+``policy.causal_lm.rollout.engine``) takes its allowed values from a
 :class:`Registry` below. The config validates a name against it when it loads (an unknown
 name is a :class:`~popgrpo.config.ConfigError` listing the choices); the code that builds the
 thing asks :meth:`Registry.get` for it.
@@ -45,6 +46,7 @@ __all__ = [
     "PROXY_COMBINES",
     "REGISTRIES",
     "REWARD_SOURCES",
+    "ROLLOUT_ENGINES",
     "SELECTION_STATISTICS",
     "DuplicateChoice",
     "MetricColumn",
@@ -271,6 +273,11 @@ SELECTION_STATISTICS: Registry[Callable[[Sequence[Mapping[str, float]]], list[fl
 PROXY_COMBINES: Registry[Callable[..., Any]] = Registry(
     "proxy combine", "reward.proxy.combine", "(rm_dir, n_models: int | None, index: int) -> list[RewardModel]"
 )
+ROLLOUT_ENGINES: Registry[Callable[..., Any]] = Registry(
+    "rollout engine",
+    "policy.causal_lm.rollout.engine",
+    "(cfg: CausalLMConfig, device: torch.device) -> RolloutEngine (popgrpo.policies.engines)",
+)
 REGISTRIES: tuple[Registry[Any], ...] = (
     ENVIRONMENTS,
     POLICIES,
@@ -281,6 +288,7 @@ REGISTRIES: tuple[Registry[Any], ...] = (
     POPULATION_STEPS,
     SELECTION_STATISTICS,
     PROXY_COMBINES,
+    ROLLOUT_ENGINES,
 )
 
 
@@ -324,4 +332,6 @@ for _name in ("reward_max", "reward_mean", "diversity", "complexity", "entropy",
     SELECTION_STATISTICS.register(_name, MetricColumn(_name))
 for _name in ("single", "ens", "warm"):
     PROXY_COMBINES.register(_name, f"popgrpo.reward_models.proxy:{_name}_models")
+ROLLOUT_ENGINES.register("hf", "popgrpo.policies.engines:hf_engine")
+ROLLOUT_ENGINES.register("vllm", "popgrpo.policies.vllm_engine:vllm_engine")
 _state.builtin = False

@@ -138,6 +138,7 @@ FIELDS = {
     "scheduler.population": "scheduler.population=nope",
     "scheduler.objectives": "scheduler.objectives=[pop_score, nope]",
     "reward.proxy.combine": "reward.proxy.combine=nope",
+    "policy.causal_lm.rollout.engine": "policy.causal_lm.rollout.engine=nope",
 }
 
 

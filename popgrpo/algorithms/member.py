@@ -27,7 +27,7 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import torch
 
@@ -55,6 +55,9 @@ from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
 from popgrpo.envs import Environment, TextEnvironment
 from popgrpo.registry import REWARD_SOURCES
 from popgrpo.schema import CONTROL_COLUMNS, REASONS_COLUMN
+
+if TYPE_CHECKING:
+    from popgrpo.algorithms.engine_rollouts import RolloutService
 
 __all__ = ["BadRewardError", "Member", "PendingStep", "make_optimizer", "resolve_device"]
 
@@ -106,6 +109,8 @@ class Member:
         reward_source: what ideas are worth; when omitted, what ``reward.source`` says: the
             environment's reward, or a learned proxy
             (the factory :data:`popgrpo.registry.REWARD_SOURCES` registers under that name).
+        rollout_service: the shared rollout worker a language-model member generates on
+            (``policy.causal_lm.rollout``); None: its own model.
     """
 
     def __init__(
@@ -116,11 +121,12 @@ class Member:
         env: Environment | TextEnvironment | None = None,
         device: str | torch.device = "cpu",
         reward_source: RewardSource | None = None,
+        rollout_service: RolloutService | None = None,
     ) -> None:
         self.member_id = member_id
         self.config = config
         self.device = torch.device(device)
-        self.rollouts: Rollouts[Any] = make_rollouts(config, member_id, env, self.device)
+        self.rollouts: Rollouts[Any] = make_rollouts(config, member_id, env, self.device, rollout_service)
         self.env = self.rollouts.env
         self.policy = self.rollouts.policy
         if reward_source is None:
@@ -239,6 +245,8 @@ class Member:
             kl_coef=cfg.grpo.kl_coef,
             alpha=self.alpha.value if cfg.maxent.entropy.enabled else None,
             reduce=lambda values: self.rollouts.reduce(values, samples),
+            rollout_logp=samples.rollout_logp,
+            tis_cap=cfg.policy.causal_lm.rollout.tis_cap,
         )
 
     def finish_step(self, batch: StepBatch[Any], entropy: torch.Tensor, kl: torch.Tensor) -> StepStats:

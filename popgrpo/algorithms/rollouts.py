@@ -46,6 +46,7 @@ from popgrpo.envs import Environment, TextEnvironment, make_env
 from popgrpo.policies import make_policy
 
 if TYPE_CHECKING:
+    from popgrpo.algorithms.engine_rollouts import RolloutService
     from popgrpo.policies.causal_lm import Rollout
 
 __all__ = [
@@ -386,9 +387,18 @@ class TextRollouts:
     replacement when there are enough). The loss is on tokens: every token of a completion
     shares its advantage, and per-token terms (surrogate, k3 KL, entropy) are reduced by
     ``policy.causal_lm.loss_normalisation`` (:func:`~popgrpo.core.grpo.masked_aggregate`).
+    With a ``rollout_service`` (the shared rollout worker) the completions come from it
+    (:class:`~popgrpo.algorithms.engine_rollouts.EngineSampler`), with the engine's log-probs.
     """
 
-    def __init__(self, config: Config, member_id: int, env: TextEnvironment, device: torch.device) -> None:
+    def __init__(
+        self,
+        config: Config,
+        member_id: int,
+        env: TextEnvironment,
+        device: torch.device,
+        rollout_service: RolloutService | None = None,
+    ) -> None:
         from popgrpo.policies.causal_lm import CausalLMPolicy
 
         self.config = config
@@ -396,6 +406,11 @@ class TextRollouts:
         self.policy = CausalLMPolicy(config.policy.causal_lm, device, init_generator(config, member_id))
         self._round0 = self.policy.state_dict()
         self.normalisation = config.policy.causal_lm.loss_normalisation
+        self.engine = None
+        if rollout_service is not None:
+            from popgrpo.algorithms.engine_rollouts import EngineSampler
+
+            self.engine = EngineSampler(rollout_service, member_id, self.policy)
 
     def _draw_prompts(self, generator: torch.Generator) -> list[str]:
         pool = self.env.prompts
@@ -408,7 +423,11 @@ class TextRollouts:
 
     def sample(self, generator: torch.Generator) -> Samples[Rollout]:
         prompts = self._draw_prompts(generator)
-        rollout = self.policy.rollout(prompts, self.config.grpo.group_size, generator)
+        rollout_logp = None
+        if self.engine is None:
+            rollout = self.policy.rollout(prompts, self.config.grpo.group_size, generator)
+        else:
+            rollout, rollout_logp = self.engine.rollout(prompts, self.config.grpo.group_size, generator)
         with torch.no_grad():
             # With one update per batch the update's own log-probs, detached, are the sampling
             # policy's (the weights have not changed), so that forward pass is not done twice
@@ -416,7 +435,12 @@ class TextRollouts:
             old_logp = self.policy.token_log_probs(rollout)[0] if self.config.grpo.updates_per_batch > 1 else None
             ref_logp = self.policy.reference_log_probs(rollout)
         return Samples(
-            ideas=rollout, old_logp=old_logp, ref_logp=ref_logp, n_prompts=len(prompts), group_size=rollout.group_size
+            ideas=rollout,
+            old_logp=old_logp,
+            ref_logp=ref_logp,
+            n_prompts=len(prompts),
+            group_size=rollout.group_size,
+            rollout_logp=rollout_logp,
         )
 
     @torch.no_grad()
@@ -474,15 +498,17 @@ def make_rollouts(
     member_id: int,
     env: Environment | TextEnvironment | None = None,
     device: str | torch.device = "cpu",
+    rollout_service: RolloutService | None = None,
 ) -> IdeaRollouts | TextRollouts:
-    """The rollouts ``policy.kind`` needs, over ``env`` (built from ``config.env`` when None)."""
+    """The rollouts ``policy.kind`` needs, over ``env`` (built from ``config.env`` when None);
+    ``rollout_service``: the shared rollout worker text members generate on (None: their own model)."""
     device = torch.device(device)
     if env is None:
         env = make_env(config.env, device) if config.policy.kind == "causal_lm" else make_env(config.env)
     if config.policy.kind == "causal_lm":
         if not isinstance(env, TextEnvironment):
             raise TypeError(f"policy.kind=causal_lm needs a TextEnvironment, got {type(env).__name__}")
-        return TextRollouts(config, member_id, env, device)
+        return TextRollouts(config, member_id, env, device, rollout_service)
     if not isinstance(env, Environment):
         raise TypeError(
             f"policy.kind={config.policy.kind} needs an Environment of vector ideas, got {type(env).__name__}"

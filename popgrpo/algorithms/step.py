@@ -35,6 +35,7 @@ from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
 from popgrpo.core.grpo import binned_advantages, clipped_terms, group_advantages, kl_penalty
 from popgrpo.core.metrics import group_pass_best_at_k_batches, linear_quantiles, pairwise_diversity_batches
 from popgrpo.core.tensor_lists import float_list
+from popgrpo.core.tis import tis_weights
 from popgrpo.schema import COMPLEXITY_QUANTILES
 
 __all__ = [
@@ -69,7 +70,10 @@ class Samples(Generic[IdeasT_co]):
     :class:`~popgrpo.policies.causal_lm.Rollout` for text. ``old_logp`` / ``ref_logp`` are
     ``[P, G]`` per idea, or ``[N, T]`` per token, under the sampling and the reference policy.
     ``old_logp`` is None where the sampling policy's log-probs are the first update's own
-    (text with one update per batch): the loss then takes those, detached.
+    (text with one update per batch): the loss then takes those, detached. ``rollout_logp``
+    (``[N, T]``) is what a rollout engine other than the trainer's own model reported for the
+    sampled tokens (vLLM); the loss then weights its policy-gradient term by truncated
+    importance sampling (:mod:`popgrpo.core.tis`). None: the trainer's model sampled them.
     """
 
     ideas: IdeasT_co
@@ -77,6 +81,7 @@ class Samples(Generic[IdeasT_co]):
     ref_logp: torch.Tensor
     n_prompts: int
     group_size: int
+    rollout_logp: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,6 +201,8 @@ def grpo_loss(
     kl_coef: float,
     alpha: float | None,
     reduce: Callable[[torch.Tensor], torch.Tensor] = torch.mean,
+    rollout_logp: torch.Tensor | None = None,
+    tis_cap: float = 2.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The GRPO loss of eq. 4: clipped surrogate + β·KL(k3) − α·H; returns ``(loss, kl)``.
 
@@ -203,9 +210,15 @@ def grpo_loss(
     or ``[N, T]`` per token), ``advantages`` broadcasts against it, ``entropy`` is the policy's
     (already reduced) entropy. ``reduce`` turns per-idea or per-token terms into one number:
     the mean, or a masked token aggregate for text. ``alpha`` None: no entropy bonus.
+    ``rollout_logp`` (same shape): the log-probs a rollout engine reported for the sampled
+    ideas; each surrogate term is then weighted by ``min(exp(old_logp − rollout_logp),
+    tis_cap)`` (:func:`~popgrpo.core.tis.tis_weights`). None: no weighting.
     """
     kl = reduce(kl_penalty(logp, ref_logp))
-    loss = reduce(clipped_terms(logp, old_logp, advantages, clip)) + kl_coef * kl
+    surrogate = clipped_terms(logp, old_logp, advantages, clip)
+    if rollout_logp is not None:
+        surrogate = surrogate * tis_weights(old_logp, rollout_logp, tis_cap)
+    loss = reduce(surrogate) + kl_coef * kl
     if alpha is not None:
         loss = loss - alpha * entropy
     return loss, kl

@@ -28,6 +28,7 @@ from popgrpo.registry import (
     POPULATION_STEPS,
     PROXY_COMBINES,
     REWARD_SOURCES,
+    ROLLOUT_ENGINES,
     SELECTION_STATISTICS,
 )
 from popgrpo.schema import POP_SCORE
@@ -68,6 +69,7 @@ MutationName = Annotated[str, AfterValidator(MUTATIONS.check)]
 PopulationStepName = Annotated[str, AfterValidator(POPULATION_STEPS.check)]
 SelectionStatisticName = Annotated[str, AfterValidator(SELECTION_STATISTICS.check)]
 ProxyCombineName = Annotated[str, AfterValidator(PROXY_COMBINES.check)]
+RolloutEngineName = Annotated[str, AfterValidator(ROLLOUT_ENGINES.check)]
 
 
 def absolute_if_exists(path: str | None) -> str | None:
@@ -246,6 +248,48 @@ class LoRAConfig(Section):
     )
 
 
+class RolloutConfig(Section):
+    engine: RolloutEngineName = Field(
+        default="hf",
+        description="What generates the completions (popgrpo.policies.engines). `hf`: Hugging Face `generate` on the member's own model, in its process (the CPU default). `vllm`: one vLLM engine with multi-LoRA (extra `popgrpo[vllm]`, a CUDA GPU; untested on hardware in this project so far) on the shared rollout worker. A plugin may register more (popgrpo.registry.ROLLOUT_ENGINES).",
+    )
+    worker: bool | None = Field(
+        default=None,
+        description="Generate on one rollout worker shared by the whole population (popgrpo.runtime.rollout_worker): it holds one engine, each member pushes its LoRA adapter there when its weights changed since its last push and gets its completions from it. None: only for engines other than `hf`; true with `hf` runs the worker path on CPU.",
+    )
+    tis_cap: float = Field(
+        default=2.0,
+        ge=1.0,
+        description="C of truncated importance sampling (popgrpo.core.tis): with completions from the worker, each token's policy-gradient term is weighted by min(exp(logp_train_old − logp_rollout), C), the trainer's own log-probs over the engine's. At least 1, so equal log-probs give weight 1 (the ordinary loss).",
+    )
+    max_loras: int = Field(
+        default=8,
+        ge=1,
+        description="vLLM: adapters in one batch on the GPU (LLM(max_loras=...)); more members' adapters wait in vLLM's CPU cache.",
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="vLLM: share of the GPU's memory the engine may take (weights and KV cache); the rest is left to the trainers.",
+    )
+    num_gpus: float | None = Field(
+        default=None,
+        ge=0,
+        description="GPUs the Ray rollout worker reserves. None: 1 for engines other than `hf`, 0 for `hf` (the CPU worker).",
+    )
+
+    def on_worker(self) -> bool:
+        """Whether completions come from the shared rollout worker (``worker``, or its default)."""
+        return self.engine != "hf" if self.worker is None else self.worker
+
+    def worker_gpus(self) -> float:
+        """The GPUs the Ray rollout worker reserves (``num_gpus``, or its default)."""
+        if self.num_gpus is not None:
+            return self.num_gpus
+        return 0.0 if self.engine == "hf" else 1.0
+
+
 class CausalLMConfig(Section):
     model: str | None = Field(
         default=None,
@@ -276,6 +320,10 @@ class CausalLMConfig(Section):
         description="How token losses become one number (popgrpo.core.grpo.masked_aggregate): `token` (DAPO, TRL's default) weighs every token equally, `sequence` (original GRPO) weighs completions equally, `constant` (Dr. GRPO) divides by P·G·max_new_tokens. `token` avoids the sequence mean's length bias, which matters here: completion length is the complexity whose collapse popgrpo measures.",
     )
     lora: LoRAConfig = Field(default_factory=LoRAConfig, description="LoRA adapters (peft).")
+    rollout: RolloutConfig = Field(
+        default_factory=RolloutConfig,
+        description="Where completions are generated: in each member (`hf`, the default) or on a shared rollout worker (vLLM).",
+    )
 
     _absolute_model_dir = field_validator("model")(lambda v: absolute_if_exists(v))
 

@@ -30,7 +30,7 @@ import torch
 if TYPE_CHECKING:
     from popgrpo.config import CausalLMConfig
 
-__all__ = ["CausalLMPolicy", "Rollout", "build_tiny_causal_lm"]
+__all__ = ["CausalLMPolicy", "Rollout", "build_tiny_causal_lm", "completion_mask"]
 
 # Characters of the toy tokenizer (build_tiny_causal_lm): enough for prompts, arithmetic and
 # short code. Special tokens come first.
@@ -124,6 +124,11 @@ class CausalLMPolicy:
         self.model.eval()  # no dropout in the base model: log-probs must be reproducible
         self.n_prompts = cfg.prompts_per_step
 
+    @property
+    def pad_token_id(self) -> int:
+        """The tokenizer's padding token (its end-of-sequence token where it has none)."""
+        return int(self.tokenizer.pad_token_id)
+
     # ---- weights: the adapters only ------------------------------------------------------
     @torch.no_grad()
     def reset_adapters(self, generator: torch.Generator) -> None:
@@ -170,18 +175,37 @@ class CausalLMPolicy:
     @torch.no_grad()
     def rollout(self, prompts: list[str], group_size: int, generator: torch.Generator) -> Rollout:
         """Sample ``group_size`` completions of each prompt; rows are prompt-major."""
-        from transformers import GenerationConfig
+        input_ids, attention = self.encode(prompts)
+        input_ids = input_ids.repeat_interleave(group_size, dim=0).to(self.device)
+        attention = attention.repeat_interleave(group_size, dim=0).to(self.device)
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        completion, _ = self.generate_tokens(input_ids, attention, seed)
+        mask = completion_mask(completion, self.tokenizer.eos_token_id)
+        return self.rollout_of(prompts, input_ids, attention, completion, mask, group_size)
 
-        tok = self.tokenizer
-        enc = tok(
+    def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[P, L]`` left-padded token ids of ``prompts`` (cut to ``max_prompt_tokens``) and their attention mask (CPU)."""
+        enc = self.tokenizer(
             prompts,
             return_tensors="pt",
             padding=True,
             truncation=True,
             max_length=self.cfg.max_prompt_tokens,
         )
-        input_ids = enc.input_ids.repeat_interleave(group_size, dim=0).to(self.device)
-        attention = enc.attention_mask.repeat_interleave(group_size, dim=0).to(self.device)
+        return enc.input_ids, enc.attention_mask
+
+    @torch.no_grad()
+    def generate_tokens(
+        self, input_ids: torch.Tensor, attention: torch.Tensor, seed: int, with_log_probs: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``generate`` from the left-padded rows ``input_ids [N, L]`` with the torch RNG seeded by
+        ``seed``: the ``[N, T]`` generated tokens (finished rows padded with the pad token) and,
+        with ``with_log_probs``, ``[N, T]`` log-probs of each at the sampling temperature, from
+        the logits ``generate`` sampled from."""
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
+        extra = {"return_dict_in_generate": True, "output_logits": True} if with_log_probs else {}
         generation = GenerationConfig(
             do_sample=True,
             temperature=self.cfg.temperature,
@@ -190,14 +214,33 @@ class CausalLMPolicy:
             max_new_tokens=self.cfg.max_new_tokens,
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
+            **extra,
         )
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.manual_seed(seed)
-            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=generation)
-        completion = sequences[:, input_ids.shape[1] :]
-        mask = _completion_mask(completion, tok.eos_token_id)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=generation)
+        if not with_log_probs:
+            return out[:, input_ids.shape[1] :], None
+        completion = out.sequences[:, input_ids.shape[1] :]
+        logits = torch.stack(out.logits, dim=1).float() / self.cfg.temperature  # [N, T, V]
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
+        return completion, logp
+
+    def rollout_of(
+        self,
+        prompts: list[str],
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        completion: torch.Tensor,
+        mask: torch.Tensor,
+        group_size: int,
+    ) -> Rollout:
+        """The :class:`Rollout` of prompt rows ``input_ids`` / ``attention`` ``[N, L]`` and their
+        ``completion [N, T]``, of which ``mask [N, T]`` (bool) marks the completion's own tokens."""
+        tok = self.tokenizer
+        completion, mask = completion.to(input_ids.device), mask.to(input_ids.device)
+        sequences = torch.cat([input_ids, completion], dim=1)
         full_attention = torch.cat([attention, mask.to(attention.dtype)], dim=1)
         texts = tok.batch_decode(completion.masked_fill(~mask, tok.pad_token_id), skip_special_tokens=True)
         return Rollout(list(prompts), sequences, full_attention, mask.float(), texts, group_size)
@@ -228,7 +271,7 @@ class CausalLMPolicy:
         return logits / self.cfg.temperature
 
 
-def _completion_mask(completion: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
+def completion_mask(completion: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
     """``[N, T]`` 1 up to and including each row's first end-of-sequence token, 0 after it."""
     if eos_token_id is None:
         return torch.ones_like(completion, dtype=torch.bool)

@@ -26,6 +26,7 @@ from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.executor import adopt_one, make_archives, new_archive
 from popgrpo.runtime.naming import describe_group, member_label
+from popgrpo.runtime.rollout_worker import RemoteRolloutService
 from popgrpo.telemetry.live import LiveMetrics
 
 __all__ = ["ArchiveActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
@@ -182,11 +183,19 @@ class MemberGroup:
     """Several members packed into one actor (``population.members_per_actor``).
 
     With ``archive_handle`` None each member's private archive lives here and is called
-    in-process (:func:`archives_in_groups`); otherwise members call the archive actor.
+    in-process (:func:`archives_in_groups`); otherwise members call the archive actor. With a
+    ``rollout_worker`` (:class:`~popgrpo.runtime.rollout_worker.RolloutWorker`) the members
+    generate there.
     """
 
     def __init__(
-        self, config_json: str, member_ids: Sequence[int], archive_handle: Any, run_tag: str, build: int = 0
+        self,
+        config_json: str,
+        member_ids: Sequence[int],
+        archive_handle: Any,
+        run_tag: str,
+        build: int = 0,
+        rollout_worker: Any = None,
     ) -> None:
         config = Config.model_validate_json(config_json)
         # What __repr__ tells (popgrpo.runtime.naming.describe_group); `build`: the run's
@@ -214,6 +223,7 @@ class MemberGroup:
                 if archive_handle is None
                 else RemoteArchive(archive_handle, 0 if config.archive.shared else k),
                 device=self.device,
+                rollout_service=None if rollout_worker is None else RemoteRolloutService(rollout_worker),
             )
             for k in member_ids
         }

@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
+from popgrpo.algorithms.engine_rollouts import rollout_server
 from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.algorithms.population import OWN, Adoption
 from popgrpo.config import Config
@@ -110,8 +111,17 @@ class LocalExecutor:
         device, warning = resolve_device(config.policy.device, config.population.resources.num_gpus > 0)
         if warning:
             self.events.append({"event": "device_fallback", "reason": warning})
+        # policy.causal_lm.rollout on a worker: one engine in this process serves every member.
+        self.rollout_server = rollout_server(config, device)
         self.members = [
-            Member(k, config, self._archives[0 if config.archive.shared else k], env, device)
+            Member(
+                k,
+                config,
+                self._archives[0 if config.archive.shared else k],
+                env,
+                device,
+                rollout_service=self.rollout_server,
+            )
             for k in range(self.n_members)
         ]
 

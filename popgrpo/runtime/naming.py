@@ -37,6 +37,7 @@ __all__ = [
     "describe_group",
     "member_actor_name",
     "member_label",
+    "rollout_worker_name",
     "run_namespace",
     "wait_until_free",
 ]
@@ -80,6 +81,11 @@ def member_actor_name(run_label: str, member_ids: Sequence[int]) -> str:
 def archive_actor_name(run_label: str) -> str:
     """``<run>/archive``: the run's one archive actor."""
     return f"{run_label}/archive"
+
+
+def rollout_worker_name(run_label: str) -> str:
+    """``<run>/rollout-worker``: the run's shared rollout worker (:mod:`popgrpo.runtime.rollout_worker`)."""
+    return f"{run_label}/rollout-worker"
 
 
 def describe_group(

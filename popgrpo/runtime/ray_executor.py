@@ -54,8 +54,15 @@ from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
 from popgrpo.runtime.deadlines import CallDeadlines
 from popgrpo.runtime.executor import make_archives
-from popgrpo.runtime.naming import archive_actor_name, member_actor_name, run_namespace, wait_until_free
+from popgrpo.runtime.naming import (
+    archive_actor_name,
+    member_actor_name,
+    rollout_worker_name,
+    run_namespace,
+    wait_until_free,
+)
 from popgrpo.runtime.recovery import RecoveryLog
+from popgrpo.runtime.rollout_worker import RolloutWorker
 from popgrpo.telemetry.live import LiveMetrics
 
 log = logging.getLogger(__name__)
@@ -115,6 +122,7 @@ class RayExecutor:
         # Asynchronous rounds: per actor, the calls made since its members last adopted a merge.
         self._since_adopt: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
+        self.rollout_worker: Any = self._start_rollout_worker(config)
         self._actors: list[Any] = [self._new_group(group) for group in self._groups]
         # The first call of each actor goes through _call like every later one: an actor lost
         # while it was being built (its node gone, an OOM while loading a model) answers it with
@@ -124,6 +132,25 @@ class RayExecutor:
         for g, group in enumerate(self._groups):
             if placements[g]["warning"]:
                 self.events.append({"event": "device_fallback", "members": group, "reason": placements[g]["warning"]})
+
+    def _start_rollout_worker(self, config: Config) -> Any:
+        """The run's :class:`RolloutWorker` when ``policy.causal_lm.rollout`` runs on one; None otherwise.
+
+        An engine that cannot run there (vLLM not installed) is a :class:`SetupError` naming why.
+        """
+        rollout = config.policy.causal_lm.rollout
+        if config.policy.kind != "causal_lm" or not rollout.on_worker():
+            return None
+        worker: Any = RolloutWorker.options(
+            name=rollout_worker_name(self.run_tag), namespace=self.namespace, num_cpus=0, num_gpus=rollout.worker_gpus()
+        ).remote(self._config_json)
+        problem = ray.get(worker.ready.remote())
+        if problem is not None:
+            ray.kill(worker)
+            if self._started_ray:
+                ray.shutdown()
+            raise SetupError(problem)
+        return worker
 
     def _check_redis(self, url: str, password: str | None) -> None:
         """Reach Redis from the driver first: an archive actor that cannot would restart forever."""
@@ -149,7 +176,7 @@ class RayExecutor:
         wait_until_free(name, self.namespace)
         return MemberGroup.options(
             name=name, namespace=self.namespace, num_cpus=res.num_cpus, num_gpus=res.num_gpus
-        ).remote(self._config_json, group, self.archive_actor, self.run_tag, build)
+        ).remote(self._config_json, group, self.archive_actor, self.run_tag, build, self.rollout_worker)
 
     # ---- calls that survive lost actors ----------------------------------------------------
     def _call(
@@ -452,7 +479,7 @@ class RayExecutor:
 
     def close(self) -> None:
         self.metrics.close()  # a finished run's gauges may expire now
-        for actor in [*self._actors, self.archive_actor]:
+        for actor in [*self._actors, self.archive_actor, self.rollout_worker]:
             if actor is not None:
                 ray.kill(actor)
         if self._started_ray:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from popgrpo.policies.causal_lm import CausalLMPolicy, _completion_mask
+from popgrpo.policies.causal_lm import CausalLMPolicy, completion_mask
 from tests.lm import lm_config
 from tests.services import require_module
 
@@ -45,7 +45,7 @@ def test_missing_model_names_the_field(tmp_path):
 
 def test_completion_mask_runs_through_the_first_eos():
     completion = torch.tensor([[5, 6, 2, 0, 0], [5, 5, 5, 5, 5], [2, 7, 2, 0, 0]])
-    mask = _completion_mask(completion, eos_token_id=2)
+    mask = completion_mask(completion, eos_token_id=2)
     assert mask.long().tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]]
 
 
