@@ -20,10 +20,14 @@ from dataclasses import dataclass
 
 from popgrpo.study.plan import Membership, Trial
 
-__all__ = ["CONTROL", "FULL", "LM_METHODS", "QUICK", "LMStudy", "build_lm_plan"]
+__all__ = ["BEST_OF_K", "CONTROL", "FULL", "LM_METHODS", "POPULATIONS", "QUICK", "LMStudy", "build_lm_plan"]
 
 PRESET = "lm_programs"
 CONTROL = "no update (control)"
+# Pop-GRPO's compute-matched control, as the idea-landscape studies' (popgrpo.study.plan.CONTROLS):
+# Pop-GRPO's population with the scheduler off, i.e. K independent GRPO members with the same
+# samples and updates each and no selection, merge or mutation; scored by its best member.
+BEST_OF_K = "best-of-K GRPO"
 
 _ONE = ("population.size=1", "scheduler.enabled=false")
 _POP = ("population.size=2", "scheduler.enabled=true", "scheduler.top_m=2")
@@ -47,8 +51,13 @@ LM_METHODS: dict[str, tuple[str, ...]] = {
     "QD-GRPO": (*_ONE, *_QD),
     "MaxEnt-GRPO": (*_ONE, *_MAXENT),
     "Pop-GRPO": _POP,
+    BEST_OF_K: (*_POP, "scheduler.enabled=false"),
     "Combined (§7)": (*_POP, *_QD, "maxent.entropy.enabled=true", "maxent.entropy.target=1.0"),
 }
+
+# The methods with more than one member, whose best member the report compares (Pop-GRPO against
+# its best-of-K control, the same K).
+POPULATIONS = ("Pop-GRPO", BEST_OF_K)
 
 
 @dataclass(frozen=True)
