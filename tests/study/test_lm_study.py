@@ -4,6 +4,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -224,3 +225,64 @@ def test_a_model_that_is_not_there_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     assert "not a saved causal LM" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()  # refused before anything was written
+
+
+def test_the_committed_lm_study_redraws_its_tables_and_claims_unchanged(tmp_path):
+    """docs/results/lm/study holds the study's per-epoch data: `popgrpo report` on a copy writes
+    the committed tables and claims (the best-of-K ones too) again, without training."""
+    committed = Path("docs/results/lm/study")
+    copy = tmp_path / "study"
+    shutil.copytree(committed, copy, ignore=shutil.ignore_patterns("*.png", "*.md", "*.csv", "lm_*.json"))
+    done = subprocess.run(
+        [sys.executable, "-m", "popgrpo", "report", str(copy)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    names = ("lm.md", "lm_table.csv", "lm_claims.json", "lm_best_members.csv", "lm_best_of_k_claims.json")
+    for name in names:
+        assert (copy / name).read_text() == (committed / name).read_text(), name
+    plan = json.loads((committed / "plan.json").read_text())
+    assert {t["memberships"][0]["label"] for t in plan["trials"]} == set(LM_METHODS)
+
+
+def test_in_the_committed_study_best_of_k_is_pop_grpo_until_its_first_round():
+    """The two arms share seeds and every sample and update until Pop-GRPO's first merge: their
+    per-member rows of the first round are equal; after it they part (the merge is the only difference)."""
+    committed = Path("docs/results/lm/study")
+    plan = json.loads((committed / "plan.json").read_text())
+    metrics = pd.read_parquet(committed / "metrics.parquet")
+    key = {(t["memberships"][0]["label"], t["seed"]): t["key"] for t in plan["trials"]}
+    first_round = FULL.interval_epochs
+    columns = ["reward_mean", "reward_max", "diversity", "complexity", "success", "entropy", "kl"]
+    for seed in FULL.seeds:
+        pop, bok = (
+            metrics[metrics.trial == key[(arm, seed)]].sort_values(["epoch", "member"]).set_index(["epoch", "member"])
+            for arm in ("Pop-GRPO", BEST_OF_K)
+        )
+        assert list(pop.index) == list(bok.index) and len(pop) == 2 * FULL.epochs
+        early = pop.index.get_level_values("epoch") < first_round
+        pd.testing.assert_frame_equal(pop.loc[early, columns], bok.loc[early, columns])
+        assert not pop.loc[~early, columns].equals(bok.loc[~early, columns])
+
+
+def test_in_the_committed_study_best_of_k_member_0_is_the_grpo_run():
+    """Each best-of-K member is a whole GRPO run: member 0 draws the GRPO arm's seeds, row for row."""
+    committed = Path("docs/results/lm/study")
+    plan = json.loads((committed / "plan.json").read_text())
+    metrics = pd.read_parquet(committed / "metrics.parquet")
+    key = {(t["memberships"][0]["label"], t["seed"]): t["key"] for t in plan["trials"]}
+    columns = [c for c in metrics.columns if c not in ("trial", "seed", "member")]
+    for seed in FULL.seeds:
+        grpo = metrics[metrics.trial == key[("GRPO", seed)]].sort_values("epoch")
+        bok = metrics[metrics.trial == key[(BEST_OF_K, seed)]]
+        member0 = bok[bok.member == 0].sort_values("epoch")
+        pd.testing.assert_frame_equal(grpo[columns].reset_index(drop=True), member0[columns].reset_index(drop=True))
+        assert not bok[bok.member == 1]["reward_mean"].equals(member0["reward_mean"])
+
+
+def test_results_lm_quotes_the_redrawn_best_of_k_tables():
+    """Every table row of RESULTS_LM.md §3.5 is a row of the redrawn lm.md."""
+    doc = Path("docs/RESULTS_LM.md").read_text().split("### 3.5 ")[1].split("\n## ")[0]
+    lm = Path("docs/results/lm/study/lm.md").read_text().splitlines()
+    rows = [line for line in doc.splitlines() if line.startswith(("| Pop-GRPO", "| best-of-K GRPO"))]
+    assert len(rows) == 2 + 2 + 2 + 5  # compute, best members, members averaged, claims
+    assert all(row in lm for row in rows)
