@@ -7,7 +7,8 @@ sandbox), beside a **no-update control**: the same sampling, scoring and metrics
 learning rate of 1e-12, so the weights stay where pre-training left them. What a method
 changes is read against the control, seed by seed: the epoch's prompts and the sampled
 programs move with the prompt styles drawn, and without the control that drift reads as
-learning (docs/RESULTS_LM.md, the pilot).
+learning (docs/RESULTS_LM.md, the pilot). Pop-GRPO has a second, compute-matched control:
+the best of K independent GRPO runs (:data:`BEST_OF_K`, docs/RESULTS_LM.md §3.5).
 
 Everything here is pure (no Ray, no files): the trials are run by
 :func:`popgrpo.study.run.reproduce` as Ray Tune trials, with its plan/resume, and read back
@@ -55,8 +56,7 @@ LM_METHODS: dict[str, tuple[str, ...]] = {
     "Combined (§7)": (*_POP, *_QD, "maxent.entropy.enabled=true", "maxent.entropy.target=1.0"),
 }
 
-# The methods with more than one member, whose best member the report compares (Pop-GRPO against
-# its best-of-K control, the same K).
+# The arms the report also scores by their best member: Pop-GRPO and its best-of-K control (same K).
 POPULATIONS = ("Pop-GRPO", BEST_OF_K)
 
 
