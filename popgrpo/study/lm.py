@@ -7,7 +7,8 @@ sandbox), beside a **no-update control**: the same sampling, scoring and metrics
 learning rate of 1e-12, so the weights stay where pre-training left them. What a method
 changes is read against the control, seed by seed: the epoch's prompts and the sampled
 programs move with the prompt styles drawn, and without the control that drift reads as
-learning (docs/RESULTS_LM.md, the pilot).
+learning (docs/RESULTS_LM.md, the pilot). Pop-GRPO has a second, compute-matched control:
+the best of K independent GRPO runs (:data:`BEST_OF_K`, docs/RESULTS_LM.md §3.5).
 
 Everything here is pure (no Ray, no files): the trials are run by
 :func:`popgrpo.study.run.reproduce` as Ray Tune trials, with its plan/resume, and read back
@@ -20,10 +21,14 @@ from dataclasses import dataclass
 
 from popgrpo.study.plan import Membership, Trial
 
-__all__ = ["CONTROL", "FULL", "LM_METHODS", "QUICK", "LMStudy", "build_lm_plan"]
+__all__ = ["BEST_OF_K", "CONTROL", "FULL", "LM_METHODS", "POPULATIONS", "QUICK", "LMStudy", "build_lm_plan"]
 
 PRESET = "lm_programs"
 CONTROL = "no update (control)"
+# Pop-GRPO's compute-matched control, as the idea-landscape studies' (popgrpo.study.plan.CONTROLS):
+# Pop-GRPO's population with the scheduler off, i.e. K independent GRPO members with the same
+# samples and updates each and no selection, merge or mutation; scored by its best member.
+BEST_OF_K = "best-of-K GRPO"
 
 _ONE = ("population.size=1", "scheduler.enabled=false")
 _POP = ("population.size=2", "scheduler.enabled=true", "scheduler.top_m=2")
@@ -47,8 +52,12 @@ LM_METHODS: dict[str, tuple[str, ...]] = {
     "QD-GRPO": (*_ONE, *_QD),
     "MaxEnt-GRPO": (*_ONE, *_MAXENT),
     "Pop-GRPO": _POP,
+    BEST_OF_K: (*_POP, "scheduler.enabled=false"),
     "Combined (§7)": (*_POP, *_QD, "maxent.entropy.enabled=true", "maxent.entropy.target=1.0"),
 }
+
+# The arms the report also scores by their best member: Pop-GRPO and its best-of-K control (same K).
+POPULATIONS = ("Pop-GRPO", BEST_OF_K)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,14 @@ every claim of the report, TOST against the metric's margin (:data:`MARGINS`) be
 "equivalent", bootstrap intervals. With three seeds and 25 claims only large, consistent
 differences survive.
 
+Pop-GRPO is also compared with its compute-matched control, the best of K independent GRPO
+runs (:data:`popgrpo.study.lm.BEST_OF_K`: the same population with the scheduler off). Both
+arms are scored by their **best member** per seed, the member with the highest mean reward
+over the last ``window`` epochs, and judged as a family of their own (:func:`best_of_k_claims`).
+
 Files written into ``OUT``: ``lm.md`` (tables, claims, cost), ``lm_table.csv`` (one row per
-method and seed), ``lm_claims.json`` and the figures :data:`FIGURES`.
+method and seed), ``lm_claims.json``, ``lm_best_members.csv`` (one row per population arm and
+seed: its best member), ``lm_best_of_k_claims.json`` and the figures :data:`FIGURES`.
 """
 
 from __future__ import annotations
@@ -26,12 +32,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from popgrpo.study.lm import CONTROL, LM_METHODS
+from popgrpo.study.lm import BEST_OF_K, CONTROL, LM_METHODS, POPULATIONS
+from popgrpo.study.plan import Trial
 from popgrpo.study.stats import Claim, judge
 from popgrpo.telemetry.plots import save_figure
 from popgrpo.telemetry.summary import population_by_epoch
 
-__all__ = ["FIGURES", "METRICS", "lm_claims", "lm_table", "render_lm"]
+__all__ = [
+    "BEST_OF_K_CLAIMS",
+    "FIGURES",
+    "METRICS",
+    "best_member_table",
+    "best_of_k_claims",
+    "compute_per_member",
+    "lm_claims",
+    "lm_table",
+    "render_lm",
+]
 
 # metrics column -> label
 METRICS = {
@@ -52,12 +69,23 @@ COLORS = {
     "QD-GRPO": "tab:green",
     "MaxEnt-GRPO": "tab:blue",
     "Pop-GRPO": "tab:orange",
+    BEST_OF_K: "tab:brown",
     "Combined (§7)": "tab:purple",
 }
 REMEDIES = ("QD-GRPO", "MaxEnt-GRPO", "Pop-GRPO", "Combined (§7)")
 # Equivalence margins of the claims, in each metric's units. Set when the report moved to the
 # shared statistics, after the study's results were known: no "equivalent" here is pre-registered.
 MARGINS = {"reward_mean": 0.02, "reward_max": 0.02, "diversity": 0.01, "distinct": 0.05, "complexity": 2.0}
+# Pop-GRPO against the best of K GRPO runs, best member against best member: metric -> what is
+# claimed ("Pop-GRPO's best member ... than the best-of-K's"). Fixed before the arm ran, with the
+# margins above (themselves set after the other arms' results were known).
+BEST_OF_K_CLAIMS = {
+    "reward_mean": "reaches a higher mean reward",
+    "reward_max": "reaches a higher max reward",
+    "diversity": "keeps more embedding diversity",
+    "distinct": "keeps more distinct programs",
+    "complexity": "keeps longer programs",
+}
 
 
 # ---- numbers --------------------------------------------------------------------------------
@@ -86,6 +114,49 @@ def lm_table(epochs: pd.DataFrame, window: int) -> pd.DataFrame:
             row[f"{col}_first"] = float(frame[col].head(window).mean())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def best_member_table(plan: dict, metrics: pd.DataFrame, window: int) -> pd.DataFrame:
+    """One row per population arm (:data:`~popgrpo.study.lm.POPULATIONS`) and seed: its best
+    member, the one with the highest mean reward over the last ``window`` epochs, with that
+    member's last-``window`` mean of every metric (``members``: how many it was chosen from)."""
+    label = {t["key"]: t["memberships"][0]["label"] for t in plan["trials"]}
+    rows = []
+    for (trial, seed), frame in metrics.groupby(["trial", "seed"], sort=False):
+        if label[trial] not in POPULATIONS:
+            continue
+        last = frame[frame["epoch"] > frame["epoch"].max() - window]
+        by_member = last.groupby("member")[list(METRICS)].mean()
+        best = by_member["reward_mean"].idxmax()
+        row = {"method": label[trial], "seed": int(cast(int, seed)), "member": int(cast(int, best))}
+        row.update({col: float(by_member.loc[best, col]) for col in METRICS})
+        row["members"] = len(by_member)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["method", "seed", "member", *METRICS, "members"])
+
+
+def compute_per_member(trial: dict) -> dict:
+    """What one member of ``trial`` (a plan.json entry) trains on: members, epochs, programs
+    sampled and gradient updates per member, from the trial's resolved config."""
+    config = Trial(trial["preset"], tuple(trial["overrides"]), trial["seed"]).config()
+    steps = config.grpo.steps_per_epoch * config.run.epochs
+    per_step = config.policy.causal_lm.prompts_per_step * config.grpo.group_size
+    return {
+        "members": config.population.size,
+        "epochs": config.run.epochs,
+        "programs": steps * per_step,
+        "updates": steps * config.grpo.updates_per_batch,
+    }
+
+
+def best_of_k_claims(best: pd.DataFrame) -> list[dict]:
+    """Pop-GRPO's best member against the best-of-K arm's, paired by seed, on each metric of
+    :data:`BEST_OF_K_CLAIMS`: one family of its own (Holm across these claims only)."""
+    c = [
+        _claim(best, f"Pop-GRPO's best member {what} than the best of K GRPO runs'", "Pop-GRPO", BEST_OF_K, col, 1)
+        for col, what in BEST_OF_K_CLAIMS.items()
+    ]
+    return _judged(c)
 
 
 def _ms(values: pd.Series, digits: int = 3) -> str:
@@ -136,6 +207,15 @@ def lm_claims(table: pd.DataFrame) -> list[dict]:
         c.append(_claim(table, f"{method} keeps longer programs than GRPO", method, "GRPO", "complexity", 1))
         c.append(_claim(table, f"{method} reaches a higher max reward than GRPO", method, "GRPO", "reward_max", 1))
         c.append(_claim(table, f"{method} keeps mean reward above GRPO's", method, "GRPO", "reward_mean", 1))
+    records = _judged(c)
+    for record in records:
+        if record["metric"] == "reward_max" and record["b"] == CONTROL:
+            record["verdict"] = _flat_reading(record["verdict"])
+    return records
+
+
+def _judged(c: list[tuple[Claim, dict]]) -> list[dict]:
+    """The claims judged as one family (those with one seed or none: "not measured"), as records."""
     measured = [(claim, labels) for claim, labels in c if len(claim.diffs) > 1]
     verdicts = iter(judge([claim for claim, _ in measured])) if measured else iter(())
     records = []
@@ -144,8 +224,6 @@ def lm_claims(table: pd.DataFrame) -> list[dict]:
             record = {**next(verdicts).record(), **labels}
         else:
             record = {"claim": claim.name, "n": len(claim.diffs), "verdict": "not measured", **labels}
-        if labels["metric"] == "reward_max" and labels["b"] == CONTROL:
-            record["verdict"] = _flat_reading(record["verdict"])
         records.append(record)
     return records
 
@@ -214,6 +292,46 @@ def claims_markdown(claims: list[dict]) -> str:
             f"| {c['verdict']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def best_of_k_markdown(plan: dict, best: pd.DataFrame, claims: list[dict], window: int) -> str:
+    """Pop-GRPO against its compute-matched best-of-K control: what each arm trains on, both
+    arms' best members, and the claims."""
+    arms = [m for m in POPULATIONS if m in set(best.method)]
+    if len(arms) < len(POPULATIONS):
+        return f"This study has no {' and no '.join(m for m in POPULATIONS if m not in arms)} arm.\n"
+    lines = [
+        "Both arms train K members side by side; Pop-GRPO merges them at the end of every round, "
+        f"{BEST_OF_K} (the same population with `scheduler.enabled=false`) never does, so its members "
+        "are K independent GRPO runs. What one member trains on, from each trial's resolved config:\n",
+        "| arm | members K | epochs | programs sampled per member | gradient updates per member | seeds |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for arm in arms:
+        trials = [t for t in plan["trials"] if t["memberships"][0]["label"] == arm]
+        computes = {tuple(compute_per_member(t).items()) for t in trials}
+        seeds = ", ".join(str(s) for s in sorted(t["seed"] for t in trials))
+        for compute in sorted(computes):
+            c = dict(compute)
+            lines.append(f"| {arm} | {c['members']} | {c['epochs']} | {c['programs']} | {c['updates']} | {seeds} |")
+    lines += [
+        "",
+        f"Each arm is scored by its **best member** per seed: the member with the highest mean reward over "
+        f"the last {window} epoch(s), every metric of that member (mean ± sd over seeds):\n",
+        "| arm | " + " | ".join(METRICS.values()) + " |",
+        "| --- |" + " ---: |" * len(METRICS),
+    ]
+    for arm in arms:
+        rows = best[best.method == arm]
+        lines.append(f"| {arm} | " + " | ".join(_ms(rows[c]) for c in METRICS) + " |")
+    lines += [
+        "",
+        f"Claims, paired by seed: a family of their own ({len(claims)} claims, Holm across them only, "
+        "apart from the claims above). TOST margins as above, set after the other arms' results were "
+        "known: post hoc here too.\n",
+        claims_markdown(claims),
+    ]
+    return "\n".join(lines)
 
 
 def cost_markdown(out: Path, plan: dict) -> str:
@@ -322,8 +440,12 @@ def render_lm(out: str | Path) -> list[Path]:
     epochs = epochs_by_trial(plan, pd.read_parquet(metrics_file))
     table = lm_table(epochs, window)
     claims = lm_claims(table)
+    best = best_member_table(plan, pd.read_parquet(metrics_file), window)
+    best_claims = best_of_k_claims(best)
     table.to_csv(out / "lm_table.csv", index=False)
     (out / "lm_claims.json").write_text(json.dumps(claims, indent=1, default=float) + "\n")
+    best.to_csv(out / "lm_best_members.csv", index=False)
+    (out / "lm_best_of_k_claims.json").write_text(json.dumps(best_claims, indent=1, default=float) + "\n")
     kind = "quick" if plan["quick"] else "full"
     text = [
         f"# The collapse study on real programs ({kind} form)\n",
@@ -338,11 +460,19 @@ def render_lm(out: str | Path) -> list[Path]:
         delta_markdown(table, "GRPO"),
         "## Claims\n",
         claims_markdown(claims),
+        "## Pop-GRPO against the best of K independent GRPO runs (compute-matched)\n",
+        best_of_k_markdown(plan, best, best_claims, window),
         "## Cost\n",
         cost_markdown(out, plan),
     ]
     (out / "lm.md").write_text("\n".join(text))
-    written = [out / "lm.md", out / "lm_table.csv", out / "lm_claims.json"]
+    written = [
+        out / "lm.md",
+        out / "lm_table.csv",
+        out / "lm_claims.json",
+        out / "lm_best_members.csv",
+        out / "lm_best_of_k_claims.json",
+    ]
     written.append(fig_training(epochs, out / FIGURES[0]))
     written.append(fig_reward_diversity(table, out / FIGURES[1]))
     written.append(fig_length_early_late(table, epochs, window, out / FIGURES[2]))
