@@ -169,7 +169,62 @@ def _spread(values: list[float], fmt: str) -> str:
     return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}–{format(max(values), fmt)})"
 
 
-FINDINGS: list[str] = []  # filled in from the probe's data
+PROBE = ROOT / "benchmarks" / "data" / "sim_probe.json"
+
+
+def findings(rows: list[dict]) -> list[str]:
+    """The probe's (benchmarks/sim_probe.py) rounds, one bullet each, from its data."""
+    alone = rows[0]["alone_epoch"]
+    lines = []
+    for r in rows[1:]:
+        cpu = r["cpu_s_per_round"]
+        cores_s = CORES * r["round_s"]
+        ray_s = sum(cpu.get(g, 0.0) for g in ("raylet", "gcs", "ray agents", "other ray workers"))
+        outside = (cpu["member actors"] - r["member_train_cpu_s_per_round"]) / r["actors"]
+        others = 1 - r["run_cpu_share_of_cores"] - r["machine_idle_s_per_round"] / cores_s
+        calls = sum(v for k, v in r["calls_s_per_round"].items() if k != "train")
+        lines.append(
+            f"- K = {r['k']} ({r['actors']} actors), load {r['load_average_1min'][0]:.1f}: "
+            f"{r['round_s']:.2f} s a round: the train call {r['train_wall_s_per_round']:.2f} s, the other "
+            f"executor calls {calls:.2f} s, the driver outside calls {r['outside_calls_s_per_round']:.2f} s. "
+            f"Of the cores' {cores_s:.2f} core-seconds a round the member actors used {cpu['member actors']:.2f} "
+            f"({r['member_train_cpu_s_per_round']:.2f} in epochs: {r['member_epoch_cpu_ms']:.1f} ms an epoch, "
+            f"against {alone['cpu_ms']:.1f} ms for an epoch alone in one process just before; "
+            f"{outside * 1e3:.0f} ms an actor per call outside its epochs; "
+            f"{r['actor_ctx_switches_per_round']['involuntary'] / r['actors']:.0f} involuntary context switches "
+            f"an actor a round), the driver {cpu.get('driver', 0.0):.2f}, Ray's raylet, GCS, agents and idle "
+            f"workers {ray_s:.2f} ({ray_s / cores_s:.1%} of the cores), the rest of the machine {others:.0%}."
+        )
+    first = ROOT / "benchmarks" / "data" / "sim_validation_first_model.json"
+    before = []
+    if first.is_file():
+        data = json.loads(first.read_text())
+        epoch, t = data["costs"]["epoch_s"], _config(5, 1, 4).scheduler.interval_epochs
+        over = [
+            f"{r['real_train_s'] / (r['k'] * t * epoch / min(r['actors'], CORES)) - 1:.0%} at K = {r['k']}"
+            for r in data["validation"]
+        ]
+        before = [
+            "In the first model's validation (its data kept in `benchmarks/data/sim_validation_first_model.json`), "
+            f"the train call alone took {', '.join(over)} longer than K·T epochs of its {epoch * 1e3:.1f} ms "
+            "spread over the cores: most of the gap was in the training phase, not in the merge, adopt or driver phases.",
+            "",
+        ]
+    return [
+        *before,
+        "What the probe found (`python -m benchmarks.sim_probe`, at a time when other sessions loaded this "
+        "machine's 2 cores heavily):",
+        "",
+        *lines,
+        "",
+        "In these rounds the time the first model missed went, in order of size, to: the share of the cores other processes take (it "
+        "held 2 whole cores for the run), an epoch's CPU time growing with the actors that share the cores "
+        "(cache and time-slicing: the first model used an epoch's CPU time alone), an actor's CPU per call "
+        "outside its epochs (Ray's worker threads and the live metrics published after every epoch), and "
+        "Ray's own processes with the driver's polling, a few percent of the cores. The time from a call's "
+        "submission to its start in the actor was not timed on its own: it is inside the train call's wall "
+        "time, which the CPU accounting above accounts for.",
+    ]
 
 
 def _line(line, fmt: str) -> str:
@@ -178,13 +233,29 @@ def _line(line, fmt: str) -> str:
 
 
 def _share_at(row: dict) -> float:
-    """The background share the simulation of ``row`` used, at its actors per core."""
-    share = row["sharing"]["background_share"]
-    return max(0.0, share["a"] + share["b"] * row["actors"] / CORES)
+    """The share of the cores the simulation of ``row`` gave the rest of the machine, at its actors per core."""
+    line = row["sharing"]["background_share"]
+    return max(0.0, line["a"] + line["b"] * row["actors"] / CORES)
 
 
-def markdown(costs, validation: list[dict], curves: list[dict], seeds: int, command: str) -> str:
+def markdown(
+    costs, validation: list[dict], curves: list[dict], seeds: int, command: str, autogroup: str | None = None
+) -> str:
     from popgrpo.sim.calibrate import SHARING_AT
+
+    x0, x1 = (n / CORES for n in SHARING_AT)
+    groups = (
+        [
+            f"The kernel shares the cores between sessions here, not between tasks (autogroup scheduling, "
+            f"`/proc/sys/kernel/sched_autogroup_enabled` = {autogroup}): in the calibration the rest of the "
+            f"machine took {costs.background_share(x0):.0%} of the cores against {SHARING_AT[0]} actors and "
+            f"{costs.background_share(x1):.0%} against {SHARING_AT[1]}, so more actors do not win the run more "
+            "of the cores, and the driver's work alone between rounds runs at the same fraction of a core as "
+            "the actors'.",
+        ]
+        if autogroup == "1"
+        else []
+    )
 
     c = costs
     lines = [
@@ -207,8 +278,9 @@ def markdown(costs, validation: list[dict], curves: list[dict], seeds: int, comm
         "at K = 5 and 16 phase by phase with every process's CPU time; its findings are listed below the "
         "table. The sharing terms model them. They are measured at 3 and 12 actors (1.5 and 6 per core), "
         "never at the validation's 5, 16 and 8 actors (2.5, 8 and 4 per core), and measured again right "
-        "before each validation run (the line's value at that run's x is in the table), because other "
-        "users of this machine take a share of the cores that changes minute by minute. Fitting any term "
+        "before each validation run, because other "
+        "users of this machine take a share of the cores that changes minute by minute (the table gives "
+        "the share the simulation of that run used). Fitting any term "
         "to the validation runs themselves would make the comparison circular; none is.",
         "",
         md_table(
@@ -241,7 +313,9 @@ def markdown(costs, validation: list[dict], curves: list[dict], seeds: int, comm
             ],
         ),
         "",
-        *FINDINGS,
+        *(findings(json.loads(PROBE.read_text())) if PROBE.is_file() else []),
+        "",
+        *groups,
         "",
         *(
             [
@@ -328,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             data["curves"],
             len(data["curves"][0]["wall_s"]),
             "python -m benchmarks.sim_validation",
+            data.get("autogroup"),
         )
         write_between(args.out, region, BEGIN, END)
         return 0
@@ -340,12 +415,29 @@ def main(argv: list[str] | None = None) -> int:
         validation = validate(costs, [(5, 1), (16, 1), (64, 8)], rounds=5, interval=None)
         curves = scale(costs, [1000, 2000, 5000, 10000], epochs=200, nodes=100, cores=16, seeds=[0, 1, 2])
     args.data.mkdir(parents=True, exist_ok=True)
+    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
     (args.data / "sim_validation.json").write_text(
-        json.dumps({"costs": costs.to_json(), "validation": validation, "curves": curves}, indent=1) + "\n"
+        json.dumps(
+            {
+                "costs": costs.to_json(),
+                "validation": validation,
+                "curves": curves,
+                "autogroup": autogroup.read_text().strip() if autogroup.is_file() else None,
+            },
+            indent=1,
+        )
+        + "\n"
     )
     figure(curves, args.figure)
     command = "python -m benchmarks.sim_validation" + (" --quick" if args.quick else "")
-    region = markdown(costs, validation, curves, len(curves[0]["wall_s"]), command)
+    region = markdown(
+        costs,
+        validation,
+        curves,
+        len(curves[0]["wall_s"]),
+        command,
+        autogroup.read_text().strip() if autogroup.is_file() else None,
+    )
     write_between(args.out, region, BEGIN, END)
     print(f"wrote {args.out}, {args.data / 'sim_validation.json'}, {args.figure}")
     return 0

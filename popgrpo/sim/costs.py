@@ -59,7 +59,11 @@ class CostModel:
     ``ray_share(x)`` is the share of the node's cores taken by Ray's own processes and the
     driver while the actors train (raylet, GCS, agents, idle workers, the driver's polling);
     ``background_share(x)`` the share taken by everything else on the machine (other users).
-    A core's work then takes ``1 / (1 - ray_share - background_share)`` times as long.
+    A core's work then takes ``1 / (1 - ray_share - background_share)`` times as long, the
+    driver's alone between rounds as much as a round's actors': on Linux with autogroup
+    scheduling (``/proc/sys/kernel/sched_autogroup_enabled`` = 1) the cores' time is shared
+    between sessions, not between tasks, so the run's share hardly depends on how many of
+    its tasks are runnable.
     """
 
     epoch_s: float
