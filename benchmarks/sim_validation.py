@@ -256,9 +256,11 @@ def verdict(validation: list[dict]) -> list[str]:
             "",
         ]
     return [
-        f"**Not validated** at K = {', '.join(str(r['k']) for r in off)}: the simulated round times are "
+        f"**Not validated** at K = {', '.join(str(r['k']) for r in off)}: the simulated round "
+        + ("time is " if len(off) == 1 else "times are ")
         + ", ".join(f"{r['error']:+.1%}" for r in off)
-        + f" off the real ones there (the target is ±{TARGET:.0%}), so the curves below are what the model says, "
+        + (" off the real one there" if len(off) == 1 else " off the real ones there")
+        + f" (the target is ±{TARGET:.0%}), so the curves below are what the model says, "
         "not a prediction of a real cluster. " + remaining(validation, off),
         "",
     ]
@@ -301,7 +303,7 @@ def markdown(
             f"The kernel shares the cores between sessions here, not between tasks (autogroup scheduling, "
             f"`/proc/sys/kernel/sched_autogroup_enabled` = {autogroup}): in the calibration the rest of the "
             f"machine took {costs.background_share(x0):.0%} of the cores against {SHARING_AT[0]} actors and "
-            f"{costs.background_share(x1):.0%} against {SHARING_AT[1]}, so more actors do not win the run more "
+            f"{costs.background_share(x1):.0%} against {SHARING_AT[1]}, so more actors win the run hardly more "
             "of the cores, and the driver's work alone between rounds runs at the same fraction of a core as "
             "the actors'.",
         ]
