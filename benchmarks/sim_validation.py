@@ -283,6 +283,14 @@ def remaining(validation: list[dict], off: list[dict]) -> str:
                 f"{line['a'] + line['b'] * x1:.0%} at {x0:g} and {x1:g} just before), the least certain number "
                 "of that prediction."
             )
+    for r in off:
+        x = r["actors"] / CORES
+        ray = r["sharing"]["ray_share"]
+        left = 1 - _share_at(r) - max(0.0, ray["a"] + ray["b"] * x)
+        parts.append(
+            f"With {left:.0%} of the cores left to the run at K = {r['k']}, one point of the cores more or less "
+            f"for the rest of the machine moves the predicted round time by about {1 / left:.0f}%."
+        )
     loads = [v for r in validation for v in r["load_average_1min"]]
     parts.append(
         "The rest of the machine (other sessions' tests and studies) took most of the cores and changed within "
