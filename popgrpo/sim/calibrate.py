@@ -3,20 +3,35 @@
 Each cost is timed by calling the code a run calls, on this machine, for the config given:
 
 * ``epoch_s``, ``weight_bytes``: one member's epoch in this process (``run.torch_threads``
-  threads), the median over several epochs after a warm-up one; the size of its state dict.
+  threads), the median CPU time over several epochs after a warm-up one; the size of its
+  state dict.
 * ``merge_s(M)``: :func:`~popgrpo.runtime.scheduler.merge_selected` on ``M`` = 2 and 8 copies of
-  the member's weights; the line through the two medians.
+  the member's weights; the line through the two medians (CPU time).
 * ``driver_s(K)``: the driver's per-round work outside executor calls and the merge (selection,
   metrics, lineage, checkpoint, loggers), from short in-process runs of the config at
-  ``K`` = 2 and 8 members (rounds after the first and before the last); the line through them.
+  ``K`` = 2 and 8 members (rounds after the first and before the last; the driver process's
+  CPU time outside executor calls); the line through them.
 * On Ray (an embedded one unless ``address`` is given): ``call_s``, a member actor's round trip
   with no payload; ``fetch_s``, the extra time of fetching one member's weights
   (``get_weights``) per byte; ``adopt_s``, the extra time of an ``adopt`` call (the merge put
   once in the object store, fetched, mutated, the states sent back) per byte; ``start_s``, a
   member actor's start-up to its first answer.
 
-None of these sizes is one the validation uses (K = 5, 16, 64), so the validation
-(``benchmarks/sim_validation.py``) checks a prediction, not a fit.
+* Sharing a node (:class:`Sharing`, :func:`_sharing`): ``n`` = 3 and 12 member actors of one
+  member each train at once on this machine's cores (1.5 and 6 actors per core on 2 cores),
+  a few rounds of back-to-back ``train`` calls, with the CPU time of every process read
+  (psutil) before and after: ``contention(x)``, an epoch's CPU time inside an actor over
+  ``epoch_s``; ``actor_call_cpu_s``, the actors' CPU outside their epochs per call;
+  ``ray_share(x)``, the CPU of Ray's own processes and the driver over the cores' time;
+  ``background_share(x)``, the machine's other busy CPU over the cores' time; each the line
+  through the two sizes in ``x`` = actors per core.
+
+The costs held on a core (``epoch_s``, ``merge_s``, ``driver_s``) are CPU time, not wall
+time: on a machine that others share, waiting for a core is the sharing terms' part.
+
+None of these sizes is one the validation uses (K = 5, 16 and 64 as 8 actors: 2.5, 8 and 4
+actors per core on 2 cores), so the validation (``benchmarks/sim_validation.py``) checks a
+prediction, not a fit: no cost is fitted to a validation run.
 """
 
 from __future__ import annotations
@@ -25,13 +40,14 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from popgrpo.config import Config
 from popgrpo.sim.costs import CostModel, Linear
 
-__all__ = ["RoundTimer", "calibrate"]
+__all__ = ["RoundTimer", "Sharing", "calibrate", "sharing_costs"]
 
 TIMED_CALLS = ("train", "get_weights", "adopt", "snapshot", "load_member_states", "load_archive_states")
 
@@ -46,6 +62,8 @@ class RoundTimer:
         self.inside: list[float] = []
         self.train_s: list[float] = []
         self.adopt_s: list[float] = []
+        self.cpu_starts: list[float] = []  # the driver process's CPU time at each round's start
+        self.inside_cpu: list[float] = []  # its CPU seconds inside executor calls, per round
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -55,16 +73,19 @@ class RoundTimer:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if name == "train":
                 self.starts.append(time.perf_counter())
+                self.cpu_starts.append(time.process_time())
                 self.inside.append(0.0)
+                self.inside_cpu.append(0.0)
                 self.train_s.append(0.0)
                 self.adopt_s.append(0.0)
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             try:
                 return attr(*args, **kwargs)
             finally:
                 seconds = time.perf_counter() - start
                 if self.inside:
                     self.inside[-1] += seconds
+                    self.inside_cpu[-1] += time.process_time() - start_cpu
                     if name == "train":
                         self.train_s[-1] += seconds
                     elif name == "adopt":
@@ -74,6 +95,7 @@ class RoundTimer:
 
     def close(self) -> None:
         self.starts.append(time.perf_counter())
+        self.cpu_starts.append(time.process_time())
         self.inner.close()
 
     def round_seconds(self) -> list[float]:
@@ -83,6 +105,12 @@ class RoundTimer:
     def driver_seconds(self) -> list[float]:
         """Per round: its wall time less the time inside executor calls."""
         return [r - i for r, i in zip(self.round_seconds(), self.inside, strict=False)]
+
+    def driver_cpu_seconds(self) -> list[float]:
+        """Per round: the driver process's CPU seconds less those inside executor calls (its work
+        in core-seconds, which waiting for a core on a busy machine does not inflate)."""
+        rounds = [b - a for a, b in zip(self.cpu_starts, self.cpu_starts[1:], strict=False)]
+        return [max(0.0, r - i) for r, i in zip(rounds, self.inside_cpu, strict=False)]
 
 
 def run_timed(config: Config, factory: Callable[[Config, Path], Any]) -> RoundTimer:
@@ -100,12 +128,12 @@ def run_timed(config: Config, factory: Callable[[Config, Path], Any]) -> RoundTi
     return holder["timer"]
 
 
-def _median_time(fn: Callable[[], object], repeats: int) -> float:
+def _median_time(fn: Callable[[], object], repeats: int, clock: Callable[[], float] = time.perf_counter) -> float:
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 
 
@@ -117,7 +145,11 @@ def _with(config: Config, **sections: dict[str, Any]) -> Config:
 
 
 def calibrate(
-    config: Config, address: str | None = None, epochs: int = 12, progress: Callable[[str], None] = print
+    config: Config,
+    address: str | None = None,
+    epochs: int = 12,
+    progress: Callable[[str], None] = print,
+    sharing_at: tuple[int, int] | None = None,
 ) -> CostModel:
     """Measure every cost of :class:`CostModel` for ``config``; see the module docstring."""
     from popgrpo.runtime.executor import LocalExecutor
@@ -126,13 +158,16 @@ def calibrate(
     one = _with(config, population={"size": 1, "members_per_actor": 1}, scheduler={"top_m": 1})
     local = LocalExecutor(one)
     local.train(1)  # warm-up
-    epoch_s = _median_time(lambda: local.train(1), epochs)
+    epoch_s = _median_time(lambda: local.train(1), epochs, time.process_time)
     weights = local.get_weights([0])[0]
     weight_bytes = sum(t.numel() * t.element_size() for t in weights.values())
     progress(f"epoch {epoch_s * 1e3:.1f} ms, weights {weight_bytes:,} bytes")
 
     merge_at = {
-        m: _median_time(lambda m=m: merge_selected(list(range(m)), [weights] * m, [1.0] * m, 0, one), 7) for m in (2, 8)
+        m: _median_time(
+            lambda m=m: merge_selected(list(range(m)), [weights] * m, [1.0] * m, 0, one), 7, time.process_time
+        )
+        for m in (2, 8)
     }
     merge_s = Linear.through(2, merge_at[2], 8, merge_at[8])
     progress(f"merge {merge_s}")
@@ -148,13 +183,14 @@ def calibrate(
         )
         timer = run_timed(cfg, lambda c, _d: LocalExecutor(c))
         top = min(cfg.scheduler.top_m, k)
-        driver = timer.driver_seconds()[1:-1]  # rounds with a merge, after the first
+        driver = timer.driver_cpu_seconds()[1:-1]  # rounds with a merge, after the first
         driver_at[k] = max(0.0, statistics.median(driver) - merge_s(top))
     driver_s = Linear.through(2, driver_at[2], 8, driver_at[8])
     progress(f"driver {driver_s}")
 
     call_s, fetch_s, adopt_s, start_s = _ray_costs(one, weights, weight_bytes, address)
     progress(f"call {call_s * 1e3:.2f} ms, fetch {fetch_s}, adopt {adopt_s}, start {start_s:.2f} s")
+    sharing = sharing_costs(config, epoch_s, address, progress, sharing_at or SHARING_AT)
     import platform
 
     return CostModel(
@@ -166,6 +202,7 @@ def calibrate(
         merge_s=merge_s,
         driver_s=driver_s,
         start_s=start_s,
+        **sharing,
         machine=f"{platform.node()} {platform.processor() or platform.machine()}, config {config.run.name}",
     )
 
@@ -204,4 +241,137 @@ def _ray_costs(
         Linear(0.0, max(0.0, fetch - call_s) * per_byte),
         Linear(0.0, max(0.0, adopt - call_s) * per_byte),
         start_s,
+    )
+
+
+def sharing_costs(
+    config: Config,
+    epoch_s: float,
+    address: str | None = None,
+    progress: Callable[[str], None] = print,
+    at: tuple[int, int] | None = None,
+) -> dict[str, Any]:
+    """The sharing terms of :class:`CostModel` (``contention``, ``actor_call_cpu_s``, ``ray_share``,
+    ``background_share``) from :func:`_sharing` at two sizes (default :data:`SHARING_AT`); see the
+    module docstring."""
+    a, b = (_sharing(config, n, address) for n in (at or SHARING_AT))
+    for m in (a, b):
+        progress(
+            f"{m.actors} actors on {m.cores} cores: epoch CPU {m.epoch_cpu_s / m.epochs * 1e3:.1f} ms, "
+            f"call CPU {m.call_cpu_s() * 1e3:.1f} ms, Ray {m.ray_share():.1%}, others {m.background_share():.1%} "
+            f"of the cores, load {m.load:.1f}"
+        )
+    x0, x1 = a.actors / a.cores, b.actors / b.cores
+    return {
+        "contention": Linear.through(x0, a.contention(epoch_s), x1, b.contention(epoch_s)),
+        "actor_call_cpu_s": statistics.fmean([a.call_cpu_s(), b.call_cpu_s()]),
+        "ray_share": Linear.through(x0, a.ray_share(), x1, b.ray_share(), rising=False),
+        "background_share": Linear.through(x0, a.background_share(), x1, b.background_share(), rising=False),
+    }
+
+
+SHARING_AT = (3, 12)  # member actors training at once; the validation's are 5, 16 and 8
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """CPU accounting of ``actors`` member actors training at once on one node's ``cores``,
+    over ``wall`` seconds of back-to-back ``train`` calls (``calls`` of them, ``epochs``
+    member-epochs in all): their CPU in epochs (thread time), their processes' whole CPU,
+    that of Ray's own processes and the driver, and the machine's busy CPU (all processes)."""
+
+    actors: int
+    cores: int
+    calls: int
+    epochs: int
+    wall: float
+    epoch_cpu_s: float
+    actor_cpu_s: float
+    ray_cpu_s: float
+    busy_cpu_s: float
+    load: float = 0.0  # the 1-minute load average at the end
+
+    def contention(self, epoch_s: float) -> float:
+        """An epoch's CPU time here over ``epoch_s`` (its CPU time alone)."""
+        return self.epoch_cpu_s / self.epochs / epoch_s
+
+    def call_cpu_s(self) -> float:
+        """An actor's CPU per ``train`` call outside its epochs."""
+        return max(0.0, self.actor_cpu_s - self.epoch_cpu_s) / self.calls
+
+    def ray_share(self) -> float:
+        return self.ray_cpu_s / (self.cores * self.wall)
+
+    def background_share(self) -> float:
+        """What the rest of the machine took: busy CPU that was neither the actors' nor Ray's."""
+        return max(0.0, self.busy_cpu_s - self.actor_cpu_s - self.ray_cpu_s) / (self.cores * self.wall)
+
+
+def _cpu_now(actor_pids: set[int]) -> tuple[float, float, float]:
+    """(member actors' CPU, Ray's other processes' and the driver's CPU, the machine's busy CPU), in seconds.
+
+    Ray's processes are this driver's descendants (an embedded Ray: raylet, GCS, agents, workers)."""
+    import psutil
+
+    me = psutil.Process()
+    actors = ray_cpu = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if proc.pid in actor_pids:
+            actors += t.user + t.system
+        else:
+            ray_cpu += t.user + t.system
+    m = psutil.cpu_times()
+    busy = sum(getattr(m, f) for f in ("user", "nice", "system", "irq", "softirq", "steal") if hasattr(m, f))
+    return actors, ray_cpu, busy
+
+
+def _sharing(config: Config, n: int, address: str | None, rounds: int = 3) -> Sharing:
+    """``n`` member actors (one member each) train ``rounds`` rounds at once on Ray; see :class:`Sharing`."""
+    import os
+
+    import ray
+
+    from popgrpo.runtime.cluster import connect, start_local_ray
+    from popgrpo.runtime.ray_executor import RayExecutor
+
+    cfg = _with(
+        config, population={"size": n, "members_per_actor": 1}, scheduler={"top_m": min(config.scheduler.top_m, n)}
+    )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    interval = cfg.scheduler.interval_epochs
+    started = not ray.is_initialized() and address is None
+    if started:  # as the validation runs: an embedded Ray without the dashboard
+        start_local_ray(num_cpus=max(cores, n), include_dashboard=False)
+    else:
+        connect(address)
+    with tempfile.TemporaryDirectory(prefix="pgsim-") as tmp:
+        executor = RayExecutor(cfg, run_dir=Path(tmp) / "run", address=address)
+        try:
+            handles = executor._actors  # pyright: ignore[reportPrivateUsage]
+            pids = {int(ray.get(h.pid.remote())) for h in handles}
+            executor.train(interval)  # warm-up
+            begin, cpu0 = time.perf_counter(), _cpu_now(pids)
+            for _ in range(rounds):
+                executor.train(interval)
+            wall, cpu1 = time.perf_counter() - begin, _cpu_now(pids)
+            epoch_cpu = sum(sum(ray.get(h.train_cpu_seconds.remote())[1:]) for h in handles)
+        finally:
+            executor.close()
+            if started:
+                ray.shutdown()
+    return Sharing(
+        actors=n,
+        cores=cores,
+        calls=n * rounds,
+        epochs=n * rounds * interval,
+        wall=wall,
+        epoch_cpu_s=epoch_cpu,
+        actor_cpu_s=cpu1[0] - cpu0[0],
+        ray_cpu_s=cpu1[1] - cpu0[1],
+        busy_cpu_s=cpu1[2] - cpu0[2],
+        load=os.getloadavg()[0],
     )

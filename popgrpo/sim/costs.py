@@ -29,9 +29,13 @@ class Linear:
         return self.a + self.b * x
 
     @classmethod
-    def through(cls, x0: float, y0: float, x1: float, y1: float) -> Linear:
-        """The line through two measurements (slope clipped at 0: noise must not make a cost fall)."""
-        b = max(0.0, (y1 - y0) / (x1 - x0)) if x1 != x0 else 0.0
+    def through(cls, x0: float, y0: float, x1: float, y1: float, rising: bool = True) -> Linear:
+        """The line through two measurements. ``rising`` (costs): the slope is clipped at 0, so noise
+        cannot make a cost fall, and the intercept at 0; without it (shares, which may fall) neither is."""
+        b = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
+        if not rising:
+            return cls(a=y0 - b * x0, b=b)
+        b = max(0.0, b)
         return cls(a=max(0.0, y0 - b * x0), b=b)
 
 
@@ -46,6 +50,20 @@ class CostModel:
     is the merge of ``M`` state dicts of ``weight_bytes`` each on the driver, ``driver_s(K)``
     the driver's other per-round work for ``K`` members (selection, snapshot, metrics, lineage,
     checkpoint, loggers), ``start_s`` an actor's start-up (a restart after a loss).
+
+    What sharing a node's cores costs, each a function of ``x``, the member actors per core
+    on the node, measured with ``x`` actors training at once (:mod:`popgrpo.sim.calibrate`):
+    ``contention(x)`` multiplies ``epoch_s`` (an epoch's CPU time inside an actor among
+    others over its CPU time alone: time-slicing, caches); ``actor_call_cpu_s`` is an actor's
+    CPU per ``train`` call outside its epochs (Ray's worker threads, live metrics);
+    ``ray_share(x)`` is the share of the node's cores taken by Ray's own processes and the
+    driver while the actors train (raylet, GCS, agents, idle workers, the driver's polling);
+    ``background_share(x)`` the share taken by everything else on the machine (other users).
+    A core's work then takes ``1 / (1 - ray_share - background_share)`` times as long, the
+    driver's alone between rounds as much as a round's actors': on Linux with autogroup
+    scheduling (``/proc/sys/kernel/sched_autogroup_enabled`` = 1) the cores' time is shared
+    between sessions, not between tasks, so the run's share hardly depends on how many of
+    its tasks are runnable.
     """
 
     epoch_s: float
@@ -56,7 +74,16 @@ class CostModel:
     merge_s: Linear = field(default_factory=Linear)
     driver_s: Linear = field(default_factory=Linear)
     start_s: float = 0.0
+    contention: Linear = field(default_factory=lambda: Linear(1.0, 0.0))
+    actor_call_cpu_s: float = 0.0
+    ray_share: Linear = field(default_factory=Linear)
+    background_share: Linear = field(default_factory=Linear)
     machine: str = ""  # where it was measured, free text
+
+    def core_speed(self, actors_per_core: float) -> float:
+        """The share of a node's cores left to the run with ``actors_per_core`` actors (at least 5%)."""
+        taken = max(0.0, self.ray_share(actors_per_core)) + max(0.0, self.background_share(actors_per_core))
+        return max(0.05, 1.0 - taken)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,7 +8,15 @@ What is modelled, and how it maps onto the real run (popgrpo.runtime):
   nodes; each node has ``cores_per_node`` cores (a :class:`simpy.Resource`), and an actor
   holds one core for each epoch it trains, so actors that outnumber a node's cores queue for
   them epoch by epoch (what time-slicing on an over-committed node amounts to at that grain).
-  Every ``train`` call costs one Ray round trip (``call_s``).
+  Every ``train`` call costs one Ray round trip (``call_s``) and, after its epochs,
+  ``actor_call_cpu_s`` of the actor's core (Ray's worker threads, live metrics).
+* **Sharing a node.** With ``x`` actors per core on a node, an epoch there costs
+  ``contention(x) × epoch_s`` of core time (time-slicing and caches make each epoch's CPU
+  time grow with the actors that share the cores), and every piece of work held on the
+  node's cores takes ``1 / core_speed(x)`` times as long: Ray's own processes and the rest
+  of the machine take ``ray_share(x) + background_share(x)`` of the cores
+  (:meth:`~popgrpo.sim.costs.CostModel.core_speed`). ``x`` follows the actors as they move
+  after a node loss.
 * **Stragglers.** Each actor's epochs in one round take ``m ×`` their cost, with ``m`` drawn
   log-normal with mean 1 (``straggler_sigma``; σ = 1 gives a heavy tail: 1 round in 20 is
   slower than 3.3× the mean). Draws are keyed by (seed, actor, that actor's round number), so
@@ -137,6 +145,9 @@ class _Sim:
         self.cores = [simpy.Resource(self.env, capacity=cluster.cores_per_node) for _ in range(cluster.nodes)]
         self.live = [True] * cluster.nodes
         self.actors = [_Actor(i, i % cluster.nodes) for i in range(work.actors)]
+        self.load = [0] * cluster.nodes  # actors placed on each node
+        for a in self.actors:
+            self.load[a.node] += 1
         self.sizes = [
             len(range(i * work.members_per_actor, min(work.members, (i + 1) * work.members_per_actor)))
             for i in range(work.actors)
@@ -175,10 +186,20 @@ class _Sim:
         seen = statistics.median(self.round_times) if self.round_times else expected
         return self.work.deadline_factor * seen
 
+    def per_core(self, node: int) -> float:
+        """Actors per core on ``node``: the ``x`` of the sharing costs."""
+        return self.load[node] / self.cluster.cores_per_node
+
+    def epoch_cost(self, actor: _Actor) -> float:
+        """Core-seconds of one epoch of one member of ``actor``, among the actors on its node."""
+        return self.costs.epoch_s * self.costs.contention(self.per_core(actor.node))
+
     def on_core(self, node: int, seconds: float) -> Generator[Any, Any, None]:
+        """Hold a core of ``node`` for ``seconds`` of work, slowed by what else takes the node's cores."""
+        speed = self.costs.core_speed(self.per_core(node))
         with self.cores[node].request() as req:
             yield req
-            yield self.env.timeout(seconds)
+            yield self.env.timeout(seconds / speed)
 
     def credit(self, actor: _Actor, n_epochs: int, core_s: float) -> None:
         self.useful += n_epochs * self.sizes[actor.index]
@@ -212,10 +233,12 @@ class _Sim:
         core_s = 0.0
         for e in range(n_epochs):
             self.staleness_seen = max(self.staleness_seen, self.version - actor.base)
-            seconds = m * self.sizes[actor.index] * self.costs.epoch_s
+            seconds = m * self.sizes[actor.index] * self.epoch_cost(actor)
             yield from self.on_core(actor.node, seconds)
             core_s += seconds
             actor.progress = e + 1
+        if self.costs.actor_call_cpu_s > 0:
+            yield from self.on_core(actor.node, self.costs.actor_call_cpu_s)
         self.round_times.append(self.env.now - start)
         return n_epochs, core_s
 
@@ -245,10 +268,7 @@ class _Sim:
             yield self.env.timeout(self.costs.start_s)
 
     def least_loaded_node(self) -> int:
-        load = [0] * self.cluster.nodes
-        for a in self.actors:
-            load[a.node] += 1
-        return min((n for n in range(self.cluster.nodes) if self.live[n]), key=lambda n: load[n], default=0)
+        return min((n for n in range(self.cluster.nodes) if self.live[n]), key=lambda n: self.load[n], default=0)
 
     def adopt(self, actor: _Actor, version: int) -> Generator[Any, Any, None]:
         actor.base = version  # it trains from this merge once adopted
@@ -351,7 +371,9 @@ class _Sim:
             for a in self.actors:
                 if a.node != node:
                     continue
+                self.load[a.node] -= 1
                 a.node = self.least_loaded_node()
+                self.load[a.node] += 1
                 if a.training and a.process is not None and a.process.is_alive:
                     a.process.interrupt("node lost")
                 else:

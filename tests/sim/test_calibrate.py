@@ -10,7 +10,7 @@ import pytest
 
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
-from popgrpo.sim.calibrate import run_timed
+from popgrpo.sim.calibrate import Sharing, run_timed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,23 @@ def test_round_timer_splits_each_round_into_executor_calls_and_driver_work():
     # Inside executor calls: at least the training; the rest is the driver's, never negative.
     assert all(i >= t > 0 for i, t in zip(timer.inside, timer.train_s, strict=True))
     assert all(d >= 0 for d in timer.driver_seconds())
+    # The driver's CPU outside executor calls: one value per round, never negative.
+    assert len(timer.driver_cpu_seconds()) == 3 and all(d >= 0 for d in timer.driver_cpu_seconds())
     assert timer.adopt_s[0] > 0 and timer.adopt_s[-1] == 0  # the last round merges nothing
+
+
+def test_sharing_splits_the_cpu_between_epochs_calls_ray_and_the_rest_of_the_machine():
+    """4 actors × 2 calls × 10 epochs on 2 cores over 5 s: 0.8 s of epoch CPU in 80 epochs (10 ms
+    each), 1.0 s of actor CPU (0.2 s outside epochs over 8 calls), 0.5 s Ray, 6.5 s busy in all."""
+    m = Sharing(actors=4, cores=2, calls=8, epochs=80, wall=5.0, epoch_cpu_s=0.8, actor_cpu_s=1.0,
+                ray_cpu_s=0.5, busy_cpu_s=6.5)  # fmt: skip
+    assert m.contention(0.008) == pytest.approx(1.25)  # 10 ms here, 8 ms alone
+    assert m.call_cpu_s() == pytest.approx(0.025)
+    assert m.ray_share() == pytest.approx(0.05)  # 0.5 of 10 core-seconds
+    assert m.background_share() == pytest.approx(0.5)  # 6.5 - 1.0 - 0.5 of 10
+    idle = Sharing(actors=1, cores=2, calls=1, epochs=1, wall=1.0, epoch_cpu_s=0.5, actor_cpu_s=0.4,
+                   ray_cpu_s=0.1, busy_cpu_s=0.3)  # fmt: skip
+    assert idle.call_cpu_s() == 0.0 and idle.background_share() == 0.0  # clock noise never goes negative
 
 
 @pytest.mark.slow

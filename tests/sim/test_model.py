@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from popgrpo.sim.costs import CostModel, Linear
-from popgrpo.sim.model import ClusterShape, Scheduling, Workload, simulate
+from popgrpo.sim.model import ClusterShape, Scheduling, Workload, _Sim, simulate  # pyright: ignore[reportPrivateUsage]
 
 COSTS = CostModel(
     epoch_s=0.1,
@@ -132,3 +132,64 @@ def test_costs_round_trip_through_json(tmp_path):
         CostModel.from_json({**COSTS.to_json(), "bogus": 1})
     assert Linear.through(1, 2.0, 3, 1.0) == Linear(a=2.0, b=0.0)  # a falling fit is flat
     assert Linear.through(0, 1.0, 2, 5.0) == Linear(a=1.0, b=2.0)
+
+
+def test_contention_grows_each_epochs_cost_with_the_actors_per_core():
+    """Four actors on two cores (x = 2) with contention 1 + 0.25·x: each epoch costs 1.5 × epoch_s."""
+    costs = CostModel(epoch_s=0.1, weight_bytes=0, contention=Linear(1.0, 0.25))
+    four = simulate(costs, Workload(members=4, epochs=10, interval=10), ClusterShape(1, 2))
+    assert four.wall_s == pytest.approx(2 * 10 * 0.1 * 1.5)  # two actors per core, 10 epochs each
+    one = simulate(costs, Workload(members=1, epochs=10, interval=10), ClusterShape(1, 2))
+    assert one.wall_s == pytest.approx(10 * 0.1 * 1.125)  # x = 0.5
+
+
+def test_actor_call_cpu_holds_the_core_after_the_epochs():
+    costs = CostModel(epoch_s=0.1, weight_bytes=0, actor_call_cpu_s=0.05)
+    four = simulate(costs, Workload(members=4, epochs=20, interval=10), ClusterShape(1, 2))
+    # two rounds; each core serves two actors a round: 2 × (10 epochs + one call's CPU)
+    assert four.wall_s == pytest.approx(2 * 2 * (10 * 0.1 + 0.05))
+
+
+def test_ray_and_background_shares_slow_every_core_of_the_node():
+    """Shares of 0.1 + 0.02·x and 0.2 at x = 2 actors per core leave 0.66 of the cores to the run."""
+    costs = CostModel(
+        epoch_s=0.1,
+        weight_bytes=0,
+        driver_s=Linear(0.3, 0.0),
+        ray_share=Linear(0.1, 0.02),
+        background_share=Linear(0.2),
+    )
+    assert costs.core_speed(2.0) == pytest.approx(0.66)
+    result = simulate(costs, Workload(members=4, epochs=10, interval=10), ClusterShape(1, 2))
+    assert result.wall_s == pytest.approx((2 * 10 * 0.1 + 0.3) / 0.66)  # the driver's writes too
+    # Negative shares (a falling line extrapolated) take nothing; the cores never stop.
+    assert CostModel(epoch_s=1, weight_bytes=0, background_share=Linear(-0.5)).core_speed(1.0) == 1.0
+    assert CostModel(epoch_s=1, weight_bytes=0, background_share=Linear(2.0)).core_speed(1.0) == 0.05
+
+
+def test_the_sharing_terms_follow_actors_moved_off_a_lost_node():
+    """Two nodes of one core; once a node is lost its actor moves, so the survivor holds x = 2."""
+    costs = CostModel(epoch_s=0.1, weight_bytes=0, contention=Linear(1.0, 1.0))
+    work = Workload(members=2, epochs=10, interval=10, node_mtbf_s=0.2, node_return_s=1e9)
+    sim = _Sim(costs, work, ClusterShape(2, 1), Scheduling(), seed=0, limit_s=1e9)
+    assert sim.load == [1, 1] and sim.epoch_cost(sim.actors[0]) == pytest.approx(0.2)
+    result = sim.run()
+    assert result.restarts >= 1 and sorted(sim.load) == [0, 2]
+    assert sim.epoch_cost(sim.actors[0]) == pytest.approx(0.3)
+    # slower than without the loss: each actor's 10 epochs at x = 1 (0.2 s each)
+    assert result.wall_s > 10 * 0.2
+
+
+def test_sharing_costs_default_to_nothing_and_round_trip_through_json(tmp_path):
+    plain = CostModel(epoch_s=0.1, weight_bytes=0)
+    assert plain.contention(7.0) == 1.0 and plain.core_speed(7.0) == 1.0 and plain.actor_call_cpu_s == 0.0
+    shared = CostModel(
+        epoch_s=0.1, weight_bytes=0, contention=Linear(1.1, 0.02), actor_call_cpu_s=0.01,
+        ray_share=Linear(0.03, 0.001), background_share=Linear(0.4, -0.02),
+    )  # fmt: skip
+    path = tmp_path / "c.json"
+    shared.save(path)
+    assert CostModel.load(path) == shared
+    assert CostModel.from_json({"epoch_s": 0.1, "weight_bytes": 0}) == plain  # costs saved before these terms
+    line = Linear.through(1.5, 0.4, 6.0, 0.31, rising=False)  # a share may fall with x
+    assert (line.a, line.b) == pytest.approx((0.43, -0.02))
