@@ -213,6 +213,7 @@ def run(quick: bool = False, cores: int = CORES, repeats: int = 1) -> dict:
 
     results: dict[str, list[dict]] = {label: [] for label in ARMS}
     loads = [os.getloadavg()[0]]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     for _ in range(repeats):
         for label, overrides in ARMS.items():  # alternated: a drift in the machine's speed falls on every arm
             cfg = default_config(quick, overrides)
@@ -233,6 +234,8 @@ def run(quick: bool = False, cores: int = CORES, repeats: int = 1) -> dict:
         "arms": results,
         "shares": shares,
         "loads": loads,
+        "started": started,
+        "ended": time.strftime("%H:%M UTC", time.gmtime()),
         "niceness": os.environ.get("RAY_worker_niceness", "15 (Ray's default)"),  # noqa: SIM112 - Ray's own name
         # The headline: the worst mode's median share.
         "outside_share": max(shares.values()),
@@ -303,7 +306,8 @@ def markdown(r: dict) -> str:
     loads = ", ".join(f"{x:.1f}" for x in r["loads"])
     return "\n\n".join(
         [
-            f"`python -m benchmarks.round_overhead --repeats {r['repeats']}`: `popgrpo.train.train` on the pop_grpo "
+            f"`python -m benchmarks.round_overhead --repeats {r['repeats']}`, {r['started']} to {r['ended']}: "
+            "`popgrpo.train.train` on the pop_grpo "
             f"preset, K = {r['k']}, {r['per_actor']} member(s) per actor ({r['actors']} actor(s) on {r['cores']} "
             f"cores), {r['epochs']} epochs in rounds of T = {r['interval']} epochs of {r['steps']} steps; each mode "
             f"{r['repeats']} run(s), alternated; median (min–max). Ray workers at nice {r['niceness']}; load "
