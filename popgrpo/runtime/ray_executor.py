@@ -63,6 +63,16 @@ log = logging.getLogger(__name__)
 __all__ = ["RayExecutor"]
 
 
+def _check_sent(sent: tuple[Any, ...], n_epochs: int) -> None:
+    """A train call sent behind an adopt must be the one the round loop makes next: the actor runs it
+    whatever happens, so a different one would train its members twice."""
+    if sent[1] != n_epochs:
+        raise RuntimeError(
+            f"member actor {sent[0]}: a train call of {sent[1]} epochs was sent after its adopt, "
+            f"but the round loop asks for {n_epochs}"
+        )
+
+
 class RayExecutor:
     """Members on Ray actors; the same interface as :class:`LocalExecutor`."""
 
@@ -182,7 +192,8 @@ class RayExecutor:
         started: dict[int, float] = {}
         for g in groups:
             sent = self._sent_train.pop(g, None) if method == "train" else None
-            if sent is not None and sent[1] == args_for(g)[0]:  # sent right after its adopt
+            if sent is not None:  # sent right after its adopt
+                _check_sent(sent, int(args_for(g)[0]))
                 refs[g], started[g] = sent[2], sent[3]
             else:
                 refs[g], started[g] = getattr(self._actors[g], method).remote(*args_for(g)), time.monotonic()
@@ -355,7 +366,8 @@ class RayExecutor:
         A call :meth:`train_after_adopt` had sent already is handed over instead of a new one.
         """
         sent = self._sent_train.pop(g, None)
-        if sent is not None and sent[1] == n_epochs:
+        if sent is not None:
+            _check_sent(sent, n_epochs)
             return sent
         return (g, n_epochs, self._actors[g].train.remote(n_epochs), time.monotonic())
 
