@@ -1,277 +1,373 @@
-"""Section 3: the share of a Pop-GRPO round spent outside member training, at the default config.
+"""Section 3: the share of a Pop-GRPO run's wall time spent outside member training, sync and async rounds.
 
-A real run (:func:`popgrpo.train.train`, pop_grpo preset: K = 5, one member per actor,
-T = 10 epochs per round) goes through :class:`TimedExecutor`, which only timestamps the calls
-the round loop makes: ``train`` (the actors' epochs), ``get_weights`` (the top-M fetch),
-``adopt`` (``ray.put`` of the soup, broadcast, perturbation) and ``snapshot`` (member and
-archive states for the checkpoint). A round runs from one ``train`` call to the next, so it
-also holds what the driver does in between: selection, the soup, the held-out evaluation of
-the merged model, writing metrics, lineage and the checkpoint, and logging the round
-(``run.loggers``: TensorBoard by default), which is timed as a part of its own. The first round
-(first calls) and the last (no merge) are not counted.
+Real runs (:func:`popgrpo.train.train`, pop_grpo preset: K = 5, one member per Ray actor,
+T = 10 epochs per round) in each scheduler mode (:data:`ARMS`): ``sync`` (every round waits for
+every member), ``async`` at its defaults (B = K, S = 0: the sync schedule, driven by the event
+loop) and async with B = 2, S = 2 (a merge as soon as two members have reported; the others go on
+training). The arms alternate run by run, ``--repeats`` times.
 
-The members' own training is the CPU time the actors' threads spent inside the members'
-epochs in that round (``MemberGroup.train_cpu_seconds``), summed over actors and spread over
-the cores they can use: ``Σ CPU s / min(cores, actors)``. Measured in the actors, on the same
-loaded machine, it already holds what running next to each other costs the members (shared
-caches, a busier machine); what is left of the round is outside member training: Ray's own
-processes and calls, cores left idle, the round's driver work, and per-step archive round
-trips where there are any (a shared archive, or Redis write-through; the default private
-archives live in the member actors and make none). The same round in this process, by the
-in-process executor, is shown beside it.
+**Training time** is the CPU time the actors' threads spent inside the members' epochs
+(``MemberGroup.train_cpu_seconds``), summed over every train call and spread over the cores
+the actors can use: ``Σ CPU s / min(cores, actors)``. Measured in the actors, on the same
+loaded machine, it already holds what running next to each other costs the members. The
+**wall time** runs from the first train call to the last report. What is left, ``1 − training
+÷ wall``, is outside member training: cores left idle while members wait (the barrier, the
+driver's work between rounds, Ray's calls) and CPU taken by anything else (Ray's processes,
+the driver and its background writer, other processes on the machine).
+
+Where the driver's time goes is timed per merge: :class:`TimedExecutor` timestamps the calls
+the round loop makes (``get_weights``, the top-M fetch; ``adopt``, ``ray.put`` of the merge
+and its broadcast; ``snapshot`` / ``restore_points``, the states the checkpoint holds), the
+hand-over of a round's results to the background writer (``on_round`` less those calls) and
+the rest of the driver's time outside training calls (selection, the merge, the held-out
+evaluation). The background writer's own time (metrics part, lineage, loggers, checkpoint:
+:func:`popgrpo.train._write_round`) runs in its thread, beside the next round's training:
+its wall time and the CPU time its thread used are shown, and the loggers' part of it.
 """
 
 from __future__ import annotations
 
-import math
 import os
+import re
 import shutil
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
-from benchmarks.common import md_table, met
+from benchmarks.common import md_table, met, write_between
 from popgrpo.config import Config, load_config, preset_path
 
 CORES = os.cpu_count() or 1
 TARGET = 0.05
-TIMED = ("train", "get_weights", "adopt", "snapshot")
-PARTS = (*TIMED, "logging")  # logging: the driver's run.loggers work (timed in _train)
+# label → config overrides
+ARMS = {
+    "sync": [],
+    "async (B = K, S = 0)": ["scheduler.mode=async"],
+    "async (B = 2, S = 2)": ["scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=2"],
+}
+TIMED = ("train", "wait_train", "get_weights", "adopt", "snapshot", "restore_points")
+TRAINING = ("train", "wait_train")  # the driver waits for members inside these
+PARTS = ("get_weights", "adopt", "states", "handover", "driver")  # the driver's time outside training calls
+SECTION = "### 3. Round overhead at the default config"
+NEXT_SECTION = "### 4. Multi-node layout"
+HEADLINE = re.compile(r"^\| 3 \| round time outside member training.*$", re.MULTILINE)
 
 
 class TimedExecutor:
-    """Wraps an executor; records ``(round, call, seconds)`` for the calls in :data:`TIMED`."""
+    """Wraps an executor; records ``(call, start, end)`` for the calls in :data:`TIMED`."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
-        self.round_starts: list[float] = []
-        self.calls: list[tuple[int, str, float]] = []
-        self.train_cpu: list[float] = []  # per round, summed over the actors (Ray only)
+        self.calls: list[tuple[str, float, float]] = []
+        self.train_cpu: list[float] = []  # per train call and actor (Ray only)
+        self.actors = 0
 
     def __getattr__(self, name: str):
         attr = getattr(self.inner, name)
-        if name not in TIMED:
-            return attr
-        timed = self.time_part(name, attr)
-        if name != "train":
-            return timed
-
-        def train(*args, **kwargs):  # a round starts with its train call
-            self.round_starts.append(time.perf_counter())
-            return timed(*args, **kwargs)
-
-        return train
+        if name in ("submit_train", "train") and not any(n == "first" for n, _, _ in self.calls):
+            now = time.perf_counter()
+            self.calls.append(("first", now, now))
+        return self.time_part(name, attr) if name in TIMED else attr
 
     def time_part(self, name: str, fn):
-        """``fn`` wrapped to record its seconds as part ``name`` of the current round."""
+        """``fn`` wrapped to record its interval as part ``name``."""
 
         def timed(*args, **kwargs):
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.calls.append((len(self.round_starts) - 1, name, time.perf_counter() - start))
+                self.calls.append((name, start, time.perf_counter()))
 
         return timed
 
     def close(self) -> None:
-        self.round_starts.append(time.perf_counter())  # the end of the last round
         actors = getattr(self.inner, "_actors", None)
         if actors:  # Ray: the CPU time each actor's members spent training, per train call
             import ray
 
-            self.train_cpu = [
-                sum(per) for per in zip(*ray.get([a.train_cpu_seconds.remote() for a in actors]), strict=True)
-            ]
+            self.actors = len(actors)
+            self.train_cpu = [s for per in ray.get([a.train_cpu_seconds.remote() for a in actors]) for s in per]
         self.inner.close()
 
-    def per_round(self, rounds: list[int]) -> dict[str, float]:
-        """Mean seconds per round of each timed call, of ``other`` (the rest) and ``round``."""
-        out = {}
-        for name in PARTS:
-            out[name] = statistics.mean(sum(s for r, n, s in self.calls if r == i and n == name) for i in rounds)
-        out["round"] = statistics.mean(self.round_starts[i + 1] - self.round_starts[i] for i in rounds)
-        out["other"] = out["round"] - sum(out[name] for name in PARTS)
-        return out
+    def total(self, name: str, lo: float = float("-inf"), hi: float = float("inf")) -> float:
+        """Seconds spent in calls ``name``, counting only what falls between ``lo`` and ``hi``."""
+        return sum(max(0.0, min(end, hi) - max(start, lo)) for n, start, end in self.calls if n == name)
 
 
-def default_config(quick: bool) -> tuple[Config, list[int]]:
-    """The pop_grpo preset for 4 rounds; the rounds measured.
+class WriterTimes:
+    """The background writer's tasks: wall and thread CPU seconds, and the loggers' wall seconds."""
 
-    Quick: 3 rounds of T = 2 epochs, the 5 members packed into one actor (each actor's
-    start-up is a few CPU-seconds); the numbers then say little, the full run's do.
-    """
-    overrides = ["run.epochs=40"]
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.logging = 0.0
+
+    def wrap(self, fn):
+        def timed(*args, **kwargs):
+            start, cpu = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.wall += time.perf_counter() - start
+                self.cpu += time.thread_time() - cpu
+
+        return timed
+
+    def wrap_logging(self, fn):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.logging += time.perf_counter() - start
+
+        return timed
+
+
+def default_config(quick: bool, overrides: list[str] | None = None) -> Config:
+    """The pop_grpo preset for 6 rounds (quick: 3 rounds of T = 2 epochs, the 5 members packed
+    into one actor, whose start-up is a few CPU-seconds; the numbers then say little)."""
+    base = ["run.epochs=60"]
     if quick:
-        overrides = ["run.epochs=6", "scheduler.interval_epochs=2", "population.members_per_actor=5"]
-    cfg = load_config(preset_path("pop_grpo"), overrides)
-    n_rounds = cfg.run.epochs // cfg.scheduler.interval_epochs
-    return cfg, list(range(1, n_rounds - 1))
+        base = ["run.epochs=6", "scheduler.interval_epochs=2", "population.members_per_actor=5"]
+    return load_config(preset_path("pop_grpo"), [*base, *(overrides or [])])
 
 
-def _train(cfg: Config, factory) -> TimedExecutor:
-    """One run through :class:`TimedExecutor`; the driver's logging (``run.loggers``: the archive
-    heatmaps and every logger's ``log_round``) is timed as the part ``logging``."""
+def _train(cfg: Config, factory) -> tuple[TimedExecutor, WriterTimes]:
+    """One run through :class:`TimedExecutor`; the hand-over to the writer (``on_round``) and the
+    writer's tasks are timed too."""
     from unittest import mock
 
     import popgrpo.train as train_module
 
-    holder = {}
+    holder: dict[str, TimedExecutor] = {}
+    writer = WriterTimes()
 
     def make(config, run_dir):
         holder["executor"] = TimedExecutor(factory(config, run_dir))
         return holder["executor"]
 
-    def logging_part(fn):  # made before the executor exists: looked up at call time
-        return lambda *a, **kw: holder["executor"].time_part("logging", fn)(*a, **kw)
-
-    original_make_loggers = train_module.make_loggers
+    def deferring(fn):  # wraps on_round, made before the executor exists: looked up at call time
+        inner = train_module_deferring(fn)
+        return lambda *a, **kw: holder["executor"].time_part("on_round", inner)(*a, **kw)
 
     def make_loggers(*args, **kwargs):
         loggers = original_make_loggers(*args, **kwargs)
-        loggers.log_round = logging_part(loggers.log_round)
+        loggers.log_round = writer.wrap_logging(loggers.log_round)
         return loggers
 
+    train_module_deferring = train_module.deferring
+    original_make_loggers = train_module.make_loggers
     run_dir = tempfile.mkdtemp(prefix="pgb-round-", dir="/tmp")
     try:
         with (
+            mock.patch.object(train_module, "deferring", deferring),
             mock.patch.object(train_module, "make_loggers", make_loggers),
-            mock.patch.object(train_module, "archive_heatmaps", logging_part(train_module.archive_heatmaps)),
+            mock.patch.object(train_module, "_write_round", writer.wrap(train_module._write_round)),
         ):
             train_module.train(cfg, os.path.join(run_dir, "run"), executor_factory=make, progress=False)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return holder["executor"]
+    return holder["executor"], writer
 
 
-def run(quick: bool = False, cores: int = CORES) -> dict:
-    """Needs a connected single-node Ray with at least ``population.size`` logical CPUs."""
-    from popgrpo.runtime.actors import archives_in_groups
-    from popgrpo.runtime.executor import LocalExecutor
-    from popgrpo.runtime.ray_executor import RayExecutor
+def measure(timed: TimedExecutor, writer: WriterTimes, cores: int) -> dict:
+    """Seconds of the run's window, its members' training and each part (whole run, not per merge)."""
+    calls = timed.calls
+    first = next(start for n, start, _ in calls if n == "first")
+    end = max(stop for n, _, stop in calls if n in TRAINING)
+    window = end - first
+    merges = sum(1 for n, _, _ in calls if n == "adopt")
 
-    cfg, rounds = default_config(quick)
-    remote = _train(cfg, lambda c, d: RayExecutor(c, run_dir=d))
-    local = _train(cfg, lambda c, d: LocalExecutor(c))
-    actors = math.ceil(cfg.population.size / cfg.population.members_per_actor)
-    ray_parts, local_parts = remote.per_round(rounds), local.per_round(rounds)
-    members = statistics.mean(remote.train_cpu[i] for i in rounds) / min(cores, actors)
+    def total(name: str) -> float:  # inside the window only (not the start-up's or the last round's states)
+        return timed.total(name, first, end)
+
+    training_calls = total("train") + total("wait_train")
+    states = total("snapshot") + total("restore_points")
+    parts = {
+        "get_weights": total("get_weights"),
+        "adopt": total("adopt"),
+        "states": states,
+        "handover": total("on_round") - states,  # the states are asked for inside on_round
+    }
+    # The driver's time in the window outside training calls, less the parts above: selection, merge, eval.
+    outside_calls = window - training_calls
+    parts["driver"] = outside_calls - sum(parts.values())
+    members = sum(timed.train_cpu) / min(cores, max(timed.actors, 1))
     return {
-        "k": cfg.population.size,
-        "actors": actors,
-        "per_actor": cfg.population.members_per_actor,
-        "interval": cfg.scheduler.interval_epochs,
-        "steps": cfg.grpo.steps_per_epoch,
-        "rounds": rounds,
-        "cores": cores,
-        "ray": ray_parts,
-        "local": local_parts,
+        "window": window,
         "members": members,
-        "outside_share": 1 - members / ray_parts["round"],
-        # Per round: one call per step and one for the epoch's stats, per member; none when the
-        # private archives live in the member actors.
-        "archive_calls": 0
-        if archives_in_groups(cfg)
-        else cfg.population.size * cfg.scheduler.interval_epochs * (cfg.grpo.steps_per_epoch + 1),
+        "merges": merges,
+        "parts": parts,
+        "busy": outside_calls,
+        "writer_wall": writer.wall,
+        "writer_cpu": writer.cpu,
+        "logging": writer.logging,
+        "outside_share": 1 - members / window,
     }
 
 
+def run(quick: bool = False, cores: int = CORES, repeats: int = 1) -> dict:
+    """Needs a connected single-node Ray with at least ``population.size`` logical CPUs."""
+    from popgrpo.runtime.ray_executor import RayExecutor
+
+    results: dict[str, list[dict]] = {label: [] for label in ARMS}
+    loads = [os.getloadavg()[0]]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for _ in range(repeats):
+        for label, overrides in ARMS.items():  # alternated: a drift in the machine's speed falls on every arm
+            cfg = default_config(quick, overrides)
+            timed, writer = _train(cfg, lambda c, d: RayExecutor(c, run_dir=d))
+            results[label].append(measure(timed, writer, cores))
+            loads.append(os.getloadavg()[0])
+    cfg = default_config(quick)
+    shares = {label: statistics.median(r["outside_share"] for r in runs) for label, runs in results.items()}
+    return {
+        "k": cfg.population.size,
+        "actors": -(-cfg.population.size // cfg.population.members_per_actor),
+        "per_actor": cfg.population.members_per_actor,
+        "interval": cfg.scheduler.interval_epochs,
+        "epochs": cfg.run.epochs,
+        "steps": cfg.grpo.steps_per_epoch,
+        "cores": cores,
+        "repeats": repeats,
+        "arms": results,
+        "shares": shares,
+        "loads": loads,
+        "started": started,
+        "ended": time.strftime("%H:%M UTC", time.gmtime()),
+        "niceness": os.environ.get("RAY_worker_niceness", "15 (Ray's default)"),  # noqa: SIM112 - Ray's own name
+        # The headline: the worst mode's median share.
+        "outside_share": max(shares.values()),
+    }
+
+
+def _spread(values: list[float], fmt) -> str:
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))})"
+
+
 def markdown(r: dict) -> str:
-    ray_p, local_p, members = r["ray"], r["local"], r["members"]
-    share = r["outside_share"]
-    in_train = ray_p["train"] - members
+    arms: dict[str, list[dict]] = r["arms"]
+
+    def pct(x: float) -> str:
+        return f"{x:.1%}"
 
     def ms(x: float) -> str:
         return f"{x * 1e3:,.0f}"
 
-    def pct(x: float, of: float) -> str:
-        return f"{x / of:.1%}"
-
-    rows = [
-        [
-            f"members' own training (the actors' CPU s in their epochs ÷ {min(r['cores'], r['actors'])} core(s))",
-            ms(members),
-            pct(members, ray_p["round"]),
-            ms(local_p["train"]),
-            pct(local_p["train"], local_p["round"]),
-        ],
-        [
-            (
-                f"rest of the `train` call: {r['archive_calls']} archive round trips, Ray's processes and calls, idle cores"
-                if r["archive_calls"]
-                else "rest of the `train` call: Ray's processes and calls, idle cores (no archive calls: "
-                "private archives in the member actors)"
-            ),
-            ms(in_train),
-            pct(in_train, ray_p["round"]),
-            "—",
-            "—",
-        ],
-        ["`get_weights` (top-M fetch)", ms(ray_p["get_weights"]), pct(ray_p["get_weights"], ray_p["round"]),
-         ms(local_p["get_weights"]), pct(local_p["get_weights"], local_p["round"])],
-        ["`adopt` (`ray.put` soup, broadcast, perturb)", ms(ray_p["adopt"]), pct(ray_p["adopt"], ray_p["round"]),
-         ms(local_p["adopt"]), pct(local_p["adopt"], local_p["round"])],
-        ["`snapshot` (member + archive states)", ms(ray_p["snapshot"]), pct(ray_p["snapshot"], ray_p["round"]),
-         ms(local_p["snapshot"]), pct(local_p["snapshot"], local_p["round"])],
-        ["driver: `run.loggers` (TensorBoard scalars, histograms, archive heatmaps)", ms(ray_p["logging"]),
-         pct(ray_p["logging"], ray_p["round"]), ms(local_p["logging"]), pct(local_p["logging"], local_p["round"])],
-        ["driver: selection, soup, held-out eval, metrics/lineage/checkpoint files", ms(ray_p["other"]),
-         pct(ray_p["other"], ray_p["round"]), ms(local_p["other"]), pct(local_p["other"], local_p["round"])],
-        ["**whole round**", ms(ray_p["round"]), "100%", ms(local_p["round"]), "100%"],
-    ]  # fmt: skip
-    breakdown = md_table(["part of a round", "Ray ms", "share", "in-process ms", "share"], rows)
-    biggest = max(
-        [("the rest of the train call", in_train)]
-        + [(f"`{n}`", ray_p[n]) for n in ("get_weights", "adopt", "snapshot")]
-        + [("the driver's logging", ray_p["logging"]), ("the driver's own work", ray_p["other"])],
-        key=lambda kv: kv[1],
-    )
-    summary = md_table(
-        ["executor", "round ms", "outside member training", "target", "status"],
-        [
+    summary_rows = []
+    for label, runs in arms.items():
+        share = r["shares"][label]
+        per_merge = [x["window"] / max(x["merges"], 1) for x in runs]
+        summary_rows.append(
             [
-                f"Ray, K = {r['k']} ({r['actors']} actor(s))",
-                ms(ray_p["round"]),
-                f"{share:.1%}",
+                f"Ray, K = {r['k']}, {label}",
+                runs[0]["merges"],
+                _spread([x["window"] for x in runs], lambda v: f"{v:.2f}"),
+                _spread([x["members"] for x in runs], lambda v: f"{v:.2f}"),
+                _spread(per_merge, ms),
+                _spread([x["outside_share"] for x in runs], pct),
                 f"≤ {TARGET:.0%}",
-                met(share <= TARGET, f"largest part: {biggest[0]}, {biggest[1] * 1e3:,.0f} ms per round"),
-            ],
-            [
-                "in-process (same round, for comparison)",
-                ms(local_p["round"]),
-                f"{1 - local_p['train'] / local_p['round']:.1%}",
-                "",
-                "",
-            ],
-        ],
-    )
-    rounds = ", ".join(str(i) for i in r["rounds"])
+                met(share <= TARGET, _largest(runs)),
+            ]
+        )
+    summary = md_table(
+        ["mode", "merges", "wall s", "members' training s", "wall ms per merge", "outside member training",
+         "target", "status"],
+        summary_rows,
+    )  # fmt: skip
+
+    labels = list(arms)
+
+    def row(name: str, value) -> list[str]:
+        cells = []
+        for label in labels:
+            runs = arms[label]
+            cells.append(_spread([value(x) / max(x["merges"], 1) for x in runs], ms))
+        return [name, *cells]
+
+    parts_rows = [
+        row("whole run ÷ merges (wall)", lambda x: x["window"]),
+        row(f"members' own training (actors' CPU s ÷ {min(r['cores'], r['actors'])} cores)", lambda x: x["members"]),
+        row("outside member training", lambda x: x["window"] - x["members"]),
+        row("driver outside training calls (critical path in sync rounds):", lambda x: x["busy"]),
+        row("… `get_weights` (top-M fetch)", lambda x: x["parts"]["get_weights"]),
+        row("… `adopt` (`ray.put` of the merge, broadcast, perturb; states back)", lambda x: x["parts"]["adopt"]),
+        row("… `snapshot` / `restore_points` (states for the checkpoint)", lambda x: x["parts"]["states"]),
+        row("… hand-over of the round to the background writer", lambda x: x["parts"]["handover"]),
+        row("… selection, merge, held-out eval, loop", lambda x: x["parts"]["driver"]),
+        row("background writer, wall (beside training)", lambda x: x["writer_wall"]),
+        row("… its thread's CPU", lambda x: x["writer_cpu"]),
+        row("… of it the loggers (TensorBoard), wall", lambda x: x["logging"]),
+    ]
+    parts = md_table(["ms per merge", *labels], parts_rows)
+    loads = ", ".join(f"{x:.1f}" for x in r["loads"])
     return "\n\n".join(
         [
-            f"`popgrpo.train.train` on the pop_grpo preset: K = {r['k']}, {r['per_actor']} member(s) per actor, "
-            f"T = {r['interval']} epochs of {r['steps']} steps per round; mean of round(s) {rounds} (the first and "
-            f"the last are not counted). {r['actors']} actor(s) on {r['cores']} cores"
-            + (", as `popgrpo train` runs this preset here." if r["per_actor"] == 1 else " (quick mode: packed)."),
+            f"`python -m benchmarks.round_overhead --repeats {r['repeats']}`, {r['started']} to {r['ended']}: "
+            "`popgrpo.train.train` on the pop_grpo "
+            f"preset, K = {r['k']}, {r['per_actor']} member(s) per actor ({r['actors']} actor(s) on {r['cores']} "
+            f"cores), {r['epochs']} epochs in rounds of T = {r['interval']} epochs of {r['steps']} steps; each mode "
+            f"{r['repeats']} run(s), alternated; median (min–max). Ray workers at nice {r['niceness']}; load "
+            f"average (1 min) before and after each run: {loads}. Training time: the actors' CPU seconds inside "
+            "their members' epochs ÷ the cores they can use; wall: first train call to last report "
+            "(module docstring).",
             summary,
-            breakdown,
+            parts,
         ]
     )
 
 
+def _largest(runs: list[dict]) -> str:
+    """The largest part of the driver's time outside training calls, per merge (median over runs)."""
+    names = {
+        "get_weights": "`get_weights`",
+        "adopt": "`adopt`",
+        "states": "states for the checkpoint",
+        "handover": "hand-over to the writer",
+        "driver": "selection, merge, eval",
+    }
+    per = {name: statistics.median(x["parts"][name] / max(x["merges"], 1) for x in runs) for name in names}
+    name = max(per, key=lambda n: per[n])
+    return f"driver's largest part: {names[name]}, {per[name] * 1e3:,.0f} ms per merge"
+
+
+def headline_row(r: dict) -> str:
+    """The summary table's row 3 (also written by the suite): each mode's median share."""
+    shares = " / ".join(f"{s:.1%}" for s in r["shares"].values())
+    modes = " / ".join(r["shares"])
+    ok = r["outside_share"] <= TARGET
+    return f"| 3 | round time outside member training ({modes}) | {shares} | ≤ {TARGET:.0%} | {'met' if ok else 'not met'} |"
+
+
+def write(path: Path, r: dict) -> None:
+    """Section 3 of ``path`` (between its heading and section 4's) and its headline row, replaced."""
+    write_between(path, markdown(r), SECTION + "\n", "\n" + NEXT_SECTION)
+    text = path.read_text()
+    path.write_text(HEADLINE.sub(lambda _: headline_row(r), text, count=1))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.round_overhead [--quick]``: section 3 alone, printed as Markdown."""
+    """``python -m benchmarks.round_overhead [--quick] [--repeats N] [--write]``: section 3, printed as Markdown."""
     import argparse
 
     from benchmarks.common import local_ray
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.round_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 short rounds, the members packed into one actor")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per mode, alternated (default 1)")
+    parser.add_argument("--write", type=Path, metavar="MD", help="replace section 3 and its headline row in MD")
     args = parser.parse_args(argv)
-    cfg, _ = default_config(args.quick)
+    cfg = default_config(args.quick)
     # As the suite starts Ray for this section: 3 × cores logical CPUs, at least one per member.
     with local_ray(num_cpus=max(3 * CORES, cfg.population.size)):
-        result = run(args.quick, CORES)
+        result = run(args.quick, CORES, args.repeats)
     print(markdown(result))
+    print(headline_row(result))
+    if args.write:
+        write(args.write, result)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,12 +15,13 @@ from popgrpo.config import Config, load_config
 from popgrpo.runtime.async_loop import AsyncExecutor, AsyncState, AsyncStateError, parse_async_state, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import FrontierStore, PopulationRounds, frontier_store, run_rounds
-from popgrpo.runtime.stopping import deferring
+from popgrpo.runtime.stopping import deferred, deferring
 from popgrpo.telemetry.checkpoint import Checkpointer
-from popgrpo.telemetry.loggers import RoundReport, archive_heatmaps, make_loggers
+from popgrpo.telemetry.loggers import Loggers, RoundReport, archive_heatmaps, make_loggers
 from popgrpo.telemetry.plots import plot_training_dynamics
 from popgrpo.telemetry.run_dir import RunDirectory
 from popgrpo.telemetry.summary import summarise
+from popgrpo.telemetry.writer import BackgroundWriter
 
 __all__ = ["ResumeError", "default_run_dir", "resume", "train"]
 
@@ -42,8 +44,9 @@ def train(
 ) -> dict:
     """Train ``config`` and write its run directory; return the summary.
 
-    After every round the metrics, the lineage line and a checkpoint are written, so an
-    interrupted run keeps what it finished and :func:`resume` can continue it.
+    After every round the metrics, the lineage line and a checkpoint are written (by a
+    background thread, in that order, while the next round trains), so an interrupted run
+    keeps what it finished and :func:`resume` can continue it.
     """
     out = RunDirectory(run_dir).create()
     out.write_config(config)
@@ -89,7 +92,7 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
                     f"does not follow the checkpoint's round {info['round']}"
                 )
         store = _frontier_store(out.path, info, checkpointer.load_driver(info), config, restore[0])
-        if (out.path / "metrics.parquet").exists():
+        if out.has_metrics():
             written = out.read_metrics().to_dict("records")
             if async_state is not None and async_state.rows > len(written):
                 raise ResumeError(
@@ -102,6 +105,8 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
                 if async_state is not None
                 else [r for r in written if r["epoch"] < info["epoch_end"]]
             )
+    if out.has_metrics():
+        out.write_metrics(rows)  # the rows after the checkpoint are recomputed: dropped now
     out.truncate_lineage(max_round=info["round"] if info else -1)
     replay: dict[int, list[int]] = {}
     if config.scheduler.mode == "async":
@@ -139,6 +144,37 @@ def _frontier_store(
         raise ResumeError(f"{run_dir}: checkpoint round {info['round']}: {exc}") from None
 
 
+def _write_round(
+    out: RunDirectory,
+    checkpointer: Checkpointer,
+    loggers: Loggers,
+    config: Config,
+    report: RoundReport,
+    member_states: list[dict],
+    archive_states: list[LocalArchiveState],
+    extra: dict | None,
+    driver: dict | None,
+    events: list[dict],
+) -> None:
+    """A round's files, in the background writer (:mod:`popgrpo.telemetry.writer`).
+
+    In this order: the metrics part and the lineage line, the loggers (flushed), the
+    checkpoint, then the events. ``latest.json`` is written last of the checkpoint, so a run
+    killed anywhere in between resumes from a round whose rows are on disk and recomputes the
+    rest (TensorBoard purges what it logged of those epochs, so no epoch goes missing or twice).
+    """
+    if report.rows:
+        out.append_metrics(report.rows)
+    if report.lineage is not None:
+        out.append_lineage(report.lineage)
+    if loggers.loggers:
+        heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared)
+        loggers.log_round(RoundReport(report.round, report.epoch_end, report.rows, report.lineage, heatmaps))
+    checkpointer.save(report.round, report.epoch_end, member_states, archive_states, extra, driver)
+    for event in events:
+        out.append_event({"round": report.round, **event})
+
+
 def _run(
     config: Config,
     out: RunDirectory,
@@ -166,16 +202,15 @@ def _run(
     best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
     synchronous = config.scheduler.mode == "sync"
 
-    @deferring  # a stop signal that comes while a round is written waits for its checkpoint
+    writer = BackgroundWriter()  # the round's files and logger events, written while the next round trains
+
+    @deferring  # a stop signal that comes while a round is handed over waits for it
     def on_round(
         round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None, state: dict | None = None
     ) -> None:
         nonlocal best_max
         new = [row for per_member in member_rows for row in per_member]
         rows.extend(new)
-        out.write_metrics(rows)
-        if record is not None:
-            out.append_lineage(record)
         # Asynchronous rounds: members still training are mid-round, and asking their actors
         # for their states would wait for them; the checkpoint holds every member's restore
         # point (its state when it last adopted a merge) and where each actor is, so that a
@@ -184,16 +219,25 @@ def _run(
             member_states, archive_states = executor.snapshot()
         else:
             member_states, archive_states = cast(AsyncExecutor, executor).restore_points()
-        heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared) if loggers.loggers else {}
-        # Logged (and flushed) before the checkpoint: a run killed in between recomputes this
-        # round on resume, and TensorBoard purges what it logged, so no round goes missing.
-        loggers.log_round(RoundReport(round_index, epoch_end, new, record, heatmaps))
-        extra = None if state is None else {"async": {**state, "rows": len(rows)}}
-        checkpointer.save(round_index, epoch_end, member_states, archive_states, extra, rounds.state_dict())
-        for event in executor.events:
-            out.append_event({"round": round_index, **event})
-            tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
+        # The state's lists are the loop's own, which it goes on changing: the writer gets a copy.
+        extra = None if state is None else {"async": {**copy.deepcopy(state), "rows": len(rows)}}
+        events = list(executor.events)
         executor.events.clear()
+        writer.submit(
+            _write_round,
+            out,
+            checkpointer,
+            loggers,
+            config,
+            RoundReport(round_index, epoch_end, new, record),
+            member_states,
+            archive_states,
+            extra,
+            rounds.state_dict(),
+            events,
+        )
+        for event in events:
+            tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
         best_max = max([best_max, *(r["reward_max"] for r in new)])
         last = [r for r in new if r["epoch"] == epoch_end - 1]
         bar.update(len(rows) // len(member_rows) - bar.n)  # epochs per member, on average
@@ -224,9 +268,19 @@ def _run(
                 raise ResumeError(f"{out.path}: {exc}") from None
         failed = False
     finally:
-        bar.close()
-        executor.close()
-        loggers.close(failed=failed)
+        # A stop signal waits until what the finished rounds wrote is on disk (a second one
+        # ends the process at once; every file is replaced atomically, so none is half written).
+        with deferred():
+            bar.close()
+            try:
+                executor.close()
+            finally:
+                try:
+                    writer.close(raise_error=not failed)  # every round handed over is written
+                    if not writer.failed:
+                        out.compact_metrics()
+                finally:
+                    loggers.close(failed=failed or writer.failed)
     metrics = out.read_metrics()
     summary = summarise(metrics, config.run.summary_window)
     summary["restarts"] = out.count_events("member_actor_restarted")

@@ -70,6 +70,16 @@ log = logging.getLogger(__name__)
 __all__ = ["RayExecutor"]
 
 
+def _check_sent(sent: tuple[Any, ...], n_epochs: int) -> None:
+    """A train call sent behind an adopt must be the one the round loop makes next: the actor runs it
+    whatever happens, so a different one would train its members twice."""
+    if sent[1] != n_epochs:
+        raise RuntimeError(
+            f"member actor {sent[0]}: a train call of {sent[1]} epochs was sent after its adopt, "
+            f"but the round loop asks for {n_epochs}"
+        )
+
+
 class RayExecutor:
     """Members on Ray actors; the same interface as :class:`LocalExecutor`."""
 
@@ -121,6 +131,10 @@ class RayExecutor:
         self._deadlines = CallDeadlines(pop.hang_deadline_factor, pop.hang_deadline_min_s)
         # Asynchronous rounds: per actor, the calls made since its members last adopted a merge.
         self._since_adopt: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
+        # train_after_adopt: actor → epochs of the train call to send right after its adopt call,
+        # then the handle of that call (as submit_train makes it), until the round loop asks for it.
+        self._train_plan: dict[int, int] = {}
+        self._sent_train: dict[int, tuple[Any, ...]] = {}
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
         self.rollout_worker: Any = self._start_rollout_worker(config)
         self._actors: list[Any] = [self._new_group(group) for group in self._groups]
@@ -185,6 +199,7 @@ class RayExecutor:
         args_for: Callable[[int], tuple[Any, ...]],
         groups: Sequence[int] | None = None,
         replayable: bool = False,
+        after_sent: Callable[[], None] | None = None,
     ) -> dict[int, Any]:
         """Call ``method`` on the given groups' actors; rebuild and retry any that are lost.
 
@@ -195,12 +210,22 @@ class RayExecutor:
         point (the last :meth:`snapshot`, or its own initial state before the first) with the
         calls made since replayed (:class:`RecoveryLog`), and the call is retried.
         ``replayable`` (state-changing) calls are recorded for later replays. Returns each
-        group's answer, whose type is the one ``method`` returns.
+        group's answer, whose type is the one ``method`` returns. ``after_sent()`` runs once
+        every first call is sent, before any answer is awaited.
         """
         groups = range(len(self._actors)) if groups is None else groups
         epochs = (lambda g: int(args_for(g)[0])) if method == "train" else (lambda g: 1)
-        refs = {g: getattr(self._actors[g], method).remote(*args_for(g)) for g in groups}
-        started = dict.fromkeys(refs, time.monotonic())
+        refs: dict[int, Any] = {}
+        started: dict[int, float] = {}
+        for g in groups:
+            sent = self._sent_train.pop(g, None) if method == "train" else None
+            if sent is not None:  # sent right after its adopt
+                _check_sent(sent, int(args_for(g)[0]))
+                refs[g], started[g] = sent[2], sent[3]
+            else:
+                refs[g], started[g] = getattr(self._actors[g], method).remote(*args_for(g)), time.monotonic()
+        if after_sent is not None:
+            after_sent()
         results: dict[int, Any] = {}
         attempts = dict.fromkeys(refs, 0)
         while refs:
@@ -263,6 +288,7 @@ class RayExecutor:
         self.events.append({"event": "member_actor_restarted", "actor": g, "members": group, "reason": reason})
         log.warning("member actor %d (members %s) lost: %s; rebuilding it from the last round", g, group, reason)
         ray.kill(self._actors[g], no_restart=True)
+        self._sent_train.pop(g, None)  # sent to the lost actor: the round loop's call goes to the new one
         # Until Ray has noticed a lost node, a new actor may still be placed on it and die
         # there too: retry with backoff until one comes up on a live node.
         delay = 0.5
@@ -296,6 +322,7 @@ class RayExecutor:
     # ---- the Executor interface --------------------------------------------------------------
     def train(self, n_epochs: int, round_index: int = 0) -> list[list[dict]]:
         self._adopted = None  # the members move on: those states are no snapshot any more
+        self._train_plan = {}
         self.metrics.record_round(round_index)
         results: dict[int, list[dict]] = {}
         for part in self._call("train", lambda g: (n_epochs,), replayable=True).values():
@@ -322,18 +349,25 @@ class RayExecutor:
         mine = {g: {k: adoptions[k] for k in group if k in adoptions} for g, group in enumerate(self._groups)}
         needed = {g: {a.base for a in part.values() if a.base in refs} for g, part in mine.items()}
         args = lambda g: ({key: refs[key] for key in sorted(needed[g])}, mine[g], round_index)  # noqa: E731
+        plan, self._train_plan = self._train_plan, {}
+
+        def send_train() -> None:  # queued behind each actor's adopt: it trains on as soon as it has adopted
+            for g, n_epochs in plan.items():
+                self._sent_train[g] = self.submit_train(g, n_epochs)
+
         if self.config.scheduler.mode == "async":
             # Only the actors that reported: the others are training. What they send back
             # becomes their members' restore points (a lost actor restarts from there).
             adopting = [g for g, part in mine.items() if part]
+            plan = {g: n for g, n in plan.items() if g in adopting}
             infos: dict[int, dict] = {}
-            for part in self._call("adopt", args, groups=adopting).values():
+            for part in self._call("adopt", args, groups=adopting, after_sent=send_train).values():
                 infos.update(part["infos"])
                 self.recovery.set_member_points(self.n_members, part["members"], part["archives"])
             for g in adopting:
                 self._since_adopt.pop(g, None)
             return {k: infos[k] for k in adoptions}
-        parts = self._call("adopt", args, replayable=True).values()
+        parts = self._call("adopt", args, replayable=True, after_sent=send_train).values()
         merged_infos, *states = self._merge_parts(parts, ("infos", "members", "archives"))
         self._adopted = states
         return {k: merged_infos[k] for k in adoptions}
@@ -354,8 +388,23 @@ class RayExecutor:
         return [list(group) for group in self._groups]
 
     def submit_train(self, g: int, n_epochs: int) -> Any:
-        """Start ``n_epochs`` of actor ``g``'s members; the handle goes to :meth:`wait_train`."""
+        """Start ``n_epochs`` of actor ``g``'s members; the handle goes to :meth:`wait_train`.
+
+        A call :meth:`train_after_adopt` had sent already is handed over instead of a new one.
+        """
+        sent = self._sent_train.pop(g, None)
+        if sent is not None:
+            _check_sent(sent, n_epochs)
+            return sent
         return (g, n_epochs, self._actors[g].train.remote(n_epochs), time.monotonic())
+
+    def train_after_adopt(self, n_epochs: Mapping[int, int]) -> None:
+        """At the next :meth:`adopt`, send actor ``g`` its next train call of ``n_epochs[g]`` epochs
+        right behind its adopt call, without waiting for the answer: the actor runs one call after
+        the other, so its members train on from what they adopted as soon as they have, while the
+        driver still collects the adopt answers and writes the round. The round loop's next
+        :meth:`train` (or :meth:`submit_train`) takes that call over. Results are unchanged."""
+        self._train_plan = dict(n_epochs)
 
     def wait_train(self, handles: list[Any]) -> tuple[Any, dict[int, list[dict]]]:
         """The first of ``handles`` to finish, and its rows per member.

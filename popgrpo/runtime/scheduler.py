@@ -37,7 +37,15 @@ from popgrpo.core.seeding import STREAM_MERGE, torch_generator
 from popgrpo.runtime.executor import Executor
 from popgrpo.schema import json_float
 
-__all__ = ["FrontierStore", "PopulationRounds", "frontier_store", "merge_selected", "round_lengths", "run_rounds"]
+__all__ = [
+    "FrontierStore",
+    "PopulationRounds",
+    "frontier_store",
+    "merge_selected",
+    "round_lengths",
+    "run_rounds",
+    "train_after_adopt",
+]
 
 Weights = Mapping[str, torch.Tensor]
 
@@ -79,6 +87,15 @@ def merge_selected(
     return MERGES.get(config.scheduler.merge)(inputs)
 
 
+def train_after_adopt(executor: object, n_epochs: Mapping[int, int]) -> None:
+    """Ask ``executor`` to send each actor ``g`` its next train call of ``n_epochs[g]`` epochs
+    right behind its adopt call (:meth:`~popgrpo.runtime.ray_executor.RayExecutor.train_after_adopt`);
+    executors without remote calls (in-process) have nothing to overlap and no such method."""
+    hint = getattr(executor, "train_after_adopt", None)
+    if hint is not None:
+        hint(n_epochs)
+
+
 def run_rounds(
     config: Config,
     executor: Executor,
@@ -108,6 +125,10 @@ def run_rounds(
         record = None
         is_last = round_index == len(lengths) - 1
         if config.scheduler.enabled and not is_last:
+            # Every actor adopts, then trains the next round: sent together, so that no actor
+            # waits for the driver in between (the same calls, in the same order, on each actor).
+            actors = len(getattr(executor, "groups", ()))
+            train_after_adopt(executor, dict.fromkeys(range(actors), lengths[round_index + 1]))
             record = rounds.end_round(round_index, epoch_end, list(range(executor.n_members)), rows)
         on_round(round_index, epoch_end, rows, record)
 

@@ -1,7 +1,8 @@
 """Everything a run writes lives under its run directory.
 
 ``config.yaml`` (resolved), ``metrics.parquet`` (one row per member per epoch),
-``lineage.jsonl`` (one line per scheduler round), ``merges.jsonl`` (asynchronous rounds: each
+``metrics.parts/`` (while a run trains: one Parquet part per round, appended; the run's end
+compacts them into ``metrics.parquet``), ``lineage.jsonl`` (one line per scheduler round), ``merges.jsonl`` (asynchronous rounds: each
 merge's decision, written before it is carried out), ``summary.json`` (Table-1 numbers),
 ``training_dynamics.png``. Files are replaced atomically (write, then rename), so a run
 that dies mid-write leaves the previous complete version, never half a file.
@@ -9,8 +10,10 @@ that dies mid-write leaves the previous complete version, never half a file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,6 +24,12 @@ from popgrpo.schema import metrics_schema
 from popgrpo.telemetry.atomic import atomic_path, atomic_write
 
 __all__ = ["RunDirectory", "metrics_schema", "writable_directory"]
+
+PARTS_DIR = "metrics.parts"
+_PART = re.compile(r"part-(\d{6,})\.parquet")
+# metrics.parquet's schema metadata: the last part number its rows include (parts up to it
+# are already in the file: a run killed between writing it and deleting them reads each row once)
+_THROUGH = b"popgrpo.parts_through"
 
 
 def writable_directory(path: Path, label: str) -> Path:
@@ -41,7 +50,7 @@ class RunDirectory:
         self.path = Path(path)
 
     def create(self) -> RunDirectory:
-        if (self.path / "metrics.parquet").exists():
+        if self.has_metrics():
             raise FileExistsError(f"{self.path} already holds a run; choose another --out")
         self.path.mkdir(parents=True, exist_ok=True)
         return self
@@ -52,14 +61,76 @@ class RunDirectory:
     def write_config(self, config: Config) -> Path:
         return self._replace("config.yaml", config.to_yaml())
 
-    def write_metrics(self, rows: list[dict]) -> Path:
+    # ---- metrics: a compacted file plus the parts appended since ------------------------------
+    def _parts(self) -> list[tuple[int, Path]]:
+        """``metrics.parts/part-NNNNNN.parquet`` files, by number."""
+        folder = self.path / PARTS_DIR
+        if not folder.is_dir():
+            return []
+        return sorted((int(m.group(1)), f) for f in folder.iterdir() if (m := _PART.fullmatch(f.name)))
+
+    @staticmethod
+    def _table(rows: list[dict]) -> pa.Table:
         # Rows read back by a resumed run carry pandas' NaN where a text column was null.
         rows = [r if isinstance(r.get("reward_reasons"), str) else {**r, "reward_reasons": None} for r in rows]
-        table = pa.Table.from_pylist(rows, schema=metrics_schema())
+        return pa.Table.from_pylist(rows, schema=metrics_schema())
+
+    def _write_compacted(self, table: pa.Table, through: int) -> Path:
         target = self.path / "metrics.parquet"
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), _THROUGH: str(through).encode()})
         with atomic_path(target) as tmp:
             pq.write_table(table, tmp)
+        for number, part in self._parts():  # after the file that holds them
+            if number <= through:
+                part.unlink(missing_ok=True)
         return target
+
+    def write_metrics(self, rows: list[dict]) -> Path:
+        """Replace every metrics row with ``rows`` (a resumed run keeps those before its checkpoint)."""
+        parts = self._parts()
+        return self._write_compacted(self._table(rows), parts[-1][0] if parts else -1)
+
+    def append_metrics(self, rows: list[dict]) -> Path:
+        """Append ``rows`` as the next part (one file, written atomically); the whole file is not rewritten."""
+        parts = self._parts()
+        number = max(parts[-1][0] if parts else -1, self._compacted_through()) + 1
+        folder = self.path / PARTS_DIR
+        folder.mkdir(exist_ok=True)
+        target = folder / f"part-{number:06d}.parquet"
+        with atomic_path(target) as tmp:
+            pq.write_table(self._table(rows), tmp)
+        return target
+
+    def has_metrics(self) -> bool:
+        """Whether any metrics were written (compacted or in parts)."""
+        return (self.path / "metrics.parquet").exists() or bool(self._parts())
+
+    def _compacted_through(self) -> int:
+        path = self.path / "metrics.parquet"
+        if not path.exists():
+            return -1
+        metadata = pq.read_schema(path).metadata or {}
+        return int(metadata.get(_THROUGH, b"-1"))
+
+    def read_metrics_table(self) -> pa.Table:
+        """Every metrics row written, in the order written: ``metrics.parquet``, then the parts after it."""
+        path = self.path / "metrics.parquet"
+        through = self._compacted_through()
+        tables = [pq.read_table(path).replace_schema_metadata(None)] if path.exists() else []
+        tables += [pq.read_table(part) for number, part in self._parts() if number > through]
+        if not tables:
+            raise FileNotFoundError(f"{path}: no metrics written")
+        return pa.concat_tables([t.cast(metrics_schema()) for t in tables])
+
+    def compact_metrics(self) -> Path | None:
+        """Fold the parts into ``metrics.parquet`` (None: nothing was ever written)."""
+        parts = self._parts()
+        if not parts:
+            return self.path / "metrics.parquet" if (self.path / "metrics.parquet").exists() else None
+        path = self._write_compacted(self.read_metrics_table(), parts[-1][0])
+        with contextlib.suppress(OSError):  # a leftover temporary file: the next append replaces it
+            (self.path / PARTS_DIR).rmdir()
+        return path
 
     def append_lineage(self, record: dict) -> None:
         with open(self.path / "lineage.jsonl", "a") as fh:
@@ -134,4 +205,4 @@ class RunDirectory:
         return self._replace("summary.json", json.dumps(summary, indent=2) + "\n")
 
     def read_metrics(self):
-        return pq.read_table(self.path / "metrics.parquet").to_pandas()
+        return self.read_metrics_table().to_pandas()
