@@ -396,8 +396,13 @@ class TextRollouts:
         self.policy = CausalLMPolicy(config.policy.causal_lm, device, init_generator(config, member_id))
         self._round0 = self.policy.state_dict()
         self.normalisation = config.policy.causal_lm.loss_normalisation
+        # When set, each step takes its prompts from here instead of drawing them (a benchmark
+        # giving two trainers the same prompt sequence); the member's stream is not drawn from.
+        self.prompt_schedule: Iterator[list[str]] | None = None
 
     def _draw_prompts(self, generator: torch.Generator) -> list[str]:
+        if self.prompt_schedule is not None:
+            return list(next(self.prompt_schedule))
         pool = self.env.prompts
         n = self.config.policy.causal_lm.prompts_per_step
         if n <= len(pool):
