@@ -129,6 +129,7 @@ def popgrpo_config(args: argparse.Namespace, seed: int, overrides: list[str] | N
             f"env.text.sandbox_pool_size={'null' if args.pool_size is None else args.pool_size}",
             "population.size=1",
             "scheduler.enabled=false",
+            *getattr(args, "overrides", []),
             *(overrides or []),
         ],
     )
@@ -390,6 +391,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--population-rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for popgrpo's member (e.g. policy.causal_lm.overlap=false: phases one after another)",
+    )
     parser.add_argument("--out", default="runs/bench-trl", help="TRL's output_dir and this benchmark's JSON")
     return parser
 

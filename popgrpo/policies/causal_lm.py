@@ -21,9 +21,10 @@ the base model has gigabytes), and that is all that crosses the object store.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -168,9 +169,21 @@ class CausalLMPolicy:
 
     # ---- sampling and log-probs --------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, prompts: list[str], group_size: int, generator: torch.Generator) -> Rollout:
-        """Sample ``group_size`` completions of each prompt; rows are prompt-major."""
-        from transformers import GenerationConfig
+    def rollout(
+        self,
+        prompts: list[str],
+        group_size: int,
+        generator: torch.Generator,
+        on_row_done: Callable[[int, str], None] | None = None,
+    ) -> Rollout:
+        """Sample ``group_size`` completions of each prompt; rows are prompt-major.
+
+        ``on_row_done(row, text)`` is called once per row with its decoded completion (the
+        text :attr:`Rollout.completions` will hold): during generation as soon as the row
+        emits its end-of-sequence token, and at the end for rows that reached the length
+        limit. It only observes: the samples are those drawn without it.
+        """
+        from transformers import GenerationConfig, StoppingCriteriaList
 
         tok = self.tokenizer
         enc = tok(
@@ -195,11 +208,19 @@ class CausalLMPolicy:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.manual_seed(seed)
-            sequences = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=generation)
+            watch = None if on_row_done is None else _RowsDone(input_ids.shape[1], tok, on_row_done)
+            sequences = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=generation,
+                stopping_criteria=StoppingCriteriaList([] if watch is None else [watch]),
+            )
         completion = sequences[:, input_ids.shape[1] :]
         mask = _completion_mask(completion, tok.eos_token_id)
         full_attention = torch.cat([attention, mask.to(attention.dtype)], dim=1)
         texts = tok.batch_decode(completion.masked_fill(~mask, tok.pad_token_id), skip_special_tokens=True)
+        if watch is not None:
+            watch.finish(texts)
         return Rollout(list(prompts), sequences, full_attention, mask.float(), texts, group_size)
 
     def token_log_probs(self, rollout: Rollout, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -226,6 +247,45 @@ class CausalLMPolicy:
         start = rollout.prompt_length - 1  # logits at position i predict token i + 1
         logits = out.logits[:, start:-1, :].float()
         return logits / self.cfg.temperature
+
+
+class _RowsDone:
+    """A stopping criterion that stops nothing: it reports each row's text as soon as it ends."""
+
+    def __init__(self, prompt_length: int, tokenizer: Any, callback: Callable[[int, str], None]) -> None:
+        self.prompt_length = prompt_length
+        self.tokenizer = tokenizer
+        self.callback = callback
+        self.done: set[int] = set()
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        completion = input_ids[:, self.prompt_length :]
+        mask = _completion_mask(completion, self.tokenizer.eos_token_id)
+        ended = (~mask[:, -1]) | _is_eos(completion[:, -1], self.tokenizer.eos_token_id)
+        for row in int_rows(ended):
+            if row not in self.done:
+                self.done.add(row)
+                tokens = completion[row].masked_fill(~mask[row], self.tokenizer.pad_token_id)
+                self.callback(row, self.tokenizer.decode(tokens, skip_special_tokens=True))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def finish(self, texts: list[str]) -> None:
+        """The rows that never ended (the length limit), with their final texts."""
+        for row, text in enumerate(texts):
+            if row not in self.done:
+                self.done.add(row)
+                self.callback(row, text)
+
+
+def int_rows(flags: torch.Tensor) -> list[int]:
+    """The indices where a ``[N]`` bool tensor is true."""
+    return [int(i) for i in flags.nonzero().reshape(-1).tolist()]
+
+
+def _is_eos(tokens: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
+    if eos_token_id is None:
+        return torch.zeros_like(tokens, dtype=torch.bool)
+    return torch.isin(tokens, torch.as_tensor(eos_token_id, device=tokens.device).reshape(-1))
 
 
 def _completion_mask(completion: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
