@@ -25,7 +25,13 @@ base model), in this process, float32, one torch thread, on the same cores, with
   a new ``GRPOTrainer``), built outside the timed region, then one untimed warm-up step; the
   clock covers the next ``steps`` whole steps (popgrpo: ``Member.step`` ×N and
   ``Member.end_epoch``, so the embeddings and archive of the epoch are inside; TRL: from the end
-  of its warm-up step to the end of its last step, as its callbacks see them).
+  of its warm-up step to the end of its last step, as its callbacks see them). One untimed round
+  of both comes first (the process's first-call costs).
+
+popgrpo's member runs as configured by ``lm_programs``, its step overlapped
+(``policy.causal_lm.overlap``: programs start as their rows finish, the reference pass runs while
+they do, embeddings on the process's embedding thread); ``--set policy.causal_lm.overlap=false``
+times the sequential step instead.
 
 A round is one block of each side, run back to back (the order alternates from round to round)
 so that both see the same background load; the ratio is the geometric mean over rounds of
@@ -39,8 +45,8 @@ they run off the main thread.
 
 ``--population K`` (default: the machine's cores) adds the population case: K processes each
 train one fresh popgrpo member, against K processes each running one TRL trainer, with the
-same settings; their timed regions start together (a barrier) and the rate is all their
-tokens over the span from the first start to the last end.
+same settings; each process runs one untimed block first, their timed regions start together
+(a barrier) and the rate is all their tokens over the span from the first start to the last end.
 """
 
 from __future__ import annotations
@@ -311,6 +317,11 @@ def time_trl(args: argparse.Namespace, seed: int, out: Path, barrier: Any = None
 def _population_worker(side: str, args: argparse.Namespace, seed: int, out: str, barrier: Any, queue: Any) -> None:
     torch.set_num_threads(args.threads)
     try:
+        # An untimed block first, as in the paired rounds: the new process's first-call costs.
+        if side == "popgrpo":
+            time_popgrpo(args, seed + 50_000)
+        else:
+            time_trl(args, seed + 50_000, Path(out) / "warm")
         result = time_popgrpo(args, seed, barrier) if side == "popgrpo" else time_trl(args, seed, Path(out), barrier)
         queue.put({k: v for k, v in result.items() if k in ("start", "end", "tokens", "completions")})
     except BaseException as exc:
@@ -416,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # One untimed round first: the process's first-call costs (numba's compile of the archive's
+    # insert, the embedding model's load, the sandbox pool's first fill) fall on neither side's blocks.
+    time_popgrpo(args, seed=10_000)
+    time_trl(args, 10_000, out / "trl-warm")
     results: dict[str, list[dict]] = {"popgrpo": [], "trl": []}
     for i in range(args.rounds):
         order = ["popgrpo", "trl"] if i % 2 == 0 else ["trl", "popgrpo"]
