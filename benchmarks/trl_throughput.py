@@ -381,6 +381,77 @@ def ratio_summary(popgrpo: list[dict], trl: list[dict], resamples: int = 10_000)
     return out
 
 
+PHASES = ("generation", "reference log-probs", "reward (waiting)", "update forward", "optimizer", "embeddings", "rest")
+
+
+def report_markdown(payload: dict) -> str:
+    """The tables BENCHMARKS.md shows, from this benchmark's JSON (``--report FILE``)."""
+
+    def ci(summary: dict, key: str) -> str:
+        lo, hi = summary.get(key, [math.nan, math.nan])
+        return f"{lo:.2f}–{hi:.2f}"
+
+    results = payload["results"]
+    rows = []
+    for side, blocks in results.items():
+        rates = _rates(blocks)
+        rows.append(
+            [
+                "popgrpo member" if side == "popgrpo" else "TRL GRPOTrainer",
+                len(blocks),
+                ", ".join(f"{r:.0f}" for r in rates),
+                f"{statistics.median(rates):.1f}",
+                f"{sum(b['tokens'] for b in blocks) / max(1, sum(b['completions'] for b in blocks)):.1f}",
+                f"{statistics.median(b['load'] for b in blocks):.0f}",
+            ]
+        )
+    parts = [
+        md_table(["trainer", "blocks", "tokens/s per block", "median tokens/s", "mean tokens", "load (median)"], rows),
+        "",
+        md_table(
+            ["", "popgrpo / TRL tokens/s", "bootstrap 95% CI", "t 95% CI", "rounds", "per round"],
+            [
+                [
+                    "one trainer each",
+                    f"**{payload['ratio']:.2f}**",
+                    ci(payload, "bootstrap_ci95"),
+                    ci(payload, "t_ci95"),
+                    payload["rounds"],
+                    ", ".join(f"{r:.2f}" for r in payload["per_round"]),
+                ]
+            ]
+            + (
+                [
+                    [
+                        f"population: {payload['population']['members']} processes each",
+                        f"**{payload['population']['ratio']:.2f}**",
+                        ci(payload["population"], "bootstrap_ci95"),
+                        ci(payload["population"], "t_ci95"),
+                        payload["population"]["rounds"],
+                        ", ".join(f"{r:.2f}" for r in payload["population"]["per_round"]),
+                    ]
+                ]
+                if payload.get("population")
+                else []
+            ),
+        ),
+        "",
+    ]
+    profile = payload["profile"]
+    names = [p for p in PHASES if any(p in prof for prof in profile.values())]
+    names += sorted({k for prof in profile.values() for k in prof} - {*names, "step"})
+    parts.append(
+        md_table(
+            ["seconds per step (median over blocks)", "popgrpo member", "TRL GRPOTrainer"],
+            [
+                [name, *(f"{profile[side][name]:.3f}" if name in profile[side] else "—" for side in ("popgrpo", "trl"))]
+                for name in [*names, "step"]
+            ],
+        )
+    )
+    return "\n".join(parts)
+
+
 def _rates(blocks: list[dict]) -> list[float]:
     return [b["tokens"] / b["seconds"] for b in blocks]
 
@@ -402,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--population-rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--report", metavar="JSON", help="print BENCHMARKS.md's tables from a run's JSON and exit")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -417,6 +489,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.report:
+        print(report_markdown(json.loads(Path(args.report).read_text())))
+        return 0
     if not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model {args.model}: not a save_pretrained directory (run popgrpo lm pretrain first)")
     for name in ("steps", "rounds", "prompts", "group", "tokens"):
