@@ -217,7 +217,8 @@ def build_trl(args: argparse.Namespace, seed: int, out: Path):
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
     tokenizer.padding_side = "left"

@@ -22,7 +22,8 @@ def test_ratio_is_the_geometric_mean_of_paired_rounds_with_its_intervals():
         lo, hi = summary[key]
         assert lo < summary["ratio"] < hi
     lo, hi = summary["bootstrap_ci95"]
-    assert lo >= 1.0 - 1e-9 and hi <= 3.0 + 1e-9  # resampled means stay within the rounds' range (the t interval need not)
+    # resampled means stay within the rounds' range (the t interval need not)
+    assert lo >= 1.0 - 1e-9 and hi <= 3.0 + 1e-9
 
 
 def test_report_renders_the_tables_from_the_json():
