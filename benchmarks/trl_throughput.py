@@ -28,10 +28,11 @@ base model), in this process, float32, one torch thread, on the same cores, with
   of its warm-up step to the end of its last step, as its callbacks see them). One untimed round
   of both comes first (the process's first-call costs).
 
-popgrpo's member runs as configured by ``lm_programs``, its step overlapped
-(``policy.causal_lm.overlap``: programs start as their rows finish, the reference pass runs while
-they do, embeddings on the process's embedding thread); ``--set policy.causal_lm.overlap=false``
-times the sequential step instead.
+popgrpo's member runs as configured by ``lm_programs`` (its step sequential by default);
+``--set policy.causal_lm.overlap=true`` times the overlapped step (programs start as their rows
+finish, the reference pass runs while they do, embeddings on the process's embedding thread),
+and ``--compare-sequential`` adds a third block per round with ``overlap=false``, for the
+overlap's own effect.
 
 A round is one block of each side, run back to back (the order alternates from round to round)
 so that both see the same background load; the ratio is the geometric mean over rounds of
@@ -474,6 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--population-rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--compare-sequential",
+        action="store_true",
+        help="a third block per round: popgrpo with policy.causal_lm.overlap=false (the overlap's own effect)",
+    )
     parser.add_argument("--report", metavar="JSON", help="print BENCHMARKS.md's tables from a run's JSON and exit")
     parser.add_argument(
         "--set",
@@ -508,11 +514,16 @@ def main(argv: list[str] | None = None) -> int:
     time_popgrpo(args, seed=10_000)
     time_trl(args, 10_000, out / "trl-warm")
     results: dict[str, list[dict]] = {"popgrpo": [], "trl": []}
+    sequential: list[dict] = []
     for i in range(args.rounds):
         order = ["popgrpo", "trl"] if i % 2 == 0 else ["trl", "popgrpo"]
+        if args.compare_sequential:
+            order.insert(1, "sequential")
         for side in order:
             if side == "popgrpo":
                 results["popgrpo"].append(time_popgrpo(args, seed=i))
+            elif side == "sequential":
+                sequential.append(time_popgrpo(args, seed=i, overrides=["policy.causal_lm.overlap=false"]))
             else:
                 results["trl"].append(time_trl(args, i, out / f"trl-{i}"))
         print(
@@ -559,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         "population": population,
         **summary,
     }
+    if sequential:
+        payload["sequential"] = {"results": sequential, **ratio_summary(results["popgrpo"], sequential)}
+        print(f"popgrpo overlapped / sequential tokens/s: {payload['sequential']['ratio']:.2f}")
     (out / "trl_throughput.json").write_text(json.dumps(payload, indent=1))
     return 0
 
