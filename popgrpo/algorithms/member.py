@@ -22,10 +22,12 @@ methods.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -34,7 +36,7 @@ import torch
 from popgrpo.algorithms.archive_service import ArchiveService, EpochInserts
 from popgrpo.algorithms.discovery import epoch_discovery
 from popgrpo.algorithms.merges import WeightMutation
-from popgrpo.algorithms.rollouts import RewardSource, Rollouts, make_rollouts
+from popgrpo.algorithms.rollouts import RewardSource, Rollouts, TextRollouts, make_rollouts
 from popgrpo.algorithms.step import (
     NO_ARCHIVE_ANSWER,
     Samples,
@@ -94,6 +96,9 @@ class PendingStep(Generic[IdeasT]):
     samples: Samples[IdeasT]
     scores: Scores
     request: object  # the archive's handle for the sent insert (EpochInserts.submit); None: deferred
+    # The features still being computed (score_begin's defer_features): scores.features is empty
+    # until Member.join_features puts them in, after the update.
+    features_later: Future[torch.Tensor] | None = None
 
 
 class Member:
@@ -138,6 +143,15 @@ class Member:
             self.reward_source = reward_source
         self.archive = archive
         self.inserts = EpochInserts(archive, self.rollouts.behaviour, deferred=self.defers_archive_inserts)
+        if isinstance(self.rollouts, TextRollouts):
+            # Rewards start as each completion is generated when they are the environment's own.
+            self.rollouts.prefetch_rewards = (
+                self.rollouts.overlap
+                and reward_source is None
+                and config.reward.source == "execution"
+                and bool(getattr(self.rollouts.env, "can_prefetch", False))  # TextEnv's, not every TextEnvironment's
+                and callable(getattr(self.rollouts.env, "prefetch", None))
+            )
         self.optimizer = make_optimizer(self.policy.parameters(), config)
         ent = config.maxent.entropy
         self.alpha = AdaptiveAlpha(ent.target, ent.alpha_init, ent.alpha_lr)
@@ -163,10 +177,24 @@ class Member:
             rows.append(self.end_epoch(steps))
         return rows
 
+    def features_can_wait(self) -> bool:
+        """True when nothing needs a step's features before its update: a text member
+        (policy.causal_lm.overlap) trained on the environment's own reward, with deferred archive
+        inserts and no repulsion. Its embeddings then run beside the update."""
+        rollouts = self.rollouts
+        return (
+            isinstance(rollouts, TextRollouts)
+            and rollouts.overlap
+            and self.config.reward.source == "execution"
+            and self.defers_archive_inserts
+            and self.repel is None
+        )
+
     def step(self) -> StepStats:
         """One GRPO step: sample, score (reward, archive, advantages), update."""
         samples = self.rollouts.sample(self.generator)
-        batch = self.score_end(self.score_begin(samples))
+        pending = self.score_begin(samples, defer_features=self.features_can_wait())
+        batch = self.score_end(pending)
         logp, entropy, kl = None, None, None
         for _ in range(self.config.grpo.updates_per_batch):
             logp, entropy = self.rollouts.log_prob_and_entropy(samples)
@@ -175,13 +203,33 @@ class Member:
             loss.backward()  # pyright: ignore[reportUnknownMemberType]  # torch leaves backward's parameters unannotated
             self.optimizer.step()  # pyright: ignore[reportUnknownMemberType]  # torch leaves step's closure unannotated
         assert entropy is not None and kl is not None, "grpo.updates_per_batch is at least 1"
+        if pending.features_later is not None:
+            batch = self.join_features(batch, pending.features_later)
         return self.finish_step(batch, entropy, kl)
+
+    def join_features(self, batch: StepBatch[IdeasT], features: Future[torch.Tensor]) -> StepBatch[IdeasT]:
+        """Put a step's deferred features into its batch, and hand them to the (deferred) archive inserts."""
+        values = features.result()
+        scores = batch.scores
+        self.inserts.submit(values, scores.rewards, scores.finite, self.config.maxent.novelty.enabled)
+        return dataclasses.replace(batch, scores=dataclasses.replace(scores, features=values))
 
     # A step's parts that do not touch the policy's parameters: PackedMembers
     # (popgrpo.algorithms.packed) calls them around one vectorised policy pass for several members.
-    def score_begin(self, samples: Samples[IdeasT]) -> PendingStep[IdeasT]:
-        """Rewards of a step's ideas from the reward source, and the archive request sent (not awaited)."""
-        features, complexity = self.rollouts.describe(samples)
+    def score_begin(self, samples: Samples[IdeasT], defer_features: bool = False) -> PendingStep[IdeasT]:
+        """Rewards of a step's ideas from the reward source, and the archive request sent (not awaited).
+
+        ``defer_features`` (only where :meth:`features_can_wait`): the features are left
+        computing; the pending step carries their Future, the archive insert waits for
+        :meth:`join_features`, and the reward source gets an empty ``[0]`` tensor for them.
+        """
+        later: Future[torch.Tensor] | None = None
+        if defer_features:
+            assert isinstance(self.rollouts, TextRollouts) and self.features_can_wait()
+            later, complexity = self.rollouts.describe_later(cast(Samples[Any], samples))
+            features = torch.empty(0)
+        else:
+            features, complexity = self.rollouts.describe(samples)
         answer = self.reward_source(samples, features, self.generator)
         shape = (samples.n_prompts, samples.group_size)
         rewards = answer.values.reshape(shape)
@@ -189,7 +237,7 @@ class Member:
         n_bad = 0 if bool(finite.all()) else int((~finite).sum())
         if n_bad:
             self._count_bad_rewards(n_bad, rewards.numel())
-        request = self.inserts.submit(features, rewards, finite, self.config.maxent.novelty.enabled)
+        request = None if later else self.inserts.submit(features, rewards, finite, self.config.maxent.novelty.enabled)
         scores = Scores(
             features=features,
             complexity=complexity,
@@ -201,7 +249,7 @@ class Member:
             expected=answer.expected,  # [N]: the epoch averages them over all ideas
             success=answer.success,
         )
-        return PendingStep(samples=samples, scores=scores, request=request)
+        return PendingStep(samples=samples, scores=scores, request=request, features_later=later)
 
     def score_end(self, pending: PendingStep[IdeasT]) -> StepBatch[IdeasT]:
         """Archive bonus and novelty into the returns (when the archive answered this step), then the advantages."""

@@ -33,6 +33,7 @@ import copy
 import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import torch
@@ -43,6 +44,7 @@ from popgrpo.config import Config
 from popgrpo.core.grpo import masked_aggregate
 from popgrpo.core.tensor_lists import int_list
 from popgrpo.envs import Environment, TextEnvironment, make_env
+from popgrpo.envs.text import embedding_thread
 from popgrpo.policies import make_policy
 
 if TYPE_CHECKING:
@@ -411,8 +413,19 @@ class TextRollouts:
             from popgrpo.algorithms.engine_rollouts import EngineSampler
 
             self.engine = EngineSampler(rollout_service, member_id, self.policy)
+        # When set, each step takes its prompts from here instead of drawing them (a benchmark
+        # giving two trainers the same prompt sequence); the member's stream is not drawn from.
+        self.prompt_schedule: Iterator[list[str]] | None = None
+        # policy.causal_lm.overlap: embeddings start on the process's embedding thread as soon as
+        # a step's completions exist; with prefetch_rewards (set by the member when its rewards
+        # are the environment's) each completion's reward starts as soon as its row ends.
+        self.overlap = config.policy.causal_lm.overlap
+        self.prefetch_rewards = False
+        self._embedding: dict[int, Future[torch.Tensor]] = {}  # id(rollout) → its embeddings
 
     def _draw_prompts(self, generator: torch.Generator) -> list[str]:
+        if self.prompt_schedule is not None:
+            return list(next(self.prompt_schedule))
         pool = self.env.prompts
         n = self.config.policy.causal_lm.prompts_per_step
         if n <= len(pool):
@@ -423,11 +436,18 @@ class TextRollouts:
 
     def sample(self, generator: torch.Generator) -> Samples[Rollout]:
         prompts = self._draw_prompts(generator)
+        G = self.config.grpo.group_size
         rollout_logp = None
         if self.engine is None:
-            rollout = self.policy.rollout(prompts, self.config.grpo.group_size, generator)
+            on_row_done: Callable[[int, str], None] | None = None
+            if self.prefetch_rewards:  # each program starts as soon as its row is generated
+                prefetch: Callable[[str, str], None] = getattr(self.env, "prefetch")  # noqa: B009  # checked by the member
+                on_row_done = lambda row, text: prefetch(prompts[row // G], text)  # noqa: E731
+            rollout = self.policy.rollout(prompts, G, generator, on_row_done=on_row_done)
         else:
-            rollout, rollout_logp = self.engine.rollout(prompts, self.config.grpo.group_size, generator)
+            rollout, rollout_logp = self.engine.rollout(prompts, G, generator)
+        if self.overlap:  # the embeddings run beside the reference pass (and the programs)
+            self._embedding[id(rollout)] = embedding_thread().submit(self.env.embed, rollout.completions)
         with torch.no_grad():
             # With one update per batch the update's own log-probs, detached, are the sampling
             # policy's (the weights have not changed), so that forward pass is not done twice
@@ -462,9 +482,22 @@ class TextRollouts:
         return advantages.reshape(-1)[:, None]  # [N, 1]: each token takes its completion's advantage
 
     def describe(self, samples: Samples[Rollout]) -> tuple[torch.Tensor, torch.Tensor]:
+        features, complexity = self.describe_later(samples)
+        return features.result(), complexity
+
+    def describe_later(self, samples: Samples[Rollout]) -> tuple[Future[torch.Tensor], torch.Tensor]:
+        """:meth:`describe` with the embeddings as a Future (the ones :meth:`sample` started, or
+        started now on the process's embedding thread; computed at once when overlap is off)."""
         rollout = samples.ideas
-        embeddings = self.env.embed(rollout.completions)  # what the archive stores and novelty compares
-        return embeddings, rollout.lengths.float().cpu().reshape(samples.n_prompts, samples.group_size)
+        complexity = rollout.lengths.float().cpu().reshape(samples.n_prompts, samples.group_size)
+        started = self._embedding.pop(id(rollout), None)
+        if started is None:
+            if self.overlap:
+                started = embedding_thread().submit(self.env.embed, rollout.completions)
+            else:
+                started = Future[torch.Tensor]()
+                started.set_result(self.env.embed(rollout.completions))  # what the archive stores, novelty compares
+        return started, complexity
 
     def behaviour(self, features: torch.Tensor) -> torch.Tensor:
         return self.env.behaviour(features)

