@@ -240,11 +240,13 @@ class TextEnv:
         futures = []
         for pair in zip(prompts, completions, strict=True):
             queue = started.get(pair)
-            if not queue:
+            if not queue:  # not all were started: score runs them all, none of these is needed
+                for future in futures:
+                    future.cancel()
                 futures = None
                 break
             futures.append(queue.popleft())
-        for queue in started.values():  # not asked for (or all were not there): not needed
+        for queue in started.values():  # not asked for: not needed
             for future in queue:
                 future.cancel()
         if futures is None:
