@@ -43,7 +43,7 @@ from typing import Any, cast
 
 import ray
 import torch
-from ray.exceptions import RayActorError
+from ray.exceptions import ObjectLostError, RayActorError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
@@ -68,6 +68,23 @@ from popgrpo.telemetry.live import LiveMetrics
 log = logging.getLogger(__name__)
 
 __all__ = ["RayExecutor"]
+
+
+# What a lost member actor's answer raises: the actor died or its node is gone (RayActorError),
+# or the node went after the actor answered but before the driver fetched an answer too large
+# to travel inline (ObjectLostError: a member call's result is never reconstructed, since a
+# state-changing actor call must not run twice on its own).
+LOST_ANSWER = (RayActorError, ObjectLostError)
+
+
+def _loss_reason(exc: BaseException) -> str:
+    """The first line of what a lost actor's answer raised. An actor whose ``__init__`` raised
+    is a bug or bad input, not a lost process: that is raised again."""
+    if isinstance(exc, RayActorError) and exc.actor_init_failed:
+        raise exc
+    if isinstance(exc, ObjectLostError):
+        return f"its answer was lost with the node that held it ({type(exc).__name__})"
+    return str(exc).splitlines()[0]
 
 
 def _check_sent(sent: tuple[Any, ...], n_epochs: int) -> None:
@@ -245,10 +262,8 @@ class RayExecutor:
             try:
                 results[g] = ray.get(ready[0])
                 self._deadlines.answered(method, time.monotonic() - started[g], epochs(g))
-            except RayActorError as exc:  # died, or its node is gone
-                if exc.actor_init_failed:  # its __init__ raised: a bug or bad input, not a lost process
-                    raise
-                self._lost(g, attempts, str(exc).splitlines()[0], exc)
+            except LOST_ANSWER as exc:
+                self._lost(g, attempts, _loss_reason(exc), exc)
                 refs[g] = getattr(self._actors[g], method).remote(*args_for(g))
                 started[g] = time.monotonic()
         if replayable:
@@ -297,9 +312,10 @@ class RayExecutor:
             try:
                 self.recovery.replay_into(actor, g, group, self._archive_home())
                 self._redo_since_adopt(actor, g)
-            except RayActorError as exc:
+            except LOST_ANSWER as exc:
                 ray.kill(actor, no_restart=True)
-                if exc.actor_init_failed or attempt == self.config.population.max_restarts:
+                init_failed = isinstance(exc, RayActorError) and exc.actor_init_failed
+                if init_failed or attempt == self.config.population.max_restarts:
                     raise
                 time.sleep(delay)
                 delay *= 2
@@ -432,10 +448,8 @@ class RayExecutor:
                 self._deadlines.answered("train", time.monotonic() - start, n_epochs)
                 self._since_adopt.setdefault(g, []).append(("train", (n_epochs,)))
                 return handle, rows
-            except RayActorError as exc:
-                if exc.actor_init_failed:
-                    raise
-                self._lost(g, attempts, str(exc).splitlines()[0], exc)
+            except LOST_ANSWER as exc:
+                self._lost(g, attempts, _loss_reason(exc), exc)
                 handles[handles.index(handle)] = self.submit_train(g, n_epochs)
 
     def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:

@@ -134,6 +134,63 @@ def node_loss() -> dict:
     return {"rows": rows, "lineage": lineage, **facts}
 
 
+def answer_lost() -> dict:
+    """As :func:`node_loss`, but the node goes between an actor's answer and the driver's fetch.
+
+    From round 1 on, the first answer the executor fetches that is stored only on the victim
+    node (one too large to travel inline, such as the states ``adopt`` sends back) has its node
+    removed just before the fetch: the actor has answered, its answer is lost with the node.
+    The executor's ``ray.wait`` is made not to copy a ready answer to the driver's node, so the
+    answer is still only on the victim when it is fetched: the moment that a loaded machine
+    produced by chance once (an ``ObjectReconstructionFailedError`` out of ``adopt``).
+    """
+    import ray
+
+    from benchmarks.common import loopback_ray_cluster
+    from popgrpo.runtime import ray_executor
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from tests.driving import drive
+
+    cfg = _config("node_loss")
+    facts: dict = {"removed": False}
+    with loopback_ray_cluster({"num_cpus": 0}, worker_cpus=(2, 2), prefix="pgansw-") as (cluster, workers, _):
+        victim = workers[0]
+        armed = []
+
+        class RemoveBeforeFetch:
+            """``ray`` as the executor sees it, but ``get`` first removes the victim node when
+            armed and the answer asked for lies only there."""
+
+            def __getattr__(self, name):
+                return getattr(ray, name)
+
+            def wait(self, refs, *args, **kwargs):
+                # Ready without copying it here: the answer still lies only where it was made.
+                return ray.wait(refs, *args, **{**kwargs, "fetch_local": False})
+
+            def get(self, refs, *args, **kwargs):
+                if armed and not facts["removed"] and isinstance(refs, ray.ObjectRef):
+                    where = ray.experimental.get_object_locations([refs]).get(refs, {})
+                    if where.get("node_ids") == [victim.node_id]:
+                        facts["removed"] = True
+                        facts["object_size"] = where.get("object_size")
+                        cluster.remove_node(victim, allow_graceful=False)
+                return ray.get(refs, *args, **kwargs)
+
+        ray_executor.ray = RemoveBeforeFetch()
+        executor = RayExecutor(cfg)
+        try:
+            rows, lineage = drive(cfg, executor, lambda ex: armed.append(True))
+            placements = set(ray.get([a.node_id.remote() for a in executor._actors]))
+        finally:
+            executor.close()
+            ray_executor.ray = ray
+        facts["restarts"] = executor.restarts
+        facts["restart_reasons"] = [e["reason"] for e in executor.events if e["event"] == "member_actor_restarted"]
+        facts["victim_still_used"] = victim.node_id in placements
+    return {"rows": rows, "lineage": lineage, **facts}
+
+
 def node_loss_async() -> dict:
     """As :func:`node_loss`, in asynchronous rounds (S = 0: deterministic), through ``train``:
     a worker is removed while an actor on it is training; the run completes on the other."""
@@ -188,7 +245,12 @@ def run(scenario: str, workdir: Path, extra_env: dict[str, str] | None = None, t
 
 if __name__ == "__main__":
     scenario, result_path = sys.argv[1], sys.argv[2]
-    result = {"gcs_outage": gcs_outage, "node_loss": node_loss, "node_loss_async": node_loss_async}[scenario]()
+    result = {
+        "gcs_outage": gcs_outage,
+        "node_loss": node_loss,
+        "answer_lost": answer_lost,
+        "node_loss_async": node_loss_async,
+    }[scenario]()
     Path(result_path).write_text(json.dumps(result))
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown: Ray's native threads can crash in it (tests/conftest.py)

@@ -30,6 +30,19 @@ def test_worker_node_removed_mid_round(tmp_path):
     pd.testing.assert_frame_equal(pd.DataFrame(result["rows"]), pd.DataFrame(reference_rows))
 
 
+def test_worker_node_removed_after_an_actor_answered_before_the_driver_fetched_the_answer(tmp_path):
+    """The node goes after its actor answered but before the driver fetched the answer (stored
+    in that node's object store): the answer is lost with the node, the actor is rebuilt on the
+    other node and asked again, and the numbers are the undisturbed in-process run's."""
+    result = scenarios.run("answer_lost", tmp_path)
+    cfg = load_config(preset_path("pop_grpo"), scenarios.CONFIGS["node_loss"])
+    reference_rows, _ = drive(cfg, LocalExecutor(cfg))
+    assert result["removed"] and result["object_size"] > 100 * 1024  # too large to travel inline
+    assert result["restarts"] >= 1 and not result["victim_still_used"]
+    assert any("lost" in reason.lower() for reason in result["restart_reasons"]), result["restart_reasons"]
+    pd.testing.assert_frame_equal(pd.DataFrame(result["rows"]), pd.DataFrame(reference_rows))
+
+
 def test_worker_node_removed_mid_round_in_async_rounds(tmp_path):
     """scheduler.mode=async with S = 0: the lost actors are rebuilt from their members' restore
     points and redo their round; the numbers are the undisturbed in-process run's."""
