@@ -59,6 +59,7 @@ class RoundTimer:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.starts: list[float] = []
+        self.ends: list[float] = []  # when each round's ``train`` call returned: its last report
         self.inside: list[float] = []
         self.train_s: list[float] = []
         self.adopt_s: list[float] = []
@@ -88,6 +89,7 @@ class RoundTimer:
                     self.inside_cpu[-1] += time.process_time() - start_cpu
                     if name == "train":
                         self.train_s[-1] += seconds
+                        self.ends.append(time.perf_counter())
                     elif name == "adopt":
                         self.adopt_s[-1] += seconds
 
@@ -101,6 +103,16 @@ class RoundTimer:
     def round_seconds(self) -> list[float]:
         """Wall time of each round, from its ``train`` call to the next (the last: to ``close``)."""
         return [b - a for a, b in zip(self.starts, self.starts[1:], strict=False)]
+
+    def report_periods(self) -> list[float]:
+        """Wall time from each round's last report to the next round's: round 1's and on (each
+        holds a merge, the adopt and the round's training).
+
+        Unlike :meth:`round_seconds`, this does not depend on when the driver gets round to its
+        ``train`` call: an actor's next train call is sent right behind its adopt
+        (:func:`~popgrpo.runtime.scheduler.train_after_adopt`), so its members have been
+        training for a while by then, for longer in some rounds than in others."""
+        return [b - a for a, b in zip(self.ends, self.ends[1:], strict=False)]
 
     def driver_seconds(self) -> list[float]:
         """Per round: its wall time less the time inside executor calls."""

@@ -21,11 +21,13 @@ What is modelled, and how it maps onto the real run (popgrpo.runtime):
   log-normal with mean 1 (``straggler_sigma``; σ = 1 gives a heavy tail: 1 round in 20 is
   slower than 3.3× the mean). Draws are keyed by (seed, actor, that actor's round number), so
   sync and async see the same draws.
-* **Sync** (``scheduler.mode: sync``, today's loop): every actor trains T epochs, the driver
-  waits for all of them, then fetches the top-M members' weights, merges them, and every
-  actor adopts the merge (object-store fetch, mutation, its states back for the checkpoint);
-  then the driver's per-round work (selection, checkpoint, metrics, loggers) runs before the
-  next round starts. The last round has no merge.
+* **Sync** (``scheduler.mode: sync``): every actor trains T epochs, the driver waits for all
+  of them, then fetches the top-M members' weights and merges them; each actor adopts the
+  merge (object-store fetch, mutation, its states back for the checkpoint) and trains its
+  next round right after (the real driver queues the next train call behind the adopt). The
+  driver's per-round work (selection, checkpoint, metrics, loggers) runs beside that, as the
+  background writer does (it still takes a core of the driver's node); after the last round,
+  which has no merge, the run ends when it is done.
 * **Async** (``scheduler.mode: async``): an actor that finishes its T epochs reports and
   waits; once ``buffer`` = B reports are in, the driver merges from them (fetch, merge) and
   sends the merge to the actors that reported, which adopt it and go on; its per-round work
@@ -111,10 +113,12 @@ class SimResult:
     held_s: float  # async: time merges were held back for staleness
     max_staleness_seen: int  # the oldest base (in merges) any epoch was trained from
     round_s: list[float] = field(default_factory=list)  # sync: each round's wall time
+    # sync: from each round's last report to the next round's (round 1 on: merge, adopts, epochs)
+    report_s: list[float] = field(default_factory=list)
     finished: bool = True  # False: the time limit came first (a hung sync run without a deadline)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "round_s"} | {
+        return {k: v for k, v in self.__dict__.items() if k not in ("round_s", "report_s")} | {
             "mean_round_s": statistics.fmean(self.round_s) if self.round_s else None
         }
 
@@ -144,6 +148,7 @@ class _Sim:
         self.seed, self.limit_s = seed, limit_s
         self.cores = [simpy.Resource(self.env, capacity=cluster.cores_per_node) for _ in range(cluster.nodes)]
         self.live = [True] * cluster.nodes
+        self.writer = simpy.Resource(self.env, capacity=1)  # the driver's background writer thread
         self.actors = [_Actor(i, i % cluster.nodes) for i in range(work.actors)]
         self.load = [0] * cluster.nodes  # actors placed on each node
         for a in self.actors:
@@ -159,6 +164,7 @@ class _Sim:
         self.busy_s = 0.0  # core-seconds of useful epochs
         self.round_times: list[float] = []  # actor rounds, for the hang deadline
         self.sync_rounds: list[float] = []
+        self.sync_reports: list[float] = []  # when each sync round's last report came in
         self.version = 0
         self.staleness_seen = 0
         self.done = self.env.event()
@@ -284,31 +290,49 @@ class _Sim:
         yield from self.on_core(0, c.call_s + m * c.fetch_s(c.weight_bytes) + c.merge_s(m))
 
     def driver_writes(self, members: int) -> Generator[Any, Any, None]:
-        """The driver's per-round work for ``members`` members: selection, checkpoint, metrics, loggers."""
-        yield from self.on_core(0, self.costs.driver_s(members))
+        """The driver's per-round work for ``members`` members: selection, checkpoint, metrics,
+        loggers; one writer thread does them, a round at a time, in order."""
+        with self.writer.request() as turn:
+            yield turn
+            yield from self.on_core(0, self.costs.driver_s(members))
 
     # ---- schedules -----------------------------------------------------------------------
+    def adopt_then_train(
+        self, actor: _Actor, version: int | None, n_epochs: int
+    ) -> Generator[Any, Any, tuple[int, float]]:
+        """An actor's sync round: the merge ``version`` adopted first (none in round 0), then
+        its epochs right behind, as the real actor runs the train call queued behind its adopt."""
+        if version is not None:
+            yield from self.adopt(actor, version)
+        return (yield from self.robust_round(actor, n_epochs))
+
     def sync(self) -> Generator[Any, Any, None]:
         lengths = [self.work.interval] * (self.work.epochs // self.work.interval)
         if self.work.epochs % self.work.interval:
             lengths.append(self.work.epochs % self.work.interval)
+        adopting: int | None = None  # the merge the actors adopt before their next round
+        last = len(lengths) - 1
         for r, n_epochs in enumerate(lengths):
             start = self.env.now
-            procs = {a.index: self.env.process(self.robust_round(a, n_epochs)) for a in self.actors}
+            procs = {a.index: self.env.process(self.adopt_then_train(a, adopting, n_epochs)) for a in self.actors}
             for a in self.actors:
                 a.process = procs[a.index]
             # The round's robust_round processes set ``training`` when they start; a node lost
-            # before that moves the actor and has it rebuilt (:meth:`rebuilt`).
+            # before that (while adopting, say) moves the actor and has it rebuilt (:meth:`rebuilt`).
             yield self.env.all_of(list(procs.values()))
+            self.sync_reports.append(self.env.now)
             for a in self.actors:
                 n_epochs, core_s = cast(tuple[int, float], procs[a.index].value)
                 self.credit(a, n_epochs, core_s)
-            if r < len(lengths) - 1:
+            if r < last:
                 yield from self.driver_merge()
                 self.version += 1
                 self.merges += 1
-                yield self.env.all_of([self.env.process(self.adopt(a, self.version)) for a in self.actors])
-            yield from self.driver_writes(self.work.members)
+                adopting = self.version
+                # The background writer records the round while the members adopt and train on.
+                self.env.process(self.driver_writes(self.work.members))
+            else:  # the run ends once the writer has written the last round
+                yield from self.driver_writes(self.work.members)
             self.sync_rounds.append(self.env.now - start)
 
     def async_actor(self, actor: _Actor) -> Generator[Any, Any, None]:
@@ -407,6 +431,7 @@ class _Sim:
             held_s=self.held_s,
             max_staleness_seen=self.staleness_seen,
             round_s=self.sync_rounds,
+            report_s=[b - a for a, b in zip(self.sync_reports, self.sync_reports[1:], strict=False)],
             finished=finished,
         )
 
