@@ -19,7 +19,9 @@ Each cost is timed by calling the code a run calls, on this machine, for the con
 
 * Sharing a node (:class:`Sharing`, :func:`_sharing`): ``n`` = 3 and 12 member actors of one
   member each train at once on this machine's cores (1.5 and 6 actors per core on 2 cores),
-  a few rounds of back-to-back ``train`` calls, with the CPU time of every process read
+  ten rounds of back-to-back ``train`` calls after a warm-up one (with three, an epoch's CPU
+  time at 3 actors varies by about ±15% from one calibration to the next), with the CPU time
+  of every process read
   (psutil) before and after: ``contention(x)``, an epoch's CPU time inside an actor over
   ``epoch_s``; ``actor_call_cpu_s``, the actors' CPU outside their epochs per call;
   ``ray_share(x)``, the CPU of Ray's own processes and the driver over the cores' time;
@@ -341,7 +343,7 @@ def _cpu_now(actor_pids: set[int]) -> tuple[float, float, float]:
     return actors, ray_cpu, busy
 
 
-def _sharing(config: Config, n: int, address: str | None, rounds: int = 3) -> Sharing:
+def _sharing(config: Config, n: int, address: str | None, rounds: int = 10) -> Sharing:
     """``n`` member actors (one member each) train ``rounds`` rounds at once on Ray; see :class:`Sharing`."""
     import os
 
