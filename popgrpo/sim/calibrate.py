@@ -65,8 +65,9 @@ class RoundTimer:
         self.inside: list[float] = []
         self.train_s: list[float] = []
         self.adopt_s: list[float] = []
-        self.cpu_starts: list[float] = []  # the driver process's CPU time at each round's start
+        self.cpu_starts: list[float] = []  # the driver thread's CPU time at each round's start
         self.inside_cpu: list[float] = []  # its CPU seconds inside executor calls, per round
+        self.writer_cpu: list[float] = []  # the background writer thread's CPU seconds, per round written
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -76,19 +77,19 @@ class RoundTimer:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if name == "train":
                 self.starts.append(time.perf_counter())
-                self.cpu_starts.append(time.process_time())
+                self.cpu_starts.append(time.thread_time())
                 self.inside.append(0.0)
                 self.inside_cpu.append(0.0)
                 self.train_s.append(0.0)
                 self.adopt_s.append(0.0)
-            start, start_cpu = time.perf_counter(), time.process_time()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             try:
                 return attr(*args, **kwargs)
             finally:
                 seconds = time.perf_counter() - start
                 if self.inside:
                     self.inside[-1] += seconds
-                    self.inside_cpu[-1] += time.process_time() - start_cpu
+                    self.inside_cpu[-1] += time.thread_time() - start_cpu
                     if name == "train":
                         self.train_s[-1] += seconds
                         self.ends.append(time.perf_counter())
@@ -99,7 +100,7 @@ class RoundTimer:
 
     def close(self) -> None:
         self.starts.append(time.perf_counter())
-        self.cpu_starts.append(time.process_time())
+        self.cpu_starts.append(time.thread_time())
         self.inner.close()
 
     def round_seconds(self) -> list[float]:
@@ -121,24 +122,42 @@ class RoundTimer:
         return [r - i for r, i in zip(self.round_seconds(), self.inside, strict=False)]
 
     def driver_cpu_seconds(self) -> list[float]:
-        """Per round: the driver process's CPU seconds less those inside executor calls (its work
-        in core-seconds, which waiting for a core on a busy machine does not inflate)."""
+        """Per round: the driver thread's CPU seconds outside executor calls plus the background
+        writer thread's for that round (the driver's work in core-seconds, which waiting for a
+        core on a busy machine does not inflate). The writer writes a round while the next one
+        trains, inside an executor call: its CPU is read in its own thread."""
         rounds = [b - a for a, b in zip(self.cpu_starts, self.cpu_starts[1:], strict=False)]
-        return [max(0.0, r - i) for r, i in zip(rounds, self.inside_cpu, strict=False)]
+        writer = self.writer_cpu + [0.0] * (len(rounds) - len(self.writer_cpu))
+        return [max(0.0, r - i) + w for r, i, w in zip(rounds, self.inside_cpu, writer, strict=False)]
 
 
 def run_timed(config: Config, factory: Callable[[Config, Path], Any]) -> RoundTimer:
     """Train ``config`` to the end through a :class:`RoundTimer`; its run directory is temporary."""
-    from popgrpo.train import train
+    from unittest import mock
+
+    import popgrpo.train as train_module
 
     holder: dict[str, RoundTimer] = {}
+    writes: list[float] = []
 
     def make(cfg: Config, run_dir: Path) -> Any:
         holder["timer"] = RoundTimer(factory(cfg, run_dir))
+        holder["timer"].writer_cpu = writes
         return holder["timer"]
 
-    with tempfile.TemporaryDirectory(prefix="pgsim-") as tmp:
-        train(config, Path(tmp) / "run", executor_factory=make, progress=False)
+    def timed_writes(*args: Any, **kwargs: Any) -> Any:
+        cpu = time.thread_time()
+        try:
+            return write_round(*args, **kwargs)
+        finally:
+            writes.append(time.thread_time() - cpu)
+
+    write_round = train_module._write_round  # pyright: ignore[reportPrivateUsage]
+    with (
+        tempfile.TemporaryDirectory(prefix="pgsim-") as tmp,
+        mock.patch.object(train_module, "_write_round", timed_writes),
+    ):
+        train_module.train(config, Path(tmp) / "run", executor_factory=make, progress=False)
     return holder["timer"]
 
 

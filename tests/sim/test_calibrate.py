@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +28,13 @@ def test_round_timer_splits_each_round_into_executor_calls_and_driver_work():
     # Inside executor calls: at least the training; the rest is the driver's, never negative.
     assert all(i >= t > 0 for i, t in zip(timer.inside, timer.train_s, strict=True))
     assert all(d >= 0 for d in timer.driver_seconds())
-    # The driver's CPU outside executor calls: one value per round, never negative.
-    assert len(timer.driver_cpu_seconds()) == 3 and all(d >= 0 for d in timer.driver_cpu_seconds())
+    # The driver's CPU outside executor calls, with its background writer's for the round:
+    # one value per round, each at least the writer's part (every round is written).
+    assert len(timer.writer_cpu) == 3 and all(w > 0 for w in timer.writer_cpu)
+    driver = timer.driver_cpu_seconds()
+    assert len(driver) == 3 and all(d >= w for d, w in zip(driver, timer.writer_cpu, strict=True))
+    # Each round's last report to the next's: one period fewer than rounds, none negative.
+    assert len(timer.report_periods()) == 2 and all(p > 0 for p in timer.report_periods())
     assert timer.adopt_s[0] > 0 and timer.adopt_s[-1] == 0  # the last round merges nothing
 
 
@@ -60,6 +66,33 @@ def test_validation_benchmark_runs_end_to_end_quick(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     text = out.read_text()
     assert text.startswith("# Benchmarks\n\nkept\n")
-    assert "| K | actors × members | rounds | real s/round (min–max) | simulated s/round | error |" in text
+    assert (
+        "| K | actors × members | repeats × rounds | real s/round: median (min–max) "
+        "| simulated s/round: median (min–max) | error of the medians | error in each repeat |"
+    ) in text
     assert (tmp_path / "sim.png").stat().st_size > 10_000
-    assert (tmp_path / "data" / "sim_validation.json").is_file()
+    data = json.loads((tmp_path / "data" / "sim_validation.json").read_text())
+    assert len(data["repeats"]) == len(data["calibrations"]) == 1  # --quick: one repeat
+    for row, only in zip(data["validation"], data["repeats"][0], strict=True):
+        assert row["errors"] == [only["error"]] and row["real_round_s"] == only["real_round_s"]
+
+
+def test_repeats_are_summarised_by_their_medians():
+    """Three repeats at one size: the medians of the real and simulated round times, the error of
+    those medians (not the median of the errors), every repeat's error, the real means' range."""
+    from benchmarks.sim_validation import median_costs, summarise
+
+    def row(real, sim, load):
+        return {"k": 5, "actors": 5, "real_round_s": real, "sim_round_s": sim, "error": sim / real - 1,
+                "load_average_1min": [load, load + 1], "rounds_measured": 4}  # fmt: skip
+
+    (summary,) = summarise([[row(1.0, 1.2, 2.0)], [row(2.0, 1.8, 3.0)], [row(1.5, 1.4, 1.0)]])
+    assert summary["repeats"] == 3
+    assert summary["real_round_s"] == 1.5 and summary["sim_round_s"] == 1.4
+    assert summary["error"] == pytest.approx(1.4 / 1.5 - 1)
+    assert summary["errors"] == pytest.approx([0.2, -0.1, 1.4 / 1.5 - 1])
+    assert summary["real_round_spread"] == [1.0, 2.0] and summary["load_average_1min"] == [1.0, 4.0]
+    costs = median_costs([{"epoch_s": 1.0, "merge_s": {"a": 1.0, "b": 5.0}, "machine": "x"},
+                          {"epoch_s": 3.0, "merge_s": {"a": 2.0, "b": 4.0}, "machine": "y"},
+                          {"epoch_s": 2.0, "merge_s": {"a": 3.0, "b": 6.0}, "machine": "z"}])  # fmt: skip
+    assert costs == {"epoch_s": 2.0, "merge_s": {"a": 2.0, "b": 5.0}, "machine": "x"}
