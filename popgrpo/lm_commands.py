@@ -26,6 +26,10 @@ def _writable_dir(path: Path, force: bool) -> Path:
     return writable_directory(path, "--out")
 
 
+# The CPU kernels (torch.backends.cpu.get_cpu_capability()) that made the committed program model.
+REFERENCE_CPU_CAPABILITY = "AVX2"
+
+
 def _cmd_pretrain(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -56,6 +60,13 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability != REFERENCE_CPU_CAPABILITY:
+        sys.stderr.write(
+            f"popgrpo: torch runs {capability} kernels on this CPU; the model docs/RESULTS_LM.md reports was made "
+            f"with {REFERENCE_CPU_CAPABILITY} kernels, and the same seed makes a different model with others. To make "
+            "that one, run again with ATEN_CPU_CAPABILITY=avx2 DNNL_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2\n"
+        )
     summary = pretrain(cfg, out, progress=not args.quiet)
     last = summary["last"]
     print(json.dumps({k: summary[k] for k in ("out", "parameters", "vocab_size", "seconds", "checkpoints")}))

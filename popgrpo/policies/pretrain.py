@@ -326,6 +326,9 @@ def pretrain(cfg: PretrainConfig, out: str | Path, progress: bool = True) -> dic
         "train_tokens_per_step_max": cfg.batch_size * cfg.max_length,
         "seconds": round(time.perf_counter() - started, 1),
         "threads": torch.get_num_threads(),
+        # The CPU kernels torch ran (AVX2, AVX512, ...): the same seed makes another model
+        # with other kernels (docs/RESULTS_LM.md §1).
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "first": history[0],
         "last": history[-1],
         "checkpoints": sorted(p.name for p in (out / "checkpoints").glob("step-*")),

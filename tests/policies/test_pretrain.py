@@ -124,3 +124,35 @@ def test_the_program_task_preset_trains_on_the_pretrained_model(pretrained, tmp_
     metrics = pd.read_parquet(run / "metrics.parquet")
     counts = json.loads(metrics["reward_reasons"].iloc[0])
     assert sum(v for k, v in counts.items() if k.startswith("program_reward:")) == 2 * 4  # every program ran
+
+
+def test_the_summary_names_the_cpu_kernels_that_made_the_model(pretrained):
+    _, summary = pretrained
+    assert summary["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+@pytest.mark.parametrize("held_to_avx2", [False, True])
+def test_pretrain_says_when_its_kernels_are_not_the_committed_models(tmp_path, held_to_avx2):
+    """`popgrpo lm pretrain` warns (stderr) where torch runs other kernels than the AVX2 ones the
+    committed model was made with, and names the variables that hold it to those; not when held."""
+    import os
+    import subprocess
+    import sys
+
+    require("sandbox")
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA")}
+    if held_to_avx2:
+        env |= {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    capability = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True).stdout.strip()
+    done = subprocess.run(
+        [sys.executable, "-m", "popgrpo", "lm", "pretrain", "--quick", "--quiet", "--out", str(tmp_path / "m"),
+         "--steps", "2", "--eval-every", "2", "--checkpoint-every", "2", "--corpus-size", "200",
+         "--exec-samples", "0"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    warned = "ATEN_CPU_CAPABILITY=avx2" in done.stderr
+    assert warned == (capability != "AVX2"), (capability, done.stderr[-1000:])
+    summary = json.loads((tmp_path / "m" / "pretrain_summary.json").read_text())
+    assert summary["cpu_capability"] == capability
