@@ -218,13 +218,16 @@ def findings(rows: list[dict]) -> list[str]:
     """The probe's (benchmarks/sim_probe.py) rounds, one bullet each, from its data."""
     alone = rows[0]["alone_epoch"]
     lines = []
+    shares = []  # the rest of the machine's share of the cores, per probed size
+    loads = [x for r in rows[1:] for x in r["load_average_1min"]]
     for r in rows[1:]:
         cpu = r["cpu_s_per_round"]
         cores_s = CORES * r["round_s"]
         ray_s = sum(cpu.get(g, 0.0) for g in ("raylet", "gcs", "ray agents", "other ray workers"))
         outside = (cpu["member actors"] - r["member_train_cpu_s_per_round"]) / r["actors"]
-        others = 1 - r["run_cpu_share_of_cores"] - r["machine_idle_s_per_round"] / cores_s
+        others = max(0.0, 1 - r["run_cpu_share_of_cores"] - r["machine_idle_s_per_round"] / cores_s)
         calls = sum(v for k, v in r["calls_s_per_round"].items() if k != "train")
+        shares.append(others)
         lines.append(
             f"- K = {r['k']} ({r['actors']} actors), load {r['load_average_1min'][0]:.1f}: "
             f"{r['round_s']:.2f} s a round: the train call {r['train_wall_s_per_round']:.2f} s, the other "
@@ -254,13 +257,15 @@ def findings(rows: list[dict]) -> list[str]:
         ]
     return [
         *before,
-        "What the probe found (`python -m benchmarks.sim_probe`, at a time when other sessions loaded this "
-        "machine's 2 cores heavily):",
+        "What the probe found (`python -m benchmarks.sim_probe`; 1-minute load averages "
+        f"{min(loads):.1f}–{max(loads):.1f} during its runs, the runs' own actors included):",
         "",
         *lines,
         "",
         "In these rounds the time the first model missed went to: the share of the cores the rest of the "
-        "machine took (by far the largest here; the first model held 2 whole cores for the run); an epoch's "
+        "machine took ("
+        + ", ".join(f"{share:.0%} at K = {r['k']}" for r, share in zip(rows[1:], shares, strict=True))
+        + "; the first model held 2 whole cores for the run); an epoch's "
         "CPU time growing with the actors that share the cores (time-slicing and caches: "
         + ", ".join(f"{r['member_epoch_cpu_ms'] / alone['cpu_ms'] - 1:+.0%} at K = {r['k']}" for r in rows[1:])
         + " over an epoch alone); an actor's CPU per call outside its epochs (Ray's worker threads and the "
