@@ -36,7 +36,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from popgrpo.envs.sandbox import ExecutionResult
+    from popgrpo.envs.sandbox import ExecutionResult, Sandbox
 
 __all__ = [
     "OPERATION_NODES",
@@ -243,13 +243,22 @@ def program_reward(
     sandbox's (``ok``, ``crash``, ``timeout``, ``no_score``, ...). ``pool_size`` as for
     :func:`popgrpo.envs.rewards.execution_score` (a warm sandbox pool, or 0: one-shot).
     """
-    from popgrpo.envs.rewards import execution_score
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions")
+    sandbox = _program_sandbox(timeout_s, cpu_s, memory_mb, max_workers, isolation, pool_size)
+    results = sandbox.run_many([SUCCESS_TEMPLATE.format(code=code) for code in completions])
+    outcomes = [_outcome(code, result, scale) for code, result in zip(completions, results, strict=True)]
+    return [reward for reward, _ in outcomes], [reason for _, reason in outcomes]
 
-    _, reasons = execution_score(
-        prompts,
-        completions,
-        template=SUCCESS_TEMPLATE,
-        fenced=False,
+
+def _program_sandbox(
+    timeout_s: float, cpu_s: int, memory_mb: int, max_workers: int | None, isolation: str, pool_size: int | None
+) -> Sandbox:
+    """The sandbox programs run in for :func:`program_reward` and :func:`submit_program`: the
+    standard library only, any finite number a score (``B`` is whether the program ran)."""
+    from popgrpo.envs.rewards import execution_sandbox
+
+    return execution_sandbox(
         timeout_s=timeout_s,
         cpu_s=cpu_s,
         memory_mb=memory_mb,
@@ -259,8 +268,6 @@ def program_reward(
         isolation=isolation,
         pool_size=pool_size,
     )
-    rewards = [program_quality(code, scale) if r == "ok" else 0.0 for r, code in zip(reasons, completions, strict=True)]
-    return rewards, reasons
 
 
 def _outcome(code: str, result: ExecutionResult, scale: float) -> tuple[float, str]:
@@ -285,18 +292,7 @@ def submit_program(
     keywords), for a trainer that hands each program over as soon as its completion is
     generated (:meth:`popgrpo.envs.text.TextEnv.prefetch`). ``prompt`` is not part of the program.
     """
-    from popgrpo.envs.rewards import execution_sandbox
-
-    sandbox = execution_sandbox(
-        timeout_s=timeout_s,
-        cpu_s=cpu_s,
-        memory_mb=memory_mb,
-        max_workers=max_workers,
-        score_range=_ANY_NUMBER,
-        site_packages=False,
-        isolation=isolation,
-        pool_size=pool_size,
-    )
+    sandbox = _program_sandbox(timeout_s, cpu_s, memory_mb, max_workers, isolation, pool_size)
     running = sandbox.submit_one(SUCCESS_TEMPLATE.format(code=completion))
     done: Future[tuple[float, str]] = Future()
 
