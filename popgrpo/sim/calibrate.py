@@ -138,19 +138,17 @@ def run_timed(config: Config, factory: Callable[[Config, Path], Any]) -> RoundTi
     import popgrpo.train as train_module
 
     holder: dict[str, RoundTimer] = {}
-    writes: list[float] = []
 
     def make(cfg: Config, run_dir: Path) -> Any:
         holder["timer"] = RoundTimer(factory(cfg, run_dir))
-        holder["timer"].writer_cpu = writes
         return holder["timer"]
 
-    def timed_writes(*args: Any, **kwargs: Any) -> Any:
+    def timed_writes(*args: Any, **kwargs: Any) -> Any:  # a round is written once the executor is made
         cpu = time.thread_time()
         try:
             return write_round(*args, **kwargs)
         finally:
-            writes.append(time.thread_time() - cpu)
+            holder["timer"].writer_cpu.append(time.thread_time() - cpu)
 
     write_round = train_module._write_round  # pyright: ignore[reportPrivateUsage]
     with (
