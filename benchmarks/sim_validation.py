@@ -7,8 +7,8 @@
    merges of 2 and 8, in-process runs at K = 2 and 8, one Ray actor).
 2. **Validate**: real synchronous runs of the ``pop_grpo`` preset on an embedded Ray at
    K = 5, 16 and 64 (64 as 8 actors of 8 members: one actor per member would not fit this
-   machine's memory), 8 rounds of T = 10 epochs; the mean time from one round's last report
-   to the next round's (rounds 2 to 7: the merge, the adopts and the round's epochs), against
+   machine's memory), 6 rounds of T = 10 epochs; the mean time from one round's last report
+   to the next round's (rounds 2 to 5: the merge, the adopts and the round's epochs), against
    the simulator's prediction of the same on this machine's cores (one node). Target: within 10%.
 3. **Scale**: 100 simulated nodes of 16 cores, K = 1,000 … 10,000 members (packed so that the
    actors fit the cores, as ``check_fits`` requires), member times log-normal with σ = 1 per
@@ -37,6 +37,7 @@ BEGIN, END = "<!-- sim:begin -->", "<!-- sim:end -->"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 SHARING_FIELDS = ("contention", "actor_call_cpu_s", "ray_share", "background_share")
 TARGET = 0.10
+SCALE_INTERVAL = 10  # T of the simulated populations at scale
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -181,7 +182,7 @@ def scale(costs, members: list[int], epochs: int, nodes: int, cores: int, seeds:
         work = Workload(
             members=k,
             epochs=epochs,
-            interval=10,
+            interval=SCALE_INTERVAL,
             top_m=3,
             members_per_actor=per_actor,
             straggler_sigma=1.0,
@@ -359,7 +360,7 @@ def writer_bound(costs, curves: list[dict]) -> list[str]:
     k = max(r["k"] for r in curves)
     row = next(r for r in curves if r["k"] == k and r["mode"] == "sync")
     writes = costs.driver_s(k)
-    train = 10 * row["members_per_actor"] * costs.epoch_s  # T = 10 epochs of each of the actor's members
+    train = SCALE_INTERVAL * row["members_per_actor"] * costs.epoch_s  # T epochs of each of the actor's members
     if writes <= train:
         return []
     return [
