@@ -74,6 +74,23 @@ PROMPTS = ["# arithmetic\n", "# loop\n", "# function\n", "# list\n", "# while\n"
 ADAM = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}  # both sides
 
 
+def machine_cpu() -> float | None:
+    """CPU seconds every process on the machine has used so far (busy time summed over the
+    cores, from ``/proc/stat``): the sandboxes' interpreters and the embedding thread included.
+    None where there is no ``/proc/stat``."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = fields[3] + fields[4]  # idle and iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is already in user
+
+
+def _cpu_used(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else end - start
+
+
 def prompt_schedule(seed: int, steps: int, per_step: int) -> list[list[str]]:
     """``steps`` lists of ``per_step`` distinct prompts (with repeats across steps), seeded."""
     rng = random.Random(seed)
@@ -167,10 +184,10 @@ def time_popgrpo(args: argparse.Namespace, seed: int, barrier: Any = None, overr
     if barrier is not None:
         barrier.wait()
     phases.active = True
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), machine_cpu()
     stats = [member.step() for _ in range(args.steps)]
     member.end_epoch(stats)
-    end = time.perf_counter()
+    end, cpu_end = time.perf_counter(), machine_cpu()
     phases.active = False
     completions = sum(s.scores.complexity.numel() for s in stats)
     tokens = int(sum(float(s.scores.complexity.sum()) for s in stats))  # a text member's complexity: tokens
@@ -182,6 +199,7 @@ def time_popgrpo(args: argparse.Namespace, seed: int, barrier: Any = None, overr
         "tokens": tokens,
         "prompts": schedule[1:],
         "profile": phases.per_step(end - start, args.steps),
+        "cpu_s": _cpu_used(cpu_start, cpu_end),
         "load": os.getloadavg()[0],
     }
 
@@ -287,6 +305,7 @@ def time_trl(args: argparse.Namespace, seed: int, out: Path, barrier: Any = None
         lambda: "update forward" if torch.is_grad_enabled() else "reference log-probs",
     )
     ends: list[float] = []
+    cpus: list[float | None] = []
 
     class Clock(TrainerCallback):
         def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
@@ -297,6 +316,7 @@ def time_trl(args: argparse.Namespace, seed: int, out: Path, barrier: Any = None
             if not ends and barrier is not None:
                 barrier.wait()
             ends.append(time.perf_counter())
+            cpus.append(machine_cpu())
             phases.active = counter.counting = True
 
     trainer.add_callback(Clock())
@@ -311,6 +331,7 @@ def time_trl(args: argparse.Namespace, seed: int, out: Path, barrier: Any = None
         "prompts": counter.prompts[1:],
         "scheduled": schedule[1:],
         "profile": phases.per_step(seconds, args.steps),
+        "cpu_s": _cpu_used(cpus[0], cpus[-1]),
         "load": os.getloadavg()[0],
     }
 
@@ -451,7 +472,50 @@ def report_markdown(payload: dict) -> str:
             ],
         )
     )
+    cpu = cpu_budget(payload)
+    if cpu:
+        parts += [
+            "",
+            md_table(
+                [
+                    "machine CPU (all processes)",
+                    "CPU s per 1,000 tokens (median)",
+                    "cores busy (median)",
+                    "tokens/s measured (median)",
+                    f"tokens/s if all {payload['cores']} cores did only this",
+                ],
+                [
+                    [name, f"{c['cpu_per_1k']:.2f}", f"{c['busy']:.2f}", f"{c['rate']:.0f}", f"{c['ceiling']:.0f}"]
+                    for name, c in cpu.items()
+                ],
+            ),
+        ]
     return "\n".join(parts)
+
+
+def cpu_budget(payload: dict) -> dict[str, dict[str, float]]:
+    """Per side: the machine's CPU seconds per 1,000 tokens, the cores kept busy, the measured
+    rate and the rate all the machine's cores would give at that CPU cost per token (medians
+    over blocks; empty where the blocks carry no ``cpu_s``)."""
+    sides = {
+        "popgrpo member": payload["results"].get("popgrpo", []),
+        "TRL GRPOTrainer": payload["results"].get("trl", []),
+    }
+    if payload.get("sequential"):
+        sides["popgrpo member, sequential step"] = payload["sequential"]["results"]
+    out: dict[str, dict[str, float]] = {}
+    for name, blocks in sides.items():
+        blocks = [b for b in blocks if b.get("cpu_s") is not None and b["tokens"] > 0]
+        if not blocks:
+            continue
+        per_1k = statistics.median(1000 * b["cpu_s"] / b["tokens"] for b in blocks)
+        out[name] = {
+            "cpu_per_1k": per_1k,
+            "busy": statistics.median(b["cpu_s"] / b["seconds"] for b in blocks),
+            "rate": statistics.median(_rates(blocks)),
+            "ceiling": payload["cores"] * 1000 / per_1k,
+        }
+    return out
 
 
 def _rates(blocks: list[dict]) -> list[float]:

@@ -15,11 +15,14 @@ the base model has gigabytes), and that is all that crosses the object store.
   (``disable_adapter``), no second copy of the model.
 * **Sampling**: ``generate`` with ``do_sample``, temperature, no top-k / top-p (so the
   sampled tokens follow the very distribution whose log-probs the loss uses), seeded from the
-  member's generator through a forked torch RNG.
+  member's generator through a forked torch RNG. With ``merged_generation`` it runs on a plain
+  copy of the model whose adapted layers hold ``W + ΔW`` (:class:`_MergedCopy`), refreshed from
+  the adapters before each rollout.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,6 +112,8 @@ class CausalLMPolicy:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         lora = cfg.lora
+        # Taken before get_peft_model puts the LoRA layers into ``base`` (in place).
+        plain = copy.deepcopy(base) if cfg.merged_generation else None
         self.model = get_peft_model(
             base,
             LoraConfig(
@@ -123,6 +128,7 @@ class CausalLMPolicy:
             self.reset_adapters(generator)
         self.model.to(self.device)
         self.model.eval()  # no dropout in the base model: log-probs must be reproducible
+        self.merged = None if plain is None else _MergedCopy(plain, self.model.base_model.model, self.device)
         self.n_prompts = cfg.prompts_per_step
 
     @property
@@ -170,6 +176,8 @@ class CausalLMPolicy:
     def to(self, device: str | torch.device) -> CausalLMPolicy:
         self.device = torch.device(device)
         self.model.to(self.device)
+        if self.merged is not None:
+            self.merged.model.to(self.device)
         return self
 
     # ---- sampling and log-probs --------------------------------------------------------------
@@ -228,6 +236,11 @@ class CausalLMPolicy:
         from transformers import GenerationConfig, StoppingCriteriaList
 
         tok = self.tokenizer
+        if self.merged is None:
+            model = self.model
+        else:
+            self.merged.refresh()
+            model = self.merged.model
         extra = {"return_dict_in_generate": True, "output_logits": True} if with_log_probs else {}
         generation = GenerationConfig(
             do_sample=True,
@@ -242,7 +255,7 @@ class CausalLMPolicy:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.manual_seed(seed)
-            out = self.model.generate(
+            out = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention,
                 generation_config=generation,
@@ -297,6 +310,56 @@ class CausalLMPolicy:
         start = rollout.prompt_length - 1  # logits at position i predict token i + 1
         logits = out.logits[:, start:-1, :].float()
         return logits / self.cfg.temperature
+
+
+class _MergedCopy:
+    """A plain copy of the model for sampling, whose adapted layers hold ``W + ΔW``.
+
+    ``ΔW = (α / r)·B·A`` is peft's own :meth:`get_delta_weight` of each LoRA layer, so a forward
+    pass of the copy computes ``x·(W + ΔW)ᵀ`` where the peft model computes ``x·Wᵀ + (α / r)·x·Aᵀ·Bᵀ``:
+    the same function, one matmul per adapted layer instead of three and none of peft's
+    per-layer Python. Every parameter outside the adapted layers' weights is the peft model's
+    own tensor (not copied), so the copy costs one more set of the adapted weights.
+
+    Args:
+        plain: a deep copy of the transformers model taken before peft wrapped it.
+        inner: the wrapped model (``PeftModel.base_model.model``), its LoRA layers in place.
+    """
+
+    def __init__(self, plain: Any, inner: Any, device: torch.device) -> None:
+        from peft.tuners.lora import LoraLayer
+
+        self.model = plain
+        self.layers: list[tuple[torch.nn.Linear, Any]] = []
+        adapted: set[str] = set()
+        for name, module in inner.named_modules():
+            if isinstance(module, LoraLayer):
+                target = plain.get_submodule(name)
+                if not isinstance(target, torch.nn.Linear):
+                    raise TypeError(f"merged_generation supports LoRA on Linear layers only; {name} is {type(module)}")
+                self.layers.append((target, module))
+                adapted.add(name)
+        for name, module in plain.named_modules():
+            source = inner.get_submodule(name)
+            if name in adapted:
+                source = source.get_base_layer()
+            for key, _ in list(module.named_parameters(recurse=False)):
+                if not (name in adapted and key == "weight"):
+                    setattr(module, key, source.get_parameter(key))
+        for _, param in plain.named_parameters():
+            param.requires_grad_(False)
+        plain.to(device)
+        plain.eval()
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Write ``W + ΔW`` of the active adapters into the copy's adapted layers."""
+        for target, layer in self.layers:
+            weight = layer.get_base_layer().weight
+            merged = weight.detach().clone()
+            for adapter in layer.active_adapters:
+                merged += layer.get_delta_weight(adapter).to(weight.dtype)
+            target.weight.copy_(merged)
 
 
 class _RowsDone:
