@@ -311,7 +311,7 @@ class CausalLMConfig(Section):
     max_new_tokens: int = Field(default=64, ge=1, description="Completion length limit in tokens.")
     overlap: bool = Field(
         default=False,
-        description="Overlap a step's phases (same results as one after another, tested): each completion's reward starts as soon as its row finishes generating (reward callables with `submit_one`, e.g. program_reward, with reward.source=execution), the reference log-probs are computed while the programs run, and the embeddings of the completions run on a background thread (one per process, shared by its members) when nothing needs them before the update. Off by default: on 2 CPU cores it measured 0.72x the sequential step's tokens/s (BENCHMARKS.md), the work beside the main thread slowing its generation and reference pass.",
+        description="Overlap a step's phases (same results as one after another, tested): each completion's reward starts as soon as its row finishes generating (reward callables with `submit_one`, e.g. program_reward, with reward.source=execution), the reference log-probs are computed while the programs run, and the embeddings of the completions run on a background thread (one per process, shared by its members) when nothing needs them before the update. Pays where a core is free for the work beside the main thread: on the quiet 2-core machine 1.25x the sequential step's tokens/s (with merged_generation), under load 0.72x (BENCHMARKS.md), the work beside the main thread slowing its generation and reference pass; off by default.",
     )
     merged_generation: bool = Field(
         default=False,

@@ -31,7 +31,7 @@ class _Counting:
         return self.fn(*args, **kwargs)
 
 
-def _member(tiny_lm, overlap: bool, **grpo) -> Member:
+def _member(tiny_lm, overlap: bool, merged: bool = False, **grpo) -> Member:
     config = lm_config(
         tiny_lm,
         env={
@@ -53,6 +53,7 @@ def _member(tiny_lm, overlap: bool, **grpo) -> Member:
                 "prompts_per_step": 2,
                 "lora": {"r": 4},
                 "overlap": overlap,
+                "merged_generation": merged,
             },
         },
         grpo={"group_size": 4, "steps_per_epoch": 3, "lr": 0.03, "kl_coef": 0.05, **grpo},
@@ -72,10 +73,15 @@ def _run(member: Member):
     return steps, row, member.get_weights()
 
 
-@pytest.mark.parametrize("grpo", [{}, {"updates_per_batch": 2}])
-def test_overlapped_steps_equal_sequential_ones(tiny_lm, grpo):
+@pytest.mark.parametrize(
+    ("grpo", "merged"),
+    [({}, False), ({"updates_per_batch": 2}, False), ({}, True)],
+    ids=["one-update", "two-updates", "merged-generation"],
+)
+def test_overlapped_steps_equal_sequential_ones(tiny_lm, grpo, merged):
     torch.set_num_threads(1)
-    sequential, overlapped = _member(tiny_lm, False, **grpo), _member(tiny_lm, True, **grpo)
+    sequential, overlapped = _member(tiny_lm, False, merged, **grpo), _member(tiny_lm, True, merged, **grpo)
+    assert (sequential.policy.merged is not None) == merged
     assert not sequential.features_can_wait() and overlapped.features_can_wait()
     assert overlapped.rollouts.prefetch_rewards and not sequential.rollouts.prefetch_rewards
     (s_steps, s_row, s_weights), (o_steps, o_row, o_weights) = _run(sequential), _run(overlapped)

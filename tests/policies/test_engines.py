@@ -42,8 +42,9 @@ def test_left_pad_matches_the_tokenizers_padding(tiny_lm):
     assert torch.equal(padded, ids) and torch.equal(mask, attention)
 
 
-def test_hf_engine_samples_the_tokens_of_the_members_own_generate(tiny_lm):
-    cfg = _cfg(tiny_lm)
+@pytest.mark.parametrize("merged", [False, True], ids=["peft", "merged_generation"])
+def test_hf_engine_samples_the_tokens_of_the_members_own_generate(tiny_lm, merged):
+    cfg = _cfg(tiny_lm, merged_generation=merged)
     member = CausalLMPolicy(cfg, generator=torch.Generator().manual_seed(1))
     member.load_state_dict(_trained_adapter(member, 0))
     engine = HFEngine(cfg)
@@ -62,8 +63,9 @@ def test_hf_engine_samples_the_tokens_of_the_members_own_generate(tiny_lm):
         assert torch.allclose(torch.tensor(values), logp[i, : len(values)], atol=1e-4)
 
 
-def test_hf_engine_generates_with_each_members_own_adapter(tiny_lm):
-    cfg = _cfg(tiny_lm)
+@pytest.mark.parametrize("merged", [False, True], ids=["peft", "merged_generation"])
+def test_hf_engine_generates_with_each_members_own_adapter(tiny_lm, merged):
+    cfg = _cfg(tiny_lm, merged_generation=merged)
     engine = HFEngine(cfg)
     engine.load_adapter(0, 1, _trained_adapter(engine.policy, 0))
     engine.load_adapter(1, 1, _trained_adapter(engine.policy, 1))
