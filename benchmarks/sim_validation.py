@@ -356,23 +356,27 @@ def remaining(validation: list[dict], off: list[dict]) -> str:
 
 def writer_bound(costs, curves: list[dict]) -> list[str]:
     """A paragraph when the driver's background writer, not the members, sets the pace at scale:
-    its work per round (``driver_s(K)``, one thread) against one actor's round of training."""
+    its work per round (``driver_cost(K)``, one thread) against one actor's round of training."""
     k = max(r["k"] for r in curves)
     row = next(r for r in curves if r["k"] == k and r["mode"] == "sync")
-    writes = costs.driver_s(k)
+    writes = costs.driver_cost(k)
     train = SCALE_INTERVAL * row["members_per_actor"] * costs.epoch_s  # T epochs of each of the actor's members
     if writes <= train:
         return []
     return [
         f"At K = {k:,} the driver's per-round work ({costs.driver_s.a * 1e3:.1f} + {costs.driver_s.b * 1e3:.2f}·K ms "
-        f"of CPU: {writes:.1f} s a round, on the one background writer thread) takes longer than an actor's "
-        f"round of training ({train:.2f} s), so the writer sets the pace in both modes and async rounds gain "
-        "nothing: most of that work is per member (its TensorBoard events and heatmap, its rows, its state in the "
-        "checkpoint), measured at K = 2 and 8 with `run.loggers=[tensorboard]` and extrapolated. A population of "
-        "thousands needs that work cut per member (no per-member TensorBoard, checkpoints less often), or "
-        "spread over more than one writer, before async rounds can pay.",
+        f"of CPU, plus {costs.logged_member_s * 1e3:.2f} ms for each of the {_logged(costs, k)} members with logger "
+        f"series of their own: {writes:.1f} s a round, on the one background writer thread) takes longer than an "
+        f"actor's round of training ({train:.2f} s), so the writer sets the pace in both modes and async rounds "
+        "gain little: what is left is per member (its rows, its state in the checkpoint), measured at K = 2 and 8 "
+        "and extrapolated. A population of thousands needs checkpoints less often, or the writes spread over "
+        "more than one writer, before async rounds can pay in full.",
         "",
     ]
+
+
+def _logged(costs, k: int) -> str:
+    return f"{k:,}" if costs.logged_members is None else f"{min(k, costs.logged_members):,}"
 
 
 def markdown(
@@ -406,7 +410,8 @@ def markdown(
         f"epoch {c.epoch_s * 1e3:.1f} ms, weights {c.weight_bytes:,} B, Ray call {c.call_s * 1e3:.2f} ms, "
         f"fetch {c.fetch_s.b * c.weight_bytes * 1e3:.2f} ms, adopt {c.adopt_s.b * c.weight_bytes * 1e3:.2f} ms, "
         f"merge {c.merge_s.a * 1e3:.2f} + {c.merge_s.b * 1e3:.2f}·M ms, driver {c.driver_s.a * 1e3:.1f} + "
-        f"{c.driver_s.b * 1e3:.2f}·K ms per round, actor start {c.start_s:.2f} s; sharing the cores, with x "
+        f"{c.driver_s.b * 1e3:.2f}·K ms per round plus {c.logged_member_s * 1e3:.2f} ms per member with logger "
+        f"series of its own (`run.logged_members` = {c.logged_members}), actor start {c.start_s:.2f} s; sharing the cores, with x "
         f"actors per core (measured at {SHARING_AT[0]} and {SHARING_AT[1]} actors): an epoch's CPU time "
         f"× {_line(c.contention, '.3f')}, {c.actor_call_cpu_s * 1e3:.1f} ms of an actor's CPU per train call "
         f"outside its epochs, Ray's own processes and the driver {_line(c.ray_share, '.1%')} of the cores, "

@@ -168,8 +168,9 @@ def _write_round(
     if report.lineage is not None:
         out.append_lineage(report.lineage)
     if loggers.loggers:
-        heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared)
-        loggers.log_round(RoundReport(report.round, report.epoch_end, report.rows, report.lineage, heatmaps))
+        cap = config.run.logged_members
+        heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared, members=cap)
+        loggers.log_round(RoundReport(report.round, report.epoch_end, report.rows, report.lineage, heatmaps, cap))
     checkpointer.save(report.round, report.epoch_end, member_states, archive_states, extra, driver)
     for event in events:
         out.append_event({"round": report.round, **event})

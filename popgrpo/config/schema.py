@@ -121,6 +121,11 @@ class RunConfig(Section):
         ge=1,
         description="torch intra-op threads per process. 1 is fastest for the paper's small policy; raise it for large policies.",
     )
+    logged_members: int = Field(
+        default=32,
+        ge=0,
+        description="Members with series of their own in the loggers: member_0 to member_{N-1} (TensorBoard runs, MLflow and W&B `member_<k>/` keys, their archive heatmaps); the population's series, histograms and the shared archive cover every member either way, and metrics.parquet has every row. Each member's own series costs the background writer about 4 ms of CPU a round with TensorBoard (BENCHMARKS.md), which at thousands of members would set the pace of the run.",
+    )
     loggers: list[LoggerName] = Field(
         default_factory=lambda: ["tensorboard"],
         description="Experiment trackers the run reports to after every round (popgrpo.telemetry.loggers). `tensorboard`: event files under <run dir>/tensorboard/ (`tensorboard --logdir runs/`). `mlflow`: a local file store (run.mlflow_tracking_uri), needs `pip install mlflow-skinny`. `wandb`: Weights & Biases, offline by default (run.wandb_mode), needs `pip install wandb`. [] logs to none of them.",

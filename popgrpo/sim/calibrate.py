@@ -9,8 +9,12 @@ Each cost is timed by calling the code a run calls, on this machine, for the con
   the member's weights; the line through the two medians (CPU time).
 * ``driver_s(K)``: the driver's per-round work outside executor calls and the merge (selection,
   metrics, lineage, checkpoint, loggers), from short in-process runs of the config at
-  ``K`` = 2 and 8 members (rounds after the first and before the last; the driver process's
-  CPU time outside executor calls); the line through them.
+  ``K`` = 2 and 8 members (rounds after the first and before the last; the driver thread's
+  CPU time outside executor calls and its background writer's); the line through them, with
+  ``run.logged_members=0`` (the loggers' population series only). ``logged_member_s``: the
+  same runs with every member's own series logged, the difference of the two lines' slopes
+  (the loggers' work per member with series of its own); ``logged_members`` is the config's
+  cap on those members.
 * On Ray (an embedded one unless ``address`` is given): ``call_s``, a member actor's round trip
   with no payload; ``fetch_s``, the extra time of fetching one member's weights
   (``get_weights``) per byte; ``adopt_s``, the extra time of an ``adopt`` call (the merge put
@@ -203,21 +207,26 @@ def calibrate(
     merge_s = Linear.through(2, merge_at[2], 8, merge_at[8])
     progress(f"merge {merge_s}")
 
-    driver_at = {}
     interval = config.scheduler.interval_epochs
-    for k in (2, 8):
-        cfg = _with(
-            config,
-            population={"size": k, "members_per_actor": 1},
-            scheduler={"top_m": min(config.scheduler.top_m, k)},
-            run={"epochs": 4 * interval},
-        )
-        timer = run_timed(cfg, lambda c, _d: LocalExecutor(c))
-        top = min(cfg.scheduler.top_m, k)
-        driver = timer.driver_cpu_seconds()[1:-1]  # rounds with a merge, after the first
-        driver_at[k] = max(0.0, statistics.median(driver) - merge_s(top))
-    driver_s = Linear.through(2, driver_at[2], 8, driver_at[8])
-    progress(f"driver {driver_s}")
+
+    def driver_line(logged_members: int) -> Linear:
+        driver_at = {}
+        for k in (2, 8):
+            cfg = _with(
+                config,
+                population={"size": k, "members_per_actor": 1},
+                scheduler={"top_m": min(config.scheduler.top_m, k)},
+                run={"epochs": 4 * interval, "logged_members": logged_members},
+            )
+            timer = run_timed(cfg, lambda c, _d: LocalExecutor(c))
+            top = min(cfg.scheduler.top_m, k)
+            driver = timer.driver_cpu_seconds()[1:-1]  # rounds with a merge, after the first
+            driver_at[k] = max(0.0, statistics.median(driver) - merge_s(top))
+        return Linear.through(2, driver_at[2], 8, driver_at[8])
+
+    driver_s = driver_line(0)
+    logged_member_s = max(0.0, driver_line(8).b - driver_s.b)
+    progress(f"driver {driver_s}, each member's own logger series {logged_member_s * 1e3:.2f} ms")
 
     call_s, fetch_s, adopt_s, start_s = _ray_costs(one, weights, weight_bytes, address)
     progress(f"call {call_s * 1e3:.2f} ms, fetch {fetch_s}, adopt {adopt_s}, start {start_s:.2f} s")
@@ -232,6 +241,8 @@ def calibrate(
         adopt_s=adopt_s,
         merge_s=merge_s,
         driver_s=driver_s,
+        logged_member_s=logged_member_s,
+        logged_members=config.run.logged_members,
         start_s=start_s,
         **sharing,
         machine=f"{platform.node()} {platform.processor() or platform.machine()}, config {config.run.name}",

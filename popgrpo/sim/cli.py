@@ -81,6 +81,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         costs = calibrate(config, progress=lambda line: print(f"  {line}", file=sys.stderr))
         if args.save_costs:
             costs.save(args.save_costs)
+    costs = replace(costs, logged_members=config.run.logged_members)  # the config's cap, whatever measured the costs
     if args.epoch_s is not None or args.weight_bytes is not None:
         costs = replace(
             costs,

@@ -49,7 +49,10 @@ class CostModel:
     an actor and has it adopt it (object-store fetch plus the member's mutation), ``merge_s(M)``
     is the merge of ``M`` state dicts of ``weight_bytes`` each on the driver, ``driver_s(K)``
     the driver's other per-round work for ``K`` members (selection, snapshot, metrics, lineage,
-    checkpoint, loggers), ``start_s`` an actor's start-up (a restart after a loss).
+    checkpoint, the loggers' population series), ``logged_member_s`` the loggers' extra work
+    per round for each member with series of its own (``run.logged_members`` of them,
+    ``logged_members``; None: every member), ``start_s`` an actor's start-up (a restart after
+    a loss). :meth:`driver_cost` adds the two.
 
     What sharing a node's cores costs, each a function of ``x``, the member actors per core
     on the node, measured with ``x`` actors training at once (:mod:`popgrpo.sim.calibrate`):
@@ -73,12 +76,19 @@ class CostModel:
     adopt_s: Linear = field(default_factory=Linear)
     merge_s: Linear = field(default_factory=Linear)
     driver_s: Linear = field(default_factory=Linear)
+    logged_member_s: float = 0.0
+    logged_members: int | None = None
     start_s: float = 0.0
     contention: Linear = field(default_factory=lambda: Linear(1.0, 0.0))
     actor_call_cpu_s: float = 0.0
     ray_share: Linear = field(default_factory=Linear)
     background_share: Linear = field(default_factory=Linear)
     machine: str = ""  # where it was measured, free text
+
+    def driver_cost(self, members: int) -> float:
+        """The driver's per-round work (CPU seconds, on its writer thread) for ``members`` members."""
+        logged = members if self.logged_members is None else min(members, self.logged_members)
+        return self.driver_s(members) + self.logged_member_s * logged
 
     def core_speed(self, actors_per_core: float) -> float:
         """The share of a node's cores left to the run with ``actors_per_core`` actors (at least 5%)."""

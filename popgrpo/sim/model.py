@@ -294,7 +294,7 @@ class _Sim:
         loggers; one writer thread does them, a round at a time, in order."""
         with self.writer.request() as turn:
             yield turn
-            yield from self.on_core(0, self.costs.driver_s(members))
+            yield from self.on_core(0, self.costs.driver_cost(members))
 
     # ---- schedules -----------------------------------------------------------------------
     def adopt_then_train(

@@ -89,6 +89,8 @@ class RoundReport:
     ``lineage``: the scheduler's record (None when nothing was merged, e.g. the last round).
     ``heatmaps``: archive name (``shared`` or ``member_<k>``) → ``[cells, cells]`` elite
     rewards, NaN where empty.
+    ``logged_members``: members ``0 … N−1`` get series of their own (``run.logged_members``;
+    None: all); the population's series use every row.
     """
 
     round: int
@@ -96,6 +98,13 @@ class RoundReport:
     rows: list[dict]
     lineage: dict | None = None
     heatmaps: dict[str, np.ndarray] = field(default_factory=dict)
+    logged_members: int | None = None
+
+    def member_rows(self) -> list[dict]:
+        """The rows of the members with series of their own."""
+        if self.logged_members is None:
+            return self.rows
+        return [row for row in self.rows if int(row["member"]) < self.logged_members]
 
 
 class RunLogger(Protocol):
@@ -169,14 +178,19 @@ def complexity_histogram(rows: Sequence[dict], bins: int = 24) -> tuple[np.ndarr
     return edges, counts
 
 
-def archive_heatmaps(archive_states: Sequence[Mapping[str, Any]], shared: bool) -> dict[str, np.ndarray]:
-    """Heatmaps of the archives in a checkpoint snapshot (``LocalArchive.state_dict()``s).
+def archive_heatmaps(
+    archive_states: Sequence[Mapping[str, Any]], shared: bool, members: int | None = None
+) -> dict[str, np.ndarray]:
+    """Heatmaps of the archives in a checkpoint snapshot (``LocalArchive.state_dict()``s): the
+    shared one, or the first ``members`` members' own (None: all).
 
     Empty when the behaviour space is not 2-D (a heatmap needs two axes).
     """
     from popgrpo.core.archive import state_heatmap
 
     out = {}
+    if not shared and members is not None:
+        archive_states = archive_states[:members]
     for k, state in enumerate(archive_states):
         try:
             grid = state_heatmap(state["archive"])
@@ -248,7 +262,7 @@ class TensorBoardLogger:
         return self._writers[name]
 
     def log_round(self, report: RoundReport) -> None:
-        for member, rows in _by_member(report.rows).items():
+        for member, rows in _by_member(report.member_rows()).items():
             writer = self._writer(f"member_{member}")
             for row in rows:
                 values = {col: row[col] for col in scalar_columns(row) if _finite(row[col])}
@@ -345,7 +359,7 @@ class MlflowLogger:
         now = int(time.time() * 1000)
         metrics = [
             Metric(f"member_{row['member']}/{col}", float(row[col]), now, int(row["epoch"]))
-            for row in report.rows
+            for row in report.member_rows()
             for col in scalar_columns(row)
             if _finite(row[col])
         ]
@@ -396,7 +410,7 @@ class WandbLogger:
         for epoch in sorted(population):
             data: dict[str, Any] = {f"population/{col}": v for col, v in population[epoch].items()}
             rows = [r for r in report.rows if r["epoch"] == epoch]
-            for row in rows:
+            for row in (r for r in report.member_rows() if r["epoch"] == epoch):
                 data.update(
                     {f"member_{row['member']}/{c}": float(row[c]) for c in scalar_columns(row) if _finite(row[c])}
                 )

@@ -48,6 +48,27 @@ def test_sync_writes_that_outlast_a_round_do_not_hold_the_members():
     assert result.wall_s == pytest.approx(1.0 + 3 * 5.0)
 
 
+def test_the_writers_work_counts_each_members_own_logger_series_up_to_the_cap():
+    """``driver_cost(K)``: the driver line for every member plus ``logged_member_s`` for each of
+    the first ``logged_members``; a run whose writer sets the pace ends that much sooner with
+    the cap, and older cost files (without the two fields) keep their whole line."""
+    capped = CostModel(
+        epoch_s=0.1, weight_bytes=0, driver_s=Linear(0.01, 0.001), logged_member_s=0.004, logged_members=32
+    )
+    assert capped.driver_cost(8) == pytest.approx(0.01 + 0.008 + 8 * 0.004)
+    assert capped.driver_cost(1000) == pytest.approx(0.01 + 1.0 + 32 * 0.004)
+    every = CostModel.from_json({**capped.to_json(), "logged_members": None})
+    assert every.driver_cost(1000) == pytest.approx(0.01 + 1.0 + 1000 * 0.004)
+    assert CostModel.from_json(capped.to_json()) == capped
+    old = {k: v for k, v in capped.to_json().items() if k not in ("logged_member_s", "logged_members")}
+    assert CostModel.from_json(old).driver_cost(1000) == pytest.approx(capped.driver_s(1000))
+    work = Workload(members=1000, epochs=30, interval=10)
+    shape = ClusterShape(nodes=1000, cores_per_node=2)
+    fast, slow = simulate(capped, work, shape), simulate(every, work, shape)
+    # The three rounds' writes, one after another, are the run's last part in both.
+    assert slow.wall_s - fast.wall_s == pytest.approx(3 * (1000 - 32) * 0.004, rel=1e-6)
+
+
 def test_actors_beyond_the_cores_queue_for_them():
     """Four actors on two cores train a round in twice the time of two actors."""
     costs = CostModel(epoch_s=0.1, weight_bytes=0)

@@ -271,3 +271,36 @@ def test_tensorboard_scalars_page_in_a_real_browser(short_run, tmp_path):
         if browser is not None:
             browser.stop()
         board.stop()
+
+
+def test_logged_members_caps_the_per_member_series_not_the_populations(tmp_path):
+    """With ``run.logged_members`` = 2 of 4 members: TensorBoard runs and archive heatmaps for
+    members 0 and 1 only; the population's curve still averages all four members."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from popgrpo.algorithms.archive_service import LocalArchive
+
+    assert load_config(None).run.logged_members == 32
+    rows = [_row(k, e, reward_mean=float(10 * k + e)) for k in range(4) for e in range(2)]
+    states = [LocalArchive(cells_per_dim=4).state_dict() for _ in range(4)]
+    heatmaps = L.archive_heatmaps(states, shared=False, members=2)
+    assert sorted(heatmaps) == ["member_0", "member_1"]
+    assert sorted(L.archive_heatmaps(states, shared=False)) == [f"member_{k}" for k in range(4)]
+    assert sorted(L.archive_heatmaps(states[:1], shared=True, members=0)) == ["shared"]
+    report = L.RoundReport(0, 2, rows, None, heatmaps, logged_members=2)
+    assert {r["member"] for r in report.member_rows()} == {0, 1}
+    assert L.RoundReport(0, 2, rows).member_rows() == rows  # no cap: every member
+
+    logger = L.TensorBoardLogger(tmp_path)
+    logger.log_round(report)
+    logger.close()
+    assert sorted(p.name for p in (tmp_path / "tensorboard").iterdir()) == ["member_0", "member_1", "population"]
+    population = EventAccumulator(str(tmp_path / "tensorboard" / "population"))
+    population.Reload()
+    means = [e.value for e in population.Scalars("reward_mean")]
+    assert means == pytest.approx([15.0, 16.0])  # epochs 0 and 1 over members 0-3
+    member = EventAccumulator(str(tmp_path / "tensorboard" / "member_1"))
+    member.Reload()
+    assert [e.value for e in member.Scalars("reward_mean")] == pytest.approx([10.0, 11.0])
+    assert member.Tags()["images"] == ["archive_heatmap"]
