@@ -112,8 +112,9 @@ class CausalLMPolicy:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         lora = cfg.lora
-        # Taken before get_peft_model puts the LoRA layers into ``base`` (in place).
-        plain = copy.deepcopy(base) if cfg.merged_generation else None
+        # Taken before get_peft_model puts the LoRA layers into ``base`` (in place): the modules
+        # are copied, every parameter is ``base``'s own tensor (the memo maps each to itself).
+        plain = copy.deepcopy(base, {id(p): p for p in base.parameters()}) if cfg.merged_generation else None
         self.model = get_peft_model(
             base,
             LoraConfig(
@@ -322,7 +323,8 @@ class _MergedCopy:
     own tensor (not copied), so the copy costs one more set of the adapted weights.
 
     Args:
-        plain: a deep copy of the transformers model taken before peft wrapped it.
+        plain: a copy of the transformers model's modules taken before peft wrapped it, whose
+            parameters are still the wrapped model's own tensors.
         inner: the wrapped model (``PeftModel.base_model.model``), its LoRA layers in place.
     """
 
@@ -331,23 +333,14 @@ class _MergedCopy:
 
         self.model = plain
         self.layers: list[tuple[torch.nn.Linear, Any]] = []
-        adapted: set[str] = set()
         for name, module in inner.named_modules():
             if isinstance(module, LoraLayer):
                 target = plain.get_submodule(name)
                 if not isinstance(target, torch.nn.Linear):
                     raise TypeError(f"merged_generation supports LoRA on Linear layers only; {name} is {type(module)}")
+                # The one weight of its own: W + ΔW is written here, never into the shared W.
+                target.weight = torch.nn.Parameter(target.weight.detach().clone(), requires_grad=False)
                 self.layers.append((target, module))
-                adapted.add(name)
-        for name, module in plain.named_modules():
-            source = inner.get_submodule(name)
-            if name in adapted:
-                source = source.get_base_layer()
-            for key, _ in list(module.named_parameters(recurse=False)):
-                if not (name in adapted and key == "weight"):
-                    setattr(module, key, source.get_parameter(key))
-        for _, param in plain.named_parameters():
-            param.requires_grad_(False)
         plain.to(device)
         plain.eval()
 
@@ -356,10 +349,9 @@ class _MergedCopy:
         """Write ``W + ΔW`` of the active adapters into the copy's adapted layers."""
         for target, layer in self.layers:
             weight = layer.get_base_layer().weight
-            merged = weight.detach().clone()
+            target.weight.copy_(weight)
             for adapter in layer.active_adapters:
-                merged += layer.get_delta_weight(adapter).to(weight.dtype)
-            target.weight.copy_(merged)
+                target.weight.add_(layer.get_delta_weight(adapter).to(weight.dtype))
 
 
 class _RowsDone:

@@ -406,11 +406,12 @@ class WandbLogger:
     def log_round(self, report: RoundReport) -> None:
         wandb = self._wandb
         population = population_scalars(report.rows)
+        member_rows = report.member_rows()
         last = report.epoch_end - 1
         for epoch in sorted(population):
             data: dict[str, Any] = {f"population/{col}": v for col, v in population[epoch].items()}
             rows = [r for r in report.rows if r["epoch"] == epoch]
-            for row in (r for r in report.member_rows() if r["epoch"] == epoch):
+            for row in (r for r in member_rows if r["epoch"] == epoch):
                 data.update(
                     {f"member_{row['member']}/{c}": float(row[c]) for c in scalar_columns(row) if _finite(row[c])}
                 )
