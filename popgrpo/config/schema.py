@@ -124,7 +124,7 @@ class RunConfig(Section):
     logged_members: int = Field(
         default=32,
         ge=0,
-        description="Members with series of their own in the loggers: member_0 to member_{N-1} (TensorBoard runs, MLflow and W&B `member_<k>/` keys, their archive heatmaps); the population's series, histograms and the shared archive cover every member either way, and metrics.parquet has every row. Each member's own series costs the background writer about 4 ms of CPU a round with TensorBoard (BENCHMARKS.md), which at thousands of members would set the pace of the run.",
+        description="Members with series of their own in the loggers: member_0 to member_{N-1} (TensorBoard runs, MLflow and W&B `member_<k>/` keys, their archive heatmaps); the population's series, histograms and the shared archive cover every member either way, and metrics.parquet has every row. Each member's own series costs the background writer about 2.5 ms of CPU a round with TensorBoard (BENCHMARKS.md section 7, `python -m benchmarks.sim_validation`), which at thousands of members would set the pace of the run.",
     )
     loggers: list[LoggerName] = Field(
         default_factory=lambda: ["tensorboard"],
@@ -320,7 +320,7 @@ class CausalLMConfig(Section):
     )
     merged_generation: bool = Field(
         default=False,
-        description="Generate from a copy of the model whose adapted layers hold W + (alpha/r)·B·A (refreshed from the adapters before every rollout) instead of through peft's LoRA layers: the same distribution, one matmul per layer instead of three, 1.4x faster sampling for the tiny program model on CPU (BENCHMARKS.md). Costs one more copy of the adapted layers' weights (the rest is shared). The samples equal the unmerged ones up to float rounding, so a run is not bit-identical to one with this off; off by default so that runs reproduce what was committed.",
+        description="Generate from a copy of the model whose adapted layers hold W + (alpha/r)·B·A (refreshed from the adapters before every rollout) instead of through peft's LoRA layers: the same distribution, one matmul per layer instead of three and none of peft's per-layer Python: with it the program model's generation took 0.65-0.69x TRL's time per step on 2 CPU cores, 0.92x without (BENCHMARKS.md). Costs one more copy of the adapted layers' weights (the rest is shared). The samples equal the unmerged ones up to float rounding, so a run is not bit-identical to one with this off; off by default so that runs reproduce what was committed.",
     )
     max_prompt_tokens: int = Field(
         default=256, ge=1, description="Prompts are cut to their last max_prompt_tokens tokens."
