@@ -27,6 +27,7 @@ from popgrpo.config import Config
 from popgrpo.runtime.executor import adopt_one, make_archives, new_archive
 from popgrpo.runtime.naming import describe_group, member_label
 from popgrpo.runtime.rollout_worker import RemoteRolloutService
+from popgrpo.runtime.transport import pack, unpack
 from popgrpo.telemetry.live import LiveMetrics
 
 __all__ = ["ArchiveActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
@@ -286,8 +287,9 @@ class MemberGroup:
         """CPU seconds this actor's members spent training, one entry per ``train`` call (benchmarks)."""
         return list(self.train_cpu_s)
 
-    def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, torch.Tensor]]:
-        return {k: self.members[k].get_weights() for k in member_ids}
+    # What goes back to the driver and comes from it travels packed (popgrpo.runtime.transport).
+    def get_weights(self, member_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        return pack({k: self.members[k].get_weights() for k in member_ids})
 
     def adopt(self, bases: Mapping[str, Any], adoptions: Mapping[int, Adoption], round_index: int) -> dict:
         """This group's members adopt their bases: ``{"infos": {k: mutation description}, **snapshot()}``.
@@ -296,7 +298,7 @@ class MemberGroup:
         once each). The round's checkpoint is taken right after, so the states come back with
         the answer: one round of actor calls less per round.
         """
-        fetched = {key: ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref for key, ref in bases.items()}
+        fetched = {key: unpack(ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref) for key, ref in bases.items()}
         infos = {k: adopt_one(self.members[k], fetched, a, round_index) for k, a in adoptions.items()}
         return {"infos": infos, **self.snapshot()}
 
@@ -314,19 +316,19 @@ class MemberGroup:
         return ray.get_runtime_context().get_node_id()
 
     def states(self) -> dict[int, dict]:
-        return {k: m.state_dict() for k, m in self.members.items()}
+        return pack({k: m.state_dict() for k, m in self.members.items()})
 
     def load_states(self, states: Mapping[int, dict]) -> None:
-        for k, state in states.items():
+        for k, state in unpack(dict(states)).items():
             self.members[k].load_state_dict(state)
         self.state_known = True
 
     # The archives held here (archives_in_groups); empty otherwise.
     def archive_states(self) -> dict[int, LocalArchiveState]:
-        return {k: a.state_dict() for k, a in self.archives.items()}
+        return pack({k: a.state_dict() for k, a in self.archives.items()})
 
     def load_archive_states(self, states: Mapping[int, LocalArchiveState]) -> None:
-        for k, state in states.items():
+        for k, state in unpack(dict(states)).items():
             self.archives[k].load_state_dict(state)  # in place: the member keeps its reference
 
     def snapshot(self) -> GroupSnapshot:

@@ -63,6 +63,7 @@ from popgrpo.runtime.naming import (
 )
 from popgrpo.runtime.recovery import RecoveryLog
 from popgrpo.runtime.rollout_worker import RolloutWorker
+from popgrpo.runtime.transport import pack, unpack
 from popgrpo.telemetry.live import LiveMetrics
 
 log = logging.getLogger(__name__)
@@ -351,7 +352,7 @@ class RayExecutor:
             wanted.setdefault(self._group_of[k], []).append(k)
         weights: dict[int, dict] = {}
         for part in self._call("get_weights", lambda g: (wanted[g],), groups=list(wanted)).values():
-            weights.update(part)
+            weights.update(unpack(part))
         return [weights[k] for k in member_ids]
 
     def adopt(
@@ -361,7 +362,7 @@ class RayExecutor:
         its answer serve the :meth:`snapshot` that follows (the round's checkpoint), without
         another call. Each distinct base is ``ray.put`` once; an actor gets the references of
         the bases its members need and fetches each once."""
-        refs = {key: ray.put(dict(base)) for key, base in bases.items()}
+        refs = {key: ray.put(pack(dict(base))) for key, base in bases.items()}
         mine = {g: {k: adoptions[k] for k in group if k in adoptions} for g, group in enumerate(self._groups)}
         needed = {g: {a.base for a in part.values() if a.base in refs} for g, part in mine.items()}
         args = lambda g: ({key: refs[key] for key in sorted(needed[g])}, mine[g], round_index)  # noqa: E731
@@ -377,13 +378,13 @@ class RayExecutor:
             adopting = [g for g, part in mine.items() if part]
             plan = {g: n for g, n in plan.items() if g in adopting}
             infos: dict[int, dict] = {}
-            for part in self._call("adopt", args, groups=adopting, after_sent=send_train).values():
+            for part in map(unpack, self._call("adopt", args, groups=adopting, after_sent=send_train).values()):
                 infos.update(part["infos"])
                 self.recovery.set_member_points(self.n_members, part["members"], part["archives"])
             for g in adopting:
                 self._since_adopt.pop(g, None)
             return {k: infos[k] for k in adoptions}
-        parts = self._call("adopt", args, replayable=True, after_sent=send_train).values()
+        parts = map(unpack, self._call("adopt", args, replayable=True, after_sent=send_train).values())
         merged_infos, *states = self._merge_parts(parts, ("infos", "members", "archives"))
         self._adopted = states
         return {k: merged_infos[k] for k in adoptions}
@@ -475,7 +476,7 @@ class RayExecutor:
             return cast(list[LocalArchiveState], ray.get(self.archive_actor.state_dicts.remote()))
         states: dict[int, LocalArchiveState] = {}
         for part in self._call("archive_states", lambda g: ()).values():
-            states.update(part)
+            states.update(unpack(part))
         return [states[k] for k in range(self.n_members)]
 
     def archives(self) -> list[LocalArchive]:
@@ -489,7 +490,7 @@ class RayExecutor:
     def member_states(self) -> list[dict]:
         states: dict[int, dict] = {}
         for part in self._call("states", lambda g: ()).values():
-            states.update(part)
+            states.update(unpack(part))
         return [states[k] for k in range(self.n_members)]
 
     def snapshot(self) -> tuple[list[dict], list[LocalArchiveState]]:
@@ -503,7 +504,7 @@ class RayExecutor:
             members, archives = fresh
         else:
             members, archives = self._merge_parts(
-                self._call("snapshot", lambda g: ()).values(), ("members", "archives")
+                map(unpack, self._call("snapshot", lambda g: ()).values()), ("members", "archives")
             )
         if not self._in_groups:
             archives = cast(
@@ -530,13 +531,13 @@ class RayExecutor:
     def load_member_states(self, states: Sequence[dict]) -> None:
         self._adopted = None
         self.recovery.set_restore_point(members=states)
-        self._call("load_states", lambda g: ({k: states[k] for k in self._groups[g]},))
+        self._call("load_states", lambda g: (pack({k: states[k] for k in self._groups[g]}),))
 
     def load_archive_states(self, states: Sequence[LocalArchiveState]) -> None:
         self._adopted = None
         self.recovery.set_restore_point(archives=states)
         if self._in_groups:
-            self._call("load_archive_states", lambda g: ({k: states[k] for k in self._groups[g]},))
+            self._call("load_archive_states", lambda g: (pack({k: states[k] for k in self._groups[g]}),))
         else:
             ray.get(self.archive_actor.load_state_dicts.remote(list(states)))
 

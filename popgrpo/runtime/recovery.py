@@ -16,6 +16,7 @@ from typing import Any
 import ray
 
 from popgrpo.algorithms.archive_service import LocalArchiveState
+from popgrpo.runtime.transport import pack
 
 __all__ = ["RecoveryLog"]
 
@@ -79,12 +80,12 @@ class RecoveryLog:
         """
         saved = {} if self.members is None else {k: self.members[k] for k in members if self.members[k] is not None}
         if saved:  # members without a restore point start from the new actor's own initial state
-            ray.get(actor.load_states.remote(saved))
+            ray.get(actor.load_states.remote(pack(saved)))
         else:
             ray.get(actor.pid.remote())  # wait until it is up
         own_archives = {k: self.archives[k] for k in members}
         if archive_home == "actor":
-            ray.get(actor.load_archive_states.remote(own_archives))
+            ray.get(actor.load_archive_states.remote(pack(own_archives)))
         elif archive_home is not None:
             ray.get(archive_home.load_states.remote(own_archives))
         for method, args_for in self.calls:
