@@ -1,6 +1,6 @@
 """TRL's ``GRPOTrainer`` against a popgrpo language-model member: tokens/s, paired blocks, a CI on the ratio.
 
-``python -m benchmarks.trl_throughput --model runs/program-lm [--steps 4] [--rounds 12] [--out DIR]``
+``python -m benchmarks.trl_throughput --model runs/program-lm [--steps 4] [--rounds 12] [--device cpu|cuda] [--out DIR]``
 
 Both sides train the same ``save_pretrained`` model (``popgrpo lm pretrain``) with LoRA adapters
 of the same rank on all linear layers (``B = 0`` at the start on both, so both start from the
@@ -33,6 +33,12 @@ popgrpo's member runs as configured by ``lm_programs`` (its step sequential by d
 finish, the reference pass runs while they do, embeddings on the process's embedding thread),
 and ``--compare-sequential`` adds a third block per round with ``overlap=false``, for the
 overlap's own effect.
+
+``--device cuda`` puts both models on the GPU, still in float32: popgrpo's member with
+``policy.device=cuda`` and ``policy.causal_lm.dtype=float32`` (``auto`` would pick bfloat16 on
+CUDA), TRL's trainer with ``use_cpu=False`` (accelerate's CUDA device) and ``bf16=False``. The
+clock then waits for the GPU's queued work (``torch.cuda.synchronize``) at each reading, and the
+payload records the GPU's name and the library versions. The default, ``cpu``, is as before.
 
 A round is one block of each side, run back to back (the order alternates from round to round)
 so that both see the same background load; the ratio is the geometric mean over rounds of
@@ -129,7 +135,21 @@ class Phases:
         return out
 
 
+def _on_cuda(args: argparse.Namespace) -> bool:
+    return getattr(args, "device", "cpu") == "cuda"
+
+
+def _clock(cuda: bool) -> float:
+    """``time.perf_counter()``; with ``cuda``, after the GPU's queued work has finished."""
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 # ---- popgrpo ------------------------------------------------------------------------------------
+CUDA_OVERRIDES = ["policy.device=cuda", "policy.causal_lm.dtype=float32"]  # float32 on both sides
+
+
 def popgrpo_config(args: argparse.Namespace, seed: int, overrides: list[str] | None = None):
     from popgrpo.config import load_config, preset_path
 
@@ -153,6 +173,7 @@ def popgrpo_config(args: argparse.Namespace, seed: int, overrides: list[str] | N
             f"env.text.sandbox_pool_size={'null' if args.pool_size is None else args.pool_size}",
             "population.size=1",
             "scheduler.enabled=false",
+            *(CUDA_OVERRIDES if _on_cuda(args) else []),
             *getattr(args, "overrides", []),
             *(overrides or []),
         ],
@@ -162,9 +183,13 @@ def popgrpo_config(args: argparse.Namespace, seed: int, overrides: list[str] | N
 def build_popgrpo(args: argparse.Namespace, seed: int, overrides: list[str] | None = None):
     """A fresh member for one block, fed the round's prompt sequence (warm-up step first)."""
     from popgrpo.algorithms.archive_service import LocalArchive
-    from popgrpo.algorithms.member import Member
+    from popgrpo.algorithms.member import Member, resolve_device
 
-    member = Member(0, popgrpo_config(args, seed, overrides), LocalArchive())
+    config = popgrpo_config(args, seed, overrides)
+    if _on_cuda(args):  # as the executors place a member: policy.device=cuda, CUDA or an error
+        member = Member(0, config, LocalArchive(), device=resolve_device(config.policy.device, has_gpu=True)[0])
+    else:
+        member = Member(0, config, LocalArchive())
     schedule = prompt_schedule(seed, args.steps + 1, args.prompts)
     member.rollouts.prompt_schedule = iter(schedule)  # pyright: ignore[reportAttributeAccessIssue]  # TextRollouts
     return member, schedule
@@ -184,10 +209,10 @@ def time_popgrpo(args: argparse.Namespace, seed: int, barrier: Any = None, overr
     if barrier is not None:
         barrier.wait()
     phases.active = True
-    start, cpu_start = time.perf_counter(), machine_cpu()
+    start, cpu_start = _clock(_on_cuda(args)), machine_cpu()
     stats = [member.step() for _ in range(args.steps)]
     member.end_epoch(stats)
-    end, cpu_end = time.perf_counter(), machine_cpu()
+    end, cpu_end = _clock(_on_cuda(args)), machine_cpu()
     phases.active = False
     completions = sum(s.scores.complexity.numel() for s in stats)
     tokens = int(sum(float(s.scores.complexity.sum()) for s in stats))  # a text member's complexity: tokens
@@ -266,7 +291,7 @@ def build_trl(args: argparse.Namespace, seed: int, out: Path):
         weight_decay=ADAM["weight_decay"],
         max_grad_norm=0.0,  # popgrpo clips nothing
         shuffle_dataset=False,  # the round's prompt sequence, in order
-        use_cpu=True,
+        use_cpu=not _on_cuda(args),  # on CUDA: accelerate's device, the GPU
         bf16=False,
         report_to=[],
         logging_steps=10**6,
@@ -306,6 +331,7 @@ def time_trl(args: argparse.Namespace, seed: int, out: Path, barrier: Any = None
     )
     ends: list[float] = []
     cpus: list[float | None] = []
+    cuda = _on_cuda(args)  # the callbacks' own `args` are TRL's
 
     class Clock(TrainerCallback):
         def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
@@ -315,7 +341,7 @@ def time_trl(args: argparse.Namespace, seed: int, out: Path, barrier: Any = None
         def on_step_end(self, args, state, control, **kwargs):
             if not ends and barrier is not None:
                 barrier.wait()
-            ends.append(time.perf_counter())
+            ends.append(_clock(cuda))
             cpus.append(machine_cpu())
             phases.active = counter.counting = True
 
@@ -518,6 +544,24 @@ def cpu_budget(payload: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+def environment() -> dict[str, Any]:
+    """The GPU and the versions a ``--device cuda`` run used (recorded in its JSON)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        **{name: installed(name) for name in ("transformers", "peft", "trl", "accelerate", "sentence-transformers")},
+    }
+
+
 def _rates(blocks: list[dict]) -> list[float]:
     return [b["tokens"] / b["seconds"] for b in blocks]
 
@@ -535,10 +579,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=4, help="timed steps per block")
     parser.add_argument("--rounds", type=int, default=12, help="rounds of one popgrpo and one TRL block")
     parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no round that the last round's duration says would end past this many seconds "
+        "from the first timed round's start (the JSON's `rounds` says how many ran; default: no limit)",
+    )
+    parser.add_argument(
         "--population", type=int, default=None, help="K for the population case (default: cores; 0: skip)"
     )
     parser.add_argument("--population-rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where both sides compute, float32 on either (cuda: policy.device=cuda, TRL use_cpu=False)",
+    )
     parser.add_argument(
         "--compare-sequential",
         action="store_true",
@@ -570,6 +627,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{name} must be at least 1")
     if args.prompts > len(PROMPTS):
         parser.error(f"--prompts {args.prompts}: the task has {len(PROMPTS)} prompts")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available to this process (torch CPU build?)")
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -579,7 +638,14 @@ def main(argv: list[str] | None = None) -> int:
     time_trl(args, 10_000, out / "trl-warm")
     results: dict[str, list[dict]] = {"popgrpo": [], "trl": []}
     sequential: list[dict] = []
+    rounds_start = last_round = time.perf_counter()
     for i in range(args.rounds):
+        if args.budget_s is not None and i > 0:
+            now = time.perf_counter()
+            if now - rounds_start + (now - last_round) > args.budget_s:
+                print(f"--budget-s {args.budget_s:g}: stopping after {i} rounds", flush=True)
+                break
+            last_round = now
         order = ["popgrpo", "trl"] if i % 2 == 0 else ["trl", "popgrpo"]
         if args.compare_sequential:
             order.insert(1, "sequential")
@@ -634,6 +700,8 @@ def main(argv: list[str] | None = None) -> int:
         "population": population,
         **summary,
     }
+    if args.device == "cuda":
+        payload["environment"] = environment()
     if sequential:
         payload["sequential"] = {"results": sequential, **ratio_summary(results["popgrpo"], sequential)}
         print(f"popgrpo overlapped / sequential tokens/s: {payload['sequential']['ratio']:.2f}")

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import copy
+import os
 
 from popgrpo.config import Config
 
 TARGET_FRACTION = "popgrpo.envs.rewards:target_fraction"
+
+DEVICE = os.environ.get("POPGRPO_TEST_DEVICE", "cpu")
+"""Where the policy tests (``tests/policies``) put the model: ``cpu`` unless
+``POPGRPO_TEST_DEVICE`` names another torch device (``cuda`` on a GPU machine), with the same
+assertions; in float32 on either (``policy.causal_lm.dtype=auto`` would pick bfloat16 on CUDA)."""
+DTYPE = "float32"
 
 
 def lm_config(model_dir, **sections) -> Config:

@@ -304,8 +304,8 @@ class Member:
         return StepStats(
             scores=batch.scores,
             archive=batch.archive,
-            entropy=entropy.detach(),
-            kl=kl.detach(),
+            entropy=entropy.detach().cpu(),  # the epoch's row is reduced on the CPU (popgrpo.algorithms.step)
+            kl=kl.detach().cpu(),
             identities=self.rollouts.identities(batch.samples, batch.scores.features),
         )
 

@@ -4,15 +4,15 @@ import pytest
 import torch
 
 from popgrpo.policies.causal_lm import CausalLMPolicy, completion_mask
-from tests.lm import lm_config
+from tests.lm import DEVICE, DTYPE, lm_config
 from tests.services import require_module
 
 require_module("peft")
 
 
 def _policy(tiny_lm, seed=0, **lm):
-    cfg = lm_config(tiny_lm).policy.causal_lm.model_copy(update=lm)
-    return CausalLMPolicy(cfg, "cpu", torch.Generator().manual_seed(seed))
+    cfg = lm_config(tiny_lm).policy.causal_lm.model_copy(update={"dtype": DTYPE, **lm})
+    return CausalLMPolicy(cfg, DEVICE, torch.Generator().manual_seed(seed))
 
 
 def test_state_dict_is_the_adapters_only_and_seeded(tiny_lm):
@@ -60,7 +60,7 @@ def test_rollout_is_seeded_and_shaped(tiny_lm):
     assert r1.completion_mask.shape == (8, r1.sequences.shape[1] - r1.prompt_length)
     assert int(r1.lengths.max()) <= 8 and int(r1.lengths.min()) >= 1
     # The decoded text is the masked tokens (character tokenizer: one character per non-special token).
-    specials = torch.tensor(policy.tokenizer.all_special_ids)
+    specials = torch.tensor(policy.tokenizer.all_special_ids, device=r1.sequences.device)
     tokens = r1.sequences[:, r1.prompt_length :]
     for row, text in enumerate(r1.completions):
         kept = tokens[row][r1.completion_mask[row].bool()]

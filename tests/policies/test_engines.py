@@ -19,13 +19,14 @@ from popgrpo.policies.engines import (
     write_peft_adapter,
 )
 from popgrpo.policies.vllm_engine import MISSING_VLLM, lora_rank_slot, vllm_engine
+from tests.lm import DEVICE, DTYPE
 from tests.services import require_module
 
 require_module("peft")
 
 
 def _cfg(model_dir, **kw):
-    return CausalLMConfig(model=str(model_dir), max_new_tokens=8, lora={"r": 4}, **kw)
+    return CausalLMConfig(model=str(model_dir), max_new_tokens=8, lora={"r": 4}, dtype=DTYPE, **kw)
 
 
 def _trained_adapter(policy, seed):
@@ -45,9 +46,9 @@ def test_left_pad_matches_the_tokenizers_padding(tiny_lm):
 @pytest.mark.parametrize("merged", [False, True], ids=["peft", "merged_generation"])
 def test_hf_engine_samples_the_tokens_of_the_members_own_generate(tiny_lm, merged):
     cfg = _cfg(tiny_lm, merged_generation=merged)
-    member = CausalLMPolicy(cfg, generator=torch.Generator().manual_seed(1))
+    member = CausalLMPolicy(cfg, DEVICE, generator=torch.Generator().manual_seed(1))
     member.load_state_dict(_trained_adapter(member, 0))
-    engine = HFEngine(cfg)
+    engine = HFEngine(cfg, DEVICE)
     engine.load_adapter(7, 1, member.state_dict())
     prompts = ["say a", "write"]
     own = member.rollout(prompts, 4, torch.Generator().manual_seed(5))
@@ -58,7 +59,7 @@ def test_hf_engine_samples_the_tokens_of_the_members_own_generate(tiny_lm, merge
     tokens = own.sequences[:, own.prompt_length :]
     assert out.token_ids == [row[m.bool()].tolist() for row, m in zip(tokens, own.completion_mask, strict=True)]
     # Its log-probs are those of the tokens it sampled: close to the trainer's full forward pass.
-    logp = member.token_log_probs(own)[0]
+    logp = member.token_log_probs(own)[0].cpu()
     for i, values in enumerate(out.logprobs):
         assert torch.allclose(torch.tensor(values), logp[i, : len(values)], atol=1e-4)
 
@@ -66,7 +67,7 @@ def test_hf_engine_samples_the_tokens_of_the_members_own_generate(tiny_lm, merge
 @pytest.mark.parametrize("merged", [False, True], ids=["peft", "merged_generation"])
 def test_hf_engine_generates_with_each_members_own_adapter(tiny_lm, merged):
     cfg = _cfg(tiny_lm, merged_generation=merged)
-    engine = HFEngine(cfg)
+    engine = HFEngine(cfg, DEVICE)
     engine.load_adapter(0, 1, _trained_adapter(engine.policy, 0))
     engine.load_adapter(1, 1, _trained_adapter(engine.policy, 1))
     sampling = Sampling(n=8, temperature=1.0, max_new_tokens=8, seed=3)

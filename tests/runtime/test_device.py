@@ -8,7 +8,6 @@ from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
-from popgrpo.runtime.ray_executor import RayExecutor
 
 CUDA = torch.cuda.is_available()
 
@@ -46,6 +45,8 @@ def test_local_executor_reports_a_reserved_gpu_it_cannot_use():
 
 @pytest.mark.ray
 def test_ray_gives_each_actor_its_share_of_the_gpu(ray_local):
+    from popgrpo.runtime.ray_executor import RayExecutor  # here: the tests above run without Ray
+
     cfg = load_config(
         preset_path("pop_grpo"),
         ["population.size=4", "population.members_per_actor=2", "population.resources.num_cpus=0.5",

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The GPU check of popgrpo's CUDA path for language-model members, as one script for a CUDA
+# machine that has no network: the policy tests on CUDA, then TRL's GRPOTrainer against a
+# popgrpo member on the GPU (benchmarks/trl_throughput.py --device cuda). Run from the
+# repository root:
+#
+#   bash benchmarks/gpu_check.sh
+#
+# It reads what the machine lacks from two folders made beforehand on a machine with network
+# and kept out of git (.git/info/exclude: /.whl/ and /.gpu/); results: BENCHMARKS.md, "On one
+# GPU: NVIDIA H200".
+#   .whl/  wheels for Python 3.12 of what popgrpo needs and the machine lacks, installed into
+#          /tmp/site and put on PYTHONPATH. For the lent machines' image (2026-11): pip download
+#          --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform
+#          manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4
+#          pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
+#          typing-extensions==4.16.0 ribs==0.12.0 numpy-groupies==0.16.0 array-api-compat==1.16.0
+#          simpy==4.1.2 pyseccomp==0.1.2 trl==1.16.0 datasets==5.2.0 dill==0.4.1
+#          multiprocess==0.70.19
+#   .gpu/  program-lm/ (popgrpo lm pretrain's output without checkpoints/), minilm-q8/
+#          (python -m benchmarks.embedder_q8 pack .gpu/minilm-q8) and the Debian packages of
+#          bubblewrap and libseccomp2 (cd .gpu && apt-get download bubblewrap libseccomp2),
+#          unpacked into /tmp/bw when bwrap or libseccomp is missing.
+#
+# Settings (environment): OUT (logs and JSON; default runs/gpu-check), DEVICE (cuda; cpu for a
+# dry run), PY (python3), INSTALL_WHEELS (1), ROUNDS (8), STEPS (3), BUDGET_S (200: no round is
+# started that would end past it), BENCH_TIMEOUT (330), BENCH_ARGS (more benchmark arguments).
+set -uo pipefail
+OUT=${OUT:-runs/gpu-check}
+DEVICE=${DEVICE:-cuda}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+step() { echo; echo "== $(date -u +%H:%M:%S) $*"; }
+status=0
+
+step "wheels"
+if [ "${INSTALL_WHEELS:-1}" = 1 ]; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+
+step "bubblewrap and libseccomp"
+if ! command -v bwrap >/dev/null; then
+  rm -rf /tmp/bw && for f in .gpu/*.deb; do dpkg -x "$f" /tmp/bw; done
+  export PATH=/tmp/bw/usr/bin:$PATH
+fi
+if [ -z "$("$PY" -c 'import ctypes.util; print(ctypes.util.find_library("seccomp") or "")')" ]; then
+  [ -d /tmp/bw ] || for f in .gpu/*.deb; do dpkg -x "$f" /tmp/bw; done
+  export LD_LIBRARY_PATH=/tmp/bw/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+command -v bwrap && bwrap --version
+SANDBOX=$("$PY" -c 'from popgrpo.envs.sandbox import bwrap_problem; print(bwrap_problem() or "ok")' 2>&1 | tail -1)
+echo "sandbox (bubblewrap + seccomp): $SANDBOX"
+
+step "machine and versions"
+nvidia-smi || echo "no nvidia-smi"
+"$PY" - <<'EOF'
+import importlib.metadata as md, platform, torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    print("gpu", torch.cuda.get_device_name(), "bf16", torch.cuda.is_bf16_supported())
+for name in ("transformers", "peft", "trl", "accelerate", "datasets", "sentence-transformers", "pydantic", "pyarrow", "numpy", "ray", "vllm"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        print(name, "not installed")
+EOF
+
+step "tests: tests/policies with POPGRPO_TEST_DEVICE=$DEVICE"
+POPGRPO_TEST_DEVICE=$DEVICE timeout 180 "$PY" -m pytest -p no:cacheprovider -q -rs \
+  tests/policies/test_causal_lm.py tests/policies/test_engines.py || status=1
+
+step "tests: tests/runtime/test_device.py without Ray (its conftest needs Ray)"
+timeout 90 "$PY" -m pytest -p no:cacheprovider --noconftest -m "not ray" -q -rs tests/runtime/test_device.py || status=1
+
+step "embedding model"
+rm -rf /tmp/minilm && cp -r .gpu/minilm-q8 /tmp/minilm && "$PY" -m benchmarks.embedder_q8 unpack /tmp/minilm || exit 1
+
+step "benchmark: TRL GRPOTrainer vs a popgrpo member on $DEVICE"
+if [ "$SANDBOX" != ok ]; then
+  echo "not run: the rewards run programs in the sandbox, which cannot run here ($SANDBOX)"
+  exit 3
+fi
+# shellcheck disable=SC2086  # BENCH_ARGS: words
+timeout "${BENCH_TIMEOUT:-330}" "$PY" -m benchmarks.trl_throughput --model .gpu/program-lm --device "$DEVICE" \
+  --steps "${STEPS:-3}" --rounds "${ROUNDS:-8}" --budget-s "${BUDGET_S:-200}" --population 0 \
+  --set policy.causal_lm.overlap=true --set policy.causal_lm.merged_generation=true \
+  --set env.text.embedding_model=/tmp/minilm ${BENCH_ARGS:-} --out /tmp/bench-gpu || status=1
+cp /tmp/bench-gpu/trl_throughput.json "$OUT/" || status=1
+step "done (status $status)"
+exit $status
