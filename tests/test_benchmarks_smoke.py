@@ -4,6 +4,7 @@ No timing is asserted: the numbers depend on the machine and its load. The suite
 subprocess, so its embedded Ray and clusters are its own and gone when it exits.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -101,3 +102,16 @@ def test_round_overhead_times_the_drivers_parts_and_the_background_writer():
     assert m["merges"] == 2
     # The driver's time outside training calls, split into parts none of which is counted twice.
     assert all(m["parts"][p] >= 0 for p in PARTS) and m["busy"] > 0
+
+
+@pytest.mark.ray
+def test_transport_cost_moves_the_same_states_both_ways_and_reports_them(tmp_path):
+    from benchmarks.transport_cost import main
+
+    out = tmp_path / "t.json"
+    assert main(["--members", "2", "--repeats", "2", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["tensors"] > 2 * 9 and data["bytes"] > 2 * 100_000  # two members' weights, Adam, generator
+    for side in ("tensors", "packed"):
+        assert len(data["times"][side]["put"]) == len(data["times"][side]["get"]) == 2
+    assert main(["--report", str(out)]) == 0

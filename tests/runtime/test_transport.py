@@ -75,7 +75,10 @@ def test_a_member_state_survives_a_real_ray_round_trip_packed(ray_local):
     """What actors send back (states, weights) comes out of Ray's object store bit for bit, writable."""
     import ray
 
-    cfg = load_config(preset_path("pop_grpo"), ["population.size=2", "scheduler.top_m=2", "run.epochs=2", "scheduler.interval_epochs=1"])
+    cfg = load_config(
+        preset_path("pop_grpo"),
+        ["population.size=2", "scheduler.top_m=2", "run.epochs=2", "scheduler.interval_epochs=1"],
+    )
     executor = LocalExecutor(cfg)
     executor.train(1, 0)
     states = executor.member_states()
