@@ -115,3 +115,19 @@ def test_transport_cost_moves_the_same_states_both_ways_and_reports_them(tmp_pat
     for side in ("tensors", "packed"):
         assert len(data["times"][side]["put"]) == len(data["times"][side]["get"]) == 2
     assert main(["--report", str(out)]) == 0
+
+
+def test_round_overhead_splits_the_outside_time_into_a_fixed_and_a_proportional_part():
+    from benchmarks.round_overhead import fit_note, fixed_and_proportional
+
+    def result(training_per_merge: float) -> dict:
+        # outside = 0.05 s + 6% of the training, for every mode; 4 merges, 2 runs
+        outside = 0.05 + 0.06 * training_per_merge
+        run = {"members": 4 * training_per_merge, "window": 4 * (training_per_merge + outside), "merges": 4}
+        return {"arms": {"sync": [run, run], "async": [run, run]}}
+
+    preset, heavier = result(0.4), result(1.6)
+    fits = fixed_and_proportional(preset, heavier)
+    for a, b in fits.values():
+        assert a == pytest.approx(0.05) and b == pytest.approx(0.06)
+    assert "50 ms + 6.0% of the training, tending to 5.7%" in fit_note(preset, heavier)
