@@ -28,6 +28,7 @@ import json
 import math
 import os
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (o
 SHARING_FIELDS = ("contention", "actor_call_cpu_s", "ray_share", "background_share")
 TARGET = 0.10
 SCALE_INTERVAL = 10  # T of the simulated populations at scale
+SCALE_SIZES = [1000, 2000, 5000, 10000]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -166,7 +168,9 @@ def summarise(repeats: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return rows
 
 
-def scale(costs, members: list[int], epochs: int, nodes: int, cores: int, seeds: list[int]) -> list[dict[str, Any]]:
+def scale(
+    costs, members: list[int], epochs: int, nodes: int, cores: int, seeds: list[int], checkpoint_every: int = 1
+) -> list[dict[str, Any]]:
     from dataclasses import replace
 
     from popgrpo.sim.costs import Linear
@@ -188,6 +192,7 @@ def scale(costs, members: list[int], epochs: int, nodes: int, cores: int, seeds:
             straggler_sigma=1.0,
             node_mtbf_s=30.0,
             node_return_s=60.0,
+            checkpoint_every=checkpoint_every,
         )
         for name, sched in (("sync", Scheduling("sync")), ("async", Scheduling("async", max(1, actors // 4), 4))):
             results = [simulate(costs, work, cluster, sched, seed=s) for s in seeds]
@@ -202,6 +207,7 @@ def scale(costs, members: list[int], epochs: int, nodes: int, cores: int, seeds:
                     "utilisation": [r.utilisation for r in results],
                     "wasted_share": [r.wasted_epochs / max(1, r.useful_epochs + r.wasted_epochs) for r in results],
                     "restarts": [r.restarts for r in results],
+                    "checkpoint_every": checkpoint_every,
                 }
             )
             print(f"K={k} {name}: {statistics.fmean(rows[-1]['wall_s']):.1f} s", flush=True)
@@ -356,23 +362,51 @@ def remaining(validation: list[dict], off: list[dict]) -> str:
 
 def writer_bound(costs, curves: list[dict]) -> list[str]:
     """A paragraph when the driver's background writer, not the members, sets the pace at scale:
-    its work per round (``driver_cost(K)``, one thread) against one actor's round of training."""
+    its work per round (``driver_cost(K)``, one thread) against one actor's round of training,
+    and what spacing the checkpoints out changed in the curves."""
     k = max(r["k"] for r in curves)
-    row = next(r for r in curves if r["k"] == k and r["mode"] == "sync")
+
+    def at(mode: str, every: int) -> dict | None:
+        return next(
+            (r for r in curves if r["k"] == k and r["mode"] == mode and r.get("checkpoint_every", 1) == every), None
+        )
+
+    row = at("sync", 1)
+    if row is None:
+        return []
     writes = costs.driver_cost(k)
     train = SCALE_INTERVAL * row["members_per_actor"] * costs.epoch_s  # T epochs of each of the actor's members
     if writes <= train:
         return []
-    return [
+    text = (
         f"At K = {k:,} the driver's per-round work ({costs.driver_s.a * 1e3:.1f} + {costs.driver_s.b * 1e3:.2f}·K ms "
         f"of CPU, plus {costs.logged_member_s * 1e3:.2f} ms for each of the {_logged(costs, k)} members with logger "
         f"series of their own: {writes:.1f} s a round, on the one background writer thread) takes longer than an "
-        f"actor's round of training ({train:.2f} s), so the writer sets the pace in both modes and async rounds "
-        "gain little: what is left is per member (its rows, its state in the checkpoint), measured at K = 2 and 8 "
-        "and extrapolated. A population of thousands needs checkpoints less often, or the writes spread over "
-        "more than one writer, before async rounds can pay in full.",
-        "",
-    ]
+        f"actor's round of training ({train:.2f} s): what is left is per member (its rows, its state in the "
+        "checkpoint), measured at K = 2 and 8 and extrapolated."
+    )
+    if costs.checkpoint_member_s > 0:
+        text += (
+            f" Of it the checkpoint takes {costs.checkpoint_s * 1e3:.1f} + {costs.checkpoint_member_s * 1e3:.2f}·K ms "
+            f"({costs.checkpoint_s + costs.checkpoint_member_s * k:.1f} s at K = {k:,}), and an async merge's "
+            "checkpoint holds every member's restore point, so with a buffer of a quarter of the actors and a "
+            "checkpoint every merge the writer writes every member's state about four times a round."
+        )
+    rows = {(m, e): at(m, e) for m in ("sync", "async") for e in (1, 10)}
+    if all(rows.values()):
+        med = {key: statistics.median(r["wall_s"]) for key, r in rows.items() if r is not None}
+        text += (
+            f" With a checkpoint every round or merge, async rounds took {med['async', 1]:.0f} s to the sync "
+            f"rounds' {med['sync', 1]:.0f} s; with `run.checkpoint_every` = 10, {med['async', 10]:.0f} s to "
+            f"{med['sync', 10]:.0f} s (medians over the seeds): sync rounds hardly change (in the model each waits for its slowest "
+            "member)."
+        )
+    else:
+        text += (
+            " A population of thousands needs checkpoints less often, or the writes spread over more than one "
+            "writer, before async rounds can pay in full."
+        )
+    return [text, ""]
 
 
 def _logged(costs, k: int) -> str:
@@ -477,13 +511,24 @@ def markdown(
         f"{seeds} seeds: median (min–max)):",
         "",
         md_table(
-            ["K", "mode", "B", "S", "time to N epochs, s", "utilisation", "work lost", "restarts"],
+            [
+                "K",
+                "mode",
+                "B",
+                "S",
+                "checkpoint every (rounds / merges)",
+                "time to N epochs, s",
+                "utilisation",
+                "work lost",
+                "restarts",
+            ],
             [
                 [
                     r["k"],
                     r["mode"],
                     r["buffer"],
                     r["max_staleness"] if r["mode"] == "async" else "–",
+                    r.get("checkpoint_every", 1),
                     _spread(r["wall_s"], ".1f"),
                     _spread(r["utilisation"], ".1%"),
                     _spread(r["wasted_share"], ".1%"),
@@ -506,14 +551,17 @@ def figure(curves: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    everies = sorted({r.get("checkpoint_every", 1) for r in curves})
     for mode, colour in (("sync", "tab:red"), ("async", "tab:blue")):
-        rows = [r for r in curves if r["mode"] == mode]
-        ks = [r["k"] for r in rows]
-        for ax, key in zip(axes, ("wall_s", "utilisation"), strict=True):
-            med = [statistics.median(r[key]) for r in rows]
-            lo = [m - min(r[key]) for m, r in zip(med, rows, strict=True)]
-            hi = [max(r[key]) - m for m, r in zip(med, rows, strict=True)]
-            ax.errorbar(ks, med, yerr=[lo, hi], marker="o", color=colour, label=mode, capsize=3)
+        for every, style in zip(everies, ("-", "--", ":"), strict=False):
+            rows = [r for r in curves if r["mode"] == mode and r.get("checkpoint_every", 1) == every]
+            ks = [r["k"] for r in rows]
+            label = mode if len(everies) == 1 else f"{mode}, checkpoint every {every}"
+            for ax, key in zip(axes, ("wall_s", "utilisation"), strict=True):
+                med = [statistics.median(r[key]) for r in rows]
+                lo = [m - min(r[key]) for m, r in zip(med, rows, strict=True)]
+                hi = [max(r[key]) - m for m, r in zip(med, rows, strict=True)]
+                ax.errorbar(ks, med, yerr=[lo, hi], marker="o", color=colour, linestyle=style, label=label, capsize=3)
     axes[0].set(xscale="log", xlabel="members K", ylabel="time to N epochs per member (s)")
     axes[1].set(xscale="log", xlabel="members K", ylabel="core utilisation by useful epochs")
     for ax in axes:
@@ -526,6 +574,59 @@ def figure(curves: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+CHECKPOINT_EVERY = (1, 10)  # run.checkpoint_every of the scale curves once the checkpoint's part is measured
+
+
+def checkpoint_split(args: argparse.Namespace, base) -> int:
+    """``--checkpoint-split``: the checkpoint's part of the driver's per-round work, measured
+    ``args.repeats`` times (:func:`popgrpo.sim.calibrate.checkpoint_part`, the median of each of
+    its two numbers), added to the saved costs; the scale curves simulated again for each
+    :data:`CHECKPOINT_EVERY`; the section and figure redrawn. The validation is not rerun."""
+    from dataclasses import replace
+
+    from popgrpo.sim.calibrate import NO_CHECKPOINTS, checkpoint_part, driver_line
+    from popgrpo.sim.costs import CostModel
+
+    path = args.data / "sim_validation.json"
+    data = json.loads(path.read_text())
+    costs = CostModel.from_json(data["costs"])
+    measured = []
+    for i in range(args.repeats):
+        with_ = driver_line(base, costs.merge_s, 0)
+        without = driver_line(base, costs.merge_s, 0, NO_CHECKPOINTS)
+        part = checkpoint_part(with_, without)
+        measured.append({"with": [with_.a, with_.b], "without": [without.a, without.b], "part": list(part)})
+        _say(f"repeat {i + 1}: checkpoint {part[0] * 1e3:.2f} ms + {part[1] * 1e3:.3f} ms per member")
+    costs = replace(
+        costs,
+        checkpoint_s=statistics.median(m["part"][0] for m in measured),
+        checkpoint_member_s=statistics.median(m["part"][1] for m in measured),
+    )
+    curves = [
+        row
+        for every in CHECKPOINT_EVERY
+        for row in scale(costs, SCALE_SIZES, epochs=200, nodes=100, cores=16, seeds=[0, 1, 2], checkpoint_every=every)
+    ]
+    data.update(
+        costs=costs.to_json(),
+        curves=curves,
+        checkpoint_split={"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "repeats": measured},
+    )
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    figure(curves, args.figure)
+    region = markdown(
+        costs,
+        data["validation"],
+        curves,
+        len(curves[0]["wall_s"]),
+        "python -m benchmarks.sim_validation; then python -m benchmarks.sim_validation --checkpoint-split",
+        data.get("autogroup"),
+    )
+    write_between(args.out, region, BEGIN, END)
+    print(f"wrote {args.out}, {path}, {args.figure}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smallest sizes; the numbers say nothing")
@@ -533,6 +634,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=ROOT / "benchmarks" / "data")
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "img" / "sim_scale.png")
     parser.add_argument("--render", action="store_true", help="redraw the section and figure from --data, run nothing")
+    parser.add_argument(
+        "--checkpoint-split",
+        action="store_true",
+        help="measure the checkpoint's part of the driver's work (3 times, in-process), add it to the saved costs "
+        "and simulate the scale curves again with a checkpoint every round and every 10; the validation is kept",
+    )
     parser.add_argument(
         "--repeats", type=int, default=None, help="calibrations and real runs, each a repeat (default 3; --quick 1)"
     )
@@ -542,6 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     from popgrpo.sim.calibrate import calibrate
 
     base = _config(5, 1, 4)
+    if args.checkpoint_split:
+        return checkpoint_split(args, base)
     if args.render:  # the tables and the figure again from the saved data, nothing rerun
         from popgrpo.sim.costs import CostModel
 
@@ -575,7 +684,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         curves = scale(costs, [200, 400], epochs=20, nodes=10, cores=16, seeds=[0])
     else:
-        curves = scale(costs, [1000, 2000, 5000, 10000], epochs=200, nodes=100, cores=16, seeds=[0, 1, 2])
+        curves = [
+            row
+            for every in CHECKPOINT_EVERY
+            for row in scale(
+                costs, SCALE_SIZES, epochs=200, nodes=100, cores=16, seeds=[0, 1, 2], checkpoint_every=every
+            )
+        ]
     args.data.mkdir(parents=True, exist_ok=True)
     autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
     (args.data / "sim_validation.json").write_text(

@@ -155,11 +155,12 @@ def _write_round(
     extra: dict | None,
     driver: dict | None,
     events: list[dict],
+    checkpoint: bool = True,
 ) -> None:
     """A round's files, in the background writer (:mod:`popgrpo.telemetry.writer`).
 
     In this order: the metrics part and the lineage line, the loggers (flushed), the
-    checkpoint, then the events. ``latest.json`` is written last of the checkpoint, so a run
+    checkpoint (when ``checkpoint``: ``run.checkpoint_every``), then the events. ``latest.json`` is written last of the checkpoint, so a run
     killed anywhere in between resumes from a round whose rows are on disk and recomputes the
     rest (TensorBoard purges what it logged of those epochs, so no epoch goes missing or twice).
     """
@@ -171,7 +172,8 @@ def _write_round(
         cap = config.run.logged_members
         heatmaps = archive_heatmaps(archive_states, shared=config.archive.shared, members=cap)
         loggers.log_round(RoundReport(report.round, report.epoch_end, report.rows, report.lineage, heatmaps, cap))
-    checkpointer.save(report.round, report.epoch_end, member_states, archive_states, extra, driver)
+    if checkpoint:
+        checkpointer.save(report.round, report.epoch_end, member_states, archive_states, extra, driver)
     for event in events:
         out.append_event({"round": report.round, **event})
 
@@ -224,6 +226,8 @@ def _run(
         extra = None if state is None else {"async": {**copy.deepcopy(state), "rows": len(rows)}}
         events = list(executor.events)
         executor.events.clear()
+        # run.checkpoint_every: after every N-th round (merge) and after the last.
+        checkpoint = (round_index + 1) % config.run.checkpoint_every == 0 or epoch_end >= config.run.epochs
         writer.submit(
             _write_round,
             out,
@@ -236,6 +240,7 @@ def _run(
             extra,
             rounds.state_dict(),
             events,
+            checkpoint,
         )
         for event in events:
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")

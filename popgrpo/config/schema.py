@@ -116,6 +116,11 @@ class RunConfig(Section):
         ge=1,
         description="Round checkpoints kept under checkpoints/ (older ones are deleted); resume uses the newest complete one.",
     )
+    checkpoint_every: int = Field(
+        default=1,
+        ge=1,
+        description="Write a checkpoint (every member's state, the archives) after every this-many rounds (sync) or merges (async), and after the last. The metrics, lineage and loggers are written every round either way. A resumed run restarts from the newest checkpoint and recomputes the rounds after it to the same numbers (tested), so a larger value costs recomputation after a crash and saves the driver's background writer the checkpoint's per-member work each round it skips, which at thousands of members sets the pace of a run (BENCHMARKS.md section 7). Lost member actors are rebuilt from restore points kept in memory every round, whatever this is; a restarted archive actor (shared archive) reads the newest checkpoint, so without archive.redis_url it loses the elites accepted since then.",
+    )
     torch_threads: int = Field(
         default=1,
         ge=1,

@@ -4,10 +4,11 @@ Ray serialises a ``torch.Tensor`` through torch's own pickling, which writes eve
 storage with ``torch.save`` into a byte string and reads it back with ``torch.load``: a fixed
 cost of tens of microseconds per tensor on each side, however small the tensor. A member's
 state (weights, Adam's moments, the random generator) is a few hundred small tensors, so on
-the pop_grpo preset moving five members' states cost about 13 ms to ``ray.put`` and 11 ms to
+the pop_grpo preset moving five members' states cost about 10 ms to ``ray.put`` and 10 ms to
 ``ray.get``. numpy arrays are written to the object store as out-of-band buffers (pickle
-protocol 5) and read back without a copy: the same states move in about 3 and 1 ms
-(``tests/runtime/test_transport.py`` checks the values; BENCHMARKS.md section 3 the effect).
+protocol 5) and read back without a copy: packed, the same states move in about 4 and 1 ms
+(``python -m benchmarks.transport_cost``, BENCHMARKS.md section 3;
+``tests/runtime/test_transport.py`` checks the values).
 
 :func:`pack` replaces every tensor in a nest of dicts, lists and tuples by a :class:`Packed`
 (its bytes as a numpy array, its torch dtype and shape); :func:`unpack` turns them back into

@@ -14,7 +14,9 @@ Each cost is timed by calling the code a run calls, on this machine, for the con
   ``run.logged_members=0`` (the loggers' population series only). ``logged_member_s``: the
   same runs with every member's own series logged, the difference of the two lines' slopes
   (the loggers' work per member with series of its own); ``logged_members`` is the config's
-  cap on those members.
+  cap on those members. ``checkpoint_s``, ``checkpoint_member_s``: the same runs without a
+  checkpoint in the rounds measured (``run.checkpoint_every`` past the run), the difference of
+  the two lines' intercepts and slopes (:func:`checkpoint_part`).
 * On Ray (an embedded one unless ``address`` is given): ``call_s``, a member actor's round trip
   with no payload; ``fetch_s``, the extra time of fetching one member's weights
   (``get_weights``) per byte; ``adopt_s``, the extra time of an ``adopt`` call (the merge put
@@ -53,7 +55,7 @@ from typing import Any
 from popgrpo.config import Config
 from popgrpo.sim.costs import CostModel, Linear
 
-__all__ = ["RoundTimer", "Sharing", "calibrate", "sharing_costs"]
+__all__ = ["RoundTimer", "Sharing", "calibrate", "checkpoint_part", "driver_line", "sharing_costs"]
 
 TIMED_CALLS = ("train", "get_weights", "adopt", "snapshot", "load_member_states", "load_archive_states")
 
@@ -207,26 +209,11 @@ def calibrate(
     merge_s = Linear.through(2, merge_at[2], 8, merge_at[8])
     progress(f"merge {merge_s}")
 
-    interval = config.scheduler.interval_epochs
-
-    def driver_line(logged_members: int) -> Linear:
-        driver_at = {}
-        for k in (2, 8):
-            cfg = _with(
-                config,
-                population={"size": k, "members_per_actor": 1},
-                scheduler={"top_m": min(config.scheduler.top_m, k)},
-                run={"epochs": 4 * interval, "logged_members": logged_members},
-            )
-            timer = run_timed(cfg, lambda c, _d: LocalExecutor(c))
-            top = min(cfg.scheduler.top_m, k)
-            driver = timer.driver_cpu_seconds()[1:-1]  # rounds with a merge, after the first
-            driver_at[k] = max(0.0, statistics.median(driver) - merge_s(top))
-        return Linear.through(2, driver_at[2], 8, driver_at[8])
-
-    driver_s = driver_line(0)
-    logged_member_s = max(0.0, driver_line(8).b - driver_s.b)
+    driver_s = driver_line(config, merge_s, 0)
+    logged_member_s = max(0.0, driver_line(config, merge_s, 8).b - driver_s.b)
     progress(f"driver {driver_s}, each member's own logger series {logged_member_s * 1e3:.2f} ms")
+    checkpoint_s, checkpoint_member_s = checkpoint_part(driver_s, driver_line(config, merge_s, 0, NO_CHECKPOINTS))
+    progress(f"of it the checkpoint: {checkpoint_s * 1e3:.2f} ms + {checkpoint_member_s * 1e3:.2f} ms per member")
 
     call_s, fetch_s, adopt_s, start_s = _ray_costs(one, weights, weight_bytes, address)
     progress(f"call {call_s * 1e3:.2f} ms, fetch {fetch_s}, adopt {adopt_s}, start {start_s:.2f} s")
@@ -243,10 +230,47 @@ def calibrate(
         driver_s=driver_s,
         logged_member_s=logged_member_s,
         logged_members=config.run.logged_members,
+        checkpoint_s=checkpoint_s,
+        checkpoint_member_s=checkpoint_member_s,
         start_s=start_s,
         **sharing,
         machine=f"{platform.node()} {platform.processor() or platform.machine()}, config {config.run.name}",
     )
+
+
+NO_CHECKPOINTS = 10**6  # run.checkpoint_every past any run: a checkpoint after the last round only
+
+
+def driver_line(config: Config, merge_s: Linear, logged_members: int, checkpoint_every: int = 1) -> Linear:
+    """The driver's CPU per round (its thread outside executor calls and the merge, plus its
+    background writer's) as a line in K through in-process runs at K = 2 and 8, with
+    ``run.logged_members`` and ``run.checkpoint_every`` as given."""
+    from popgrpo.runtime.executor import LocalExecutor
+
+    driver_at = {}
+    for k in (2, 8):
+        cfg = _with(
+            config,
+            population={"size": k, "members_per_actor": 1},
+            scheduler={"top_m": min(config.scheduler.top_m, k)},
+            run={
+                "epochs": 4 * config.scheduler.interval_epochs,
+                "logged_members": logged_members,
+                "checkpoint_every": checkpoint_every,
+            },
+        )
+        timer = run_timed(cfg, lambda c, _d: LocalExecutor(c))
+        top = min(cfg.scheduler.top_m, k)
+        driver = timer.driver_cpu_seconds()[1:-1]  # rounds with a merge, after the first
+        driver_at[k] = max(0.0, statistics.median(driver) - merge_s(top))
+    return Linear.through(2, driver_at[2], 8, driver_at[8])
+
+
+def checkpoint_part(with_checkpoints: Linear, without: Linear) -> tuple[float, float]:
+    """``(checkpoint_s, checkpoint_member_s)``: the driver's per-round line with a checkpoint every
+    round less the line without any (``run.checkpoint_every`` past the run), intercept and slope,
+    each at least 0 (noise cannot make a checkpoint save time)."""
+    return max(0.0, with_checkpoints.a - without.a), max(0.0, with_checkpoints.b - without.b)
 
 
 def _ray_costs(

@@ -107,6 +107,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         node_return_s=args.node_return_s,
         hang_probability=args.hang_probability,
         deadline_factor=args.deadline_factor,
+        checkpoint_every=config.run.checkpoint_every,
     )
     modes: list[Mode] = ["sync", "async"] if args.mode == "both" else [args.mode]
     out: list[dict[str, Any]] = []

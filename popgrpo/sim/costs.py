@@ -52,7 +52,10 @@ class CostModel:
     checkpoint, the loggers' population series), ``logged_member_s`` the loggers' extra work
     per round for each member with series of its own (``run.logged_members`` of them,
     ``logged_members``; None: every member), ``start_s`` an actor's start-up (a restart after
-    a loss). :meth:`driver_cost` adds the two.
+    a loss). :meth:`driver_cost` adds the two. ``driver_s`` is measured with a checkpoint every
+    round; ``checkpoint_s + checkpoint_member_s · K`` is the part of it the checkpoint takes
+    (every member's state, the archives), which a round without one (``run.checkpoint_every``)
+    does not spend.
 
     What sharing a node's cores costs, each a function of ``x``, the member actors per core
     on the node, measured with ``x`` actors training at once (:mod:`popgrpo.sim.calibrate`):
@@ -78,6 +81,8 @@ class CostModel:
     driver_s: Linear = field(default_factory=Linear)
     logged_member_s: float = 0.0
     logged_members: int | None = None
+    checkpoint_s: float = 0.0
+    checkpoint_member_s: float = 0.0
     start_s: float = 0.0
     contention: Linear = field(default_factory=lambda: Linear(1.0, 0.0))
     actor_call_cpu_s: float = 0.0
@@ -85,10 +90,19 @@ class CostModel:
     background_share: Linear = field(default_factory=Linear)
     machine: str = ""  # where it was measured, free text
 
-    def driver_cost(self, members: int) -> float:
-        """The driver's per-round work (CPU seconds, on its writer thread) for ``members`` members."""
+    def driver_cost(self, members: int, checkpoint: bool = True, checkpointed: int | None = None) -> float:
+        """The driver's per-round work (CPU seconds, on its writer thread) for the rows of ``members``
+        members and, with ``checkpoint``, a checkpoint of ``checkpointed`` members' states (default:
+        the same members; an async merge's checkpoint holds every member's restore point);
+        without it (``run.checkpoint_every`` skips this round's), the checkpoint's part is not spent."""
         logged = members if self.logged_members is None else min(members, self.logged_members)
-        return self.driver_s(members) + self.logged_member_s * logged
+        cost = self.driver_s(members) + self.logged_member_s * logged
+        own = self.checkpoint_s + self.checkpoint_member_s * members  # in driver_s: measured with one
+        if not checkpoint:
+            cost -= own
+        elif checkpointed is not None:
+            cost += self.checkpoint_member_s * (checkpointed - members)
+        return max(0.0, cost)
 
     def core_speed(self, actors_per_core: float) -> float:
         """The share of a node's cores left to the run with ``actors_per_core`` actors (at least 5%)."""

@@ -86,6 +86,11 @@ class Workload:
     node_return_s: float = 60.0
     hang_probability: float = 0.0
     deadline_factor: float = 3.0
+    checkpoint_every: int = 1  # run.checkpoint_every: rounds (merges) between checkpoints
+
+    def checkpoint_due(self, index: int, last: bool = False) -> bool:
+        """Whether round (merge) ``index`` writes a checkpoint: every ``checkpoint_every``-th, and the last."""
+        return last or (index + 1) % self.checkpoint_every == 0
 
     @property
     def actors(self) -> int:
@@ -216,7 +221,7 @@ class _Sim:
 
     def finish(self) -> Generator[Any, Any, None]:
         """The driver's last writes, as after a sync run's last round."""
-        yield from self.driver_writes(self.work.members)
+        yield from self.driver_writes(self.work.members, checkpoint=True)
         self.done.succeed()
 
     # ---- one actor round -----------------------------------------------------------------
@@ -289,12 +294,14 @@ class _Sim:
         m = min(self.work.top_m, self.work.members)
         yield from self.on_core(0, c.call_s + m * c.fetch_s(c.weight_bytes) + c.merge_s(m))
 
-    def driver_writes(self, members: int) -> Generator[Any, Any, None]:
-        """The driver's per-round work for ``members`` members: selection, checkpoint, metrics,
-        loggers; one writer thread does them, a round at a time, in order."""
+    def driver_writes(self, members: int, checkpoint: bool) -> Generator[Any, Any, None]:
+        """The driver's per-round work for ``members`` members' rows: selection, metrics, loggers
+        and, when ``checkpoint``, the checkpoint, which holds every member's state; one writer
+        thread does them, a round at a time, in order."""
         with self.writer.request() as turn:
             yield turn
-            yield from self.on_core(0, self.costs.driver_cost(members))
+            cost = self.costs.driver_cost(members, checkpoint, checkpointed=self.work.members)
+            yield from self.on_core(0, cost)
 
     # ---- schedules -----------------------------------------------------------------------
     def adopt_then_train(
@@ -330,9 +337,9 @@ class _Sim:
                 self.merges += 1
                 adopting = self.version
                 # The background writer records the round while the members adopt and train on.
-                self.env.process(self.driver_writes(self.work.members))
+                self.env.process(self.driver_writes(self.work.members, self.work.checkpoint_due(r)))
             else:  # the run ends once the writer has written the last round
-                yield from self.driver_writes(self.work.members)
+                yield from self.driver_writes(self.work.members, checkpoint=True)
             self.sync_rounds.append(self.env.now - start)
 
     def async_actor(self, actor: _Actor) -> Generator[Any, Any, None]:
@@ -375,8 +382,10 @@ class _Sim:
             self.merges += 1
             for a in reporters:
                 self.waiting.pop(a.index).succeed(self.version)
-            # Off the critical path: a background writer records the merge while members train.
-            self.env.process(self.driver_writes(len(reporters) * self.work.members_per_actor))
+            # Off the critical path: a background writer records the merge while members train;
+            # its checkpoint (when due) holds every member's restore point.
+            due = self.work.checkpoint_due(self.merges - 1)
+            self.env.process(self.driver_writes(len(reporters) * self.work.members_per_actor, due))
             if len(self.buffer) >= self.sched.buffer_for(len(self.actors)) and not self.merge_wanted.triggered:
                 self.merge_wanted.succeed()
 

@@ -157,10 +157,15 @@ class Checkpointer:
         return folder
 
     def _prune(self, newest: int) -> None:
-        for folder in sorted(self.root.glob("round_*")):
-            m = _ROUND_DIR.fullmatch(folder.name)
-            if m and int(m.group(1)) <= newest - self.keep:
-                shutil.rmtree(folder, ignore_errors=True)
+        """Keep the newest ``keep`` checkpoints up to round ``newest`` (by count, not by round
+        number: with ``run.checkpoint_every`` the rounds between them have none)."""
+        rounds = sorted(
+            (int(m.group(1)), folder)
+            for folder in self.root.glob("round_*")
+            if (m := _ROUND_DIR.fullmatch(folder.name)) and int(m.group(1)) <= newest
+        )
+        for _, folder in rounds[: -self.keep]:
+            shutil.rmtree(folder, ignore_errors=True)
 
     # ---- loading ------------------------------------------------------------------------
     def _folder(self, info: dict) -> Path:

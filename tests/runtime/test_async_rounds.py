@@ -207,3 +207,53 @@ def test_resume_after_a_crash_mid_run_gives_the_uninterrupted_run(tmp_path):
     assert (tmp_path / "resumed" / "archive.parquet").read_bytes() == (
         tmp_path / "whole" / "archive.parquet"
     ).read_bytes()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_checkpoints_every_third_round_resume_to_the_run_that_checkpoints_every_round(tmp_path, mode):
+    """run.checkpoint_every=3: checkpoints after rounds (merges) 2, 5, … and the last only; the
+    numbers are those of a run that checkpoints every round, and a run that dies past a
+    checkpoint resumes from it, recomputes what came after, and ends the same."""
+    from popgrpo.runtime.executor import LocalExecutor
+    from popgrpo.telemetry.checkpoint import Checkpointer
+
+    extra = ["run.epochs=80", "scheduler.interval_epochs=5", "grpo.steps_per_epoch=2"]
+    if mode == "async":
+        extra += ["scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1"]
+    train(_config(*extra, "run.checkpoint_keep=40"), tmp_path / "every", progress=False)
+    cfg = _config(*extra, "run.checkpoint_every=3")
+    train(_config(*extra, "run.checkpoint_every=3", "run.checkpoint_keep=40"), tmp_path / "third", progress=False)
+    pd.testing.assert_frame_equal(_metrics(tmp_path / "every"), _metrics(tmp_path / "third"))
+    assert _lineage(tmp_path / "every") == _lineage(tmp_path / "third")
+    every = sorted(p.name for p in (tmp_path / "every" / "checkpoints").glob("round_*"))
+    third = sorted(p.name for p in (tmp_path / "third" / "checkpoints").glob("round_*"))
+    last = int(every[-1].removeprefix("round_"))
+    assert [int(n.removeprefix("round_")) for n in third] == [*range(2, last, 3), last]
+
+    def crashing(c, _run_dir):  # the driver dies at its 11th train report: past a checkpoint, mid-run
+        executor = LocalExecutor(c)
+        name = "wait_train" if mode == "async" else "train"
+        inner, calls = getattr(executor, name), {"n": 0}
+
+        def crash_at_the_11th(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == 11:
+                raise _Crash("driver lost")
+            return inner(*args, **kwargs)
+
+        setattr(executor, name, crash_at_the_11th)
+        return executor
+
+    with pytest.raises(_Crash):
+        train(cfg, tmp_path / "resumed", executor_factory=crashing, progress=False)
+    info = Checkpointer(tmp_path / "resumed").latest()
+    assert info is not None and (info["round"] + 1) % 3 == 0  # a checkpoint of the schedule, rounds behind
+    # run.checkpoint_keep counts checkpoints, not rounds: the one before the newest is kept too.
+    kept = sorted(p.name for p in (tmp_path / "resumed" / "checkpoints").glob("round_*"))
+    assert len(kept) == min(2, (info["round"] + 1) // 3) and kept[-1] == f"round_{info['round']:04d}"
+    resume(tmp_path / "resumed", progress=False)
+    pd.testing.assert_frame_equal(_metrics(tmp_path / "every"), _metrics(tmp_path / "resumed"))
+    assert _lineage(tmp_path / "every") == _lineage(tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "archive.parquet").read_bytes() == (
+        tmp_path / "every" / "archive.parquet"
+    ).read_bytes()

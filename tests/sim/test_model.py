@@ -228,3 +228,31 @@ def test_sharing_costs_default_to_nothing_and_round_trip_through_json(tmp_path):
     assert CostModel.from_json({"epoch_s": 0.1, "weight_bytes": 0}) == plain  # costs saved before these terms
     line = Linear.through(1.5, 0.4, 6.0, 0.31, rising=False)  # a share may fall with x
     assert (line.a, line.b) == pytest.approx((0.43, -0.02))
+
+
+def test_rounds_without_a_checkpoint_spare_the_writer_its_part_and_async_checkpoints_every_member():
+    """``driver_s`` is measured with a checkpoint every round; ``checkpoint_s + checkpoint_member_s·K``
+    is its part that a round without one (``run.checkpoint_every``) does not spend, and an async
+    merge's checkpoint holds every member's state, not only the reporters'."""
+    costs = CostModel(
+        epoch_s=0.1, weight_bytes=0, driver_s=Linear(1.0, 0.01), checkpoint_s=0.5, checkpoint_member_s=0.004
+    )
+    assert costs.driver_cost(100) == pytest.approx(2.0)
+    assert costs.driver_cost(100, checkpoint=False) == pytest.approx(2.0 - 0.5 - 0.4)
+    assert costs.driver_cost(25, checkpointed=100) == pytest.approx(1.25 + 0.004 * 75)
+    old = {k: v for k, v in costs.to_json().items() if k not in ("checkpoint_s", "checkpoint_member_s")}
+    assert CostModel.from_json(old).driver_cost(25, checkpoint=False, checkpointed=100) == pytest.approx(1.25)
+    work = Workload(members=1000, epochs=100, interval=10, checkpoint_every=4)
+    assert [r for r in range(10) if work.checkpoint_due(r, last=r == 9)] == [3, 7, 9]
+    shape = ClusterShape(nodes=1000, cores_per_node=2)
+    heavy = CostModel(epoch_s=0.1, weight_bytes=0, driver_s=Linear(0.0, 0.01), checkpoint_member_s=0.009)
+    every = simulate(heavy, Workload(members=1000, epochs=100, interval=10), shape)
+    fourth = simulate(heavy, work, shape)
+    # Sync, the writer sets the pace (10 s a round against 1 s of training): 10 rounds' writes in a
+    # row, 7 of them without the checkpoint's 9 s.
+    assert every.wall_s - fourth.wall_s == pytest.approx(7 * 9.0, rel=1e-6)
+    asyn = Scheduling("async", buffer=250, max_staleness=4)
+    writes_all = simulate(heavy, Workload(members=1000, epochs=100, interval=10), shape, asyn)
+    writes_fewer = simulate(heavy, Workload(members=1000, epochs=100, interval=10, checkpoint_every=4), shape, asyn)
+    assert writes_fewer.wall_s < writes_all.wall_s
+    assert writes_all.merges == writes_fewer.merges  # the writer is off the members' path: the same merges
