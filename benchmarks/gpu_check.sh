@@ -23,11 +23,13 @@
 #          unpacked into /tmp/bw when bwrap or libseccomp is missing.
 #
 # Settings (environment): OUT (logs and JSON; default runs/gpu-check), DEVICE (cuda; cpu for a
-# dry run), PY (python3), INSTALL_WHEELS (1), ROUNDS (8), STEPS (3), BUDGET_S (200: no round is
+# dry run), DTYPE (the models' weights in the tests and on both sides of the benchmark: float32,
+# or bfloat16, what policy.causal_lm.dtype=auto picks on CUDA), PY (python3), INSTALL_WHEELS (1), ROUNDS (8), STEPS (3), BUDGET_S (200: no round is
 # started that would end past it), BENCH_TIMEOUT (330), BENCH_ARGS (more benchmark arguments).
 set -uo pipefail
 OUT=${OUT:-runs/gpu-check}
 DEVICE=${DEVICE:-cuda}
+DTYPE=${DTYPE:-float32}
 PY=${PY:-python3}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
@@ -70,8 +72,8 @@ for name in ("transformers", "peft", "trl", "accelerate", "datasets", "sentence-
         print(name, "not installed")
 EOF
 
-step "tests: tests/policies with POPGRPO_TEST_DEVICE=$DEVICE"
-POPGRPO_TEST_DEVICE=$DEVICE timeout 180 "$PY" -m pytest -p no:cacheprovider -q -rs \
+step "tests: tests/policies with POPGRPO_TEST_DEVICE=$DEVICE POPGRPO_TEST_DTYPE=$DTYPE"
+POPGRPO_TEST_DEVICE=$DEVICE POPGRPO_TEST_DTYPE=$DTYPE timeout 180 "$PY" -m pytest -p no:cacheprovider -q -rs \
   tests/policies/test_causal_lm.py tests/policies/test_engines.py || status=1
 
 step "tests: tests/runtime/test_device.py without Ray (its conftest needs Ray)"
@@ -80,13 +82,13 @@ timeout 90 "$PY" -m pytest -p no:cacheprovider --noconftest -m "not ray" -q -rs 
 step "embedding model"
 rm -rf /tmp/minilm && cp -r .gpu/minilm-q8 /tmp/minilm && "$PY" -m benchmarks.embedder_q8 unpack /tmp/minilm || exit 1
 
-step "benchmark: TRL GRPOTrainer vs a popgrpo member on $DEVICE"
+step "benchmark: TRL GRPOTrainer vs a popgrpo member on $DEVICE in $DTYPE"
 if [ "$SANDBOX" != ok ]; then
   echo "not run: the rewards run programs in the sandbox, which cannot run here ($SANDBOX)"
   exit 3
 fi
 # shellcheck disable=SC2086  # BENCH_ARGS: words
-timeout "${BENCH_TIMEOUT:-330}" "$PY" -m benchmarks.trl_throughput --model .gpu/program-lm --device "$DEVICE" \
+timeout "${BENCH_TIMEOUT:-330}" "$PY" -m benchmarks.trl_throughput --model .gpu/program-lm --device "$DEVICE" --dtype "$DTYPE" \
   --steps "${STEPS:-3}" --rounds "${ROUNDS:-8}" --budget-s "${BUDGET_S:-200}" --population 0 \
   --set policy.causal_lm.overlap=true --set policy.causal_lm.merged_generation=true \
   --set env.text.embedding_model=/tmp/minilm ${BENCH_ARGS:-} --out /tmp/bench-gpu || status=1

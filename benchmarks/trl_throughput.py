@@ -34,9 +34,10 @@ finish, the reference pass runs while they do, embeddings on the process's embed
 and ``--compare-sequential`` adds a third block per round with ``overlap=false``, for the
 overlap's own effect.
 
-``--device cuda`` puts both models on the GPU, still in float32: popgrpo's member with
-``policy.device=cuda`` and ``policy.causal_lm.dtype=float32`` (``auto`` would pick bfloat16 on
-CUDA), TRL's trainer with ``use_cpu=False`` (accelerate's CUDA device) and ``bf16=False``. The
+``--device cuda`` puts both models on the GPU, in float32 unless ``--dtype bfloat16``: popgrpo's
+member with ``policy.device=cuda`` and ``policy.causal_lm.dtype`` set to it (``auto`` would pick
+bfloat16 on CUDA), TRL's trainer with ``use_cpu=False`` (accelerate's CUDA device), its model
+loaded in that dtype and ``bf16`` on with bfloat16 (autocast too, as a TRL user runs it). The
 clock then waits for the GPU's queued work (``torch.cuda.synchronize``) at each reading, and the
 payload records the GPU's name and the library versions. The default, ``cpu``, is as before.
 
@@ -147,7 +148,12 @@ def _clock(cuda: bool) -> float:
 
 
 # ---- popgrpo ------------------------------------------------------------------------------------
-CUDA_OVERRIDES = ["policy.device=cuda", "policy.causal_lm.dtype=float32"]  # float32 on both sides
+CUDA_OVERRIDES = ["policy.device=cuda"]
+
+
+def _dtype_name(args: argparse.Namespace) -> str:
+    """The weights' dtype of both sides (``--dtype``; float32 unless asked)."""
+    return getattr(args, "dtype", "float32")
 
 
 def popgrpo_config(args: argparse.Namespace, seed: int, overrides: list[str] | None = None):
@@ -174,6 +180,7 @@ def popgrpo_config(args: argparse.Namespace, seed: int, overrides: list[str] | N
             "population.size=1",
             "scheduler.enabled=false",
             *(CUDA_OVERRIDES if _on_cuda(args) else []),
+            f"policy.causal_lm.dtype={_dtype_name(args)}",
             *getattr(args, "overrides", []),
             *(overrides or []),
         ],
@@ -292,7 +299,7 @@ def build_trl(args: argparse.Namespace, seed: int, out: Path):
         max_grad_norm=0.0,  # popgrpo clips nothing
         shuffle_dataset=False,  # the round's prompt sequence, in order
         use_cpu=not _on_cuda(args),  # on CUDA: accelerate's device, the GPU
-        bf16=False,
+        bf16=_dtype_name(args) == "bfloat16",  # as a TRL user runs bfloat16 weights: autocast on too
         report_to=[],
         logging_steps=10**6,
         save_strategy="no",
@@ -301,7 +308,9 @@ def build_trl(args: argparse.Namespace, seed: int, out: Path):
         seed=seed,
     )
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True, dtype=torch.float32),
+        model=AutoModelForCausalLM.from_pretrained(
+            args.model, local_files_only=True, dtype=getattr(torch, _dtype_name(args))
+        ),
         reward_funcs=cast(Any, counter),  # a callable object; TRL annotates plain functions
         args=config,
         train_dataset=Dataset.from_dict({"prompt": [p for step in schedule for p in step]}),
@@ -594,7 +603,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
-        help="where both sides compute, float32 on either (cuda: policy.device=cuda, TRL use_cpu=False)",
+        help="where both sides compute (cuda: policy.device=cuda, TRL use_cpu=False)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="both sides' weights: popgrpo policy.causal_lm.dtype, TRL's model loaded so (bfloat16: bf16=True)",
     )
     parser.add_argument(
         "--compare-sequential",
@@ -629,6 +644,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--prompts {args.prompts}: the task has {len(PROMPTS)} prompts")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available to this process (torch CPU build?)")
+    if args.dtype == "bfloat16" and args.device != "cuda":
+        parser.error("--dtype bfloat16: only with --device cuda (TRL's bf16 needs a GPU that supports it)")
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from popgrpo.policies.causal_lm import CausalLMPolicy, completion_mask
-from tests.lm import DEVICE, DTYPE, lm_config
+from tests.lm import DEVICE, DTYPE, MERGED_AGREE, MERGED_ATOL, lm_config
 from tests.services import require_module
 
 require_module("peft")
@@ -130,7 +130,8 @@ def test_merged_generation_samples_from_the_adapted_model(tiny_lm):
                 p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
         rollout = merged.rollout(["say a", "a much longer prompt"], 3, torch.Generator().manual_seed(update))
         copy_logits, peft_logits = _merged_and_plain_logits(merged, rollout)
-        assert torch.allclose(copy_logits, peft_logits, atol=1e-4), update
+        if DTYPE == "float32":  # bfloat16: only the comparison below (tests/lm.py, MERGED_ATOL)
+            assert torch.allclose(copy_logits, peft_logits, atol=MERGED_ATOL), update
         assert (copy_logits - peft_logits).abs().max() < (
             peft_logits - plain.model(input_ids=rollout.sequences).logits
         ).abs().max()
@@ -159,4 +160,4 @@ def test_merged_generation_rollouts_match_the_unmerged_ones(tiny_lm):
         a = plain.rollout(prompts, 4, torch.Generator().manual_seed(seed))
         b = merged.rollout(prompts, 4, torch.Generator().manual_seed(seed))
         agree += sum(x == y for x, y in zip(a.completions, b.completions, strict=True))
-    assert agree >= 38  # of 40 rows: rounding rarely moves a draw
+    assert agree >= MERGED_AGREE  # of 40 rows: rounding rarely moves a draw (tests/lm.py)

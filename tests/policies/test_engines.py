@@ -19,7 +19,7 @@ from popgrpo.policies.engines import (
     write_peft_adapter,
 )
 from popgrpo.policies.vllm_engine import MISSING_VLLM, lora_rank_slot, vllm_engine
-from tests.lm import DEVICE, DTYPE
+from tests.lm import DEVICE, DTYPE, LOGP_ATOL, MERGED_ATOL
 from tests.services import require_module
 
 require_module("peft")
@@ -61,7 +61,7 @@ def test_hf_engine_samples_the_tokens_of_the_members_own_generate(tiny_lm, merge
     # Its log-probs are those of the tokens it sampled: close to the trainer's full forward pass.
     logp = member.token_log_probs(own)[0].cpu()
     for i, values in enumerate(out.logprobs):
-        assert torch.allclose(torch.tensor(values), logp[i, : len(values)], atol=1e-4)
+        assert torch.allclose(torch.tensor(values), logp[i, : len(values)], atol=MERGED_ATOL if merged else LOGP_ATOL)
 
 
 @pytest.mark.parametrize("merged", [False, True], ids=["peft", "merged_generation"])
