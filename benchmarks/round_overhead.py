@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import md_table, met, write_between
+from benchmarks.cpu_split import CpuSample, split
 from popgrpo.config import Config, load_config, preset_path
 
 CORES = os.cpu_count() or 1
@@ -63,10 +64,23 @@ class TimedExecutor:
         self.calls: list[tuple[str, float, float]] = []
         self.train_cpu: list[float] = []  # per train call and actor (Ray only)
         self.actors = 0
+        self.cpu: list[CpuSample] = []  # at the first train call and at close (Ray only)
+        self.actor_pids: set[int] = set()
+
+    def _sample_cpu(self) -> None:
+        actors = getattr(self.inner, "_actors", None)
+        if not actors:
+            return
+        import ray
+
+        if not self.actor_pids:
+            self.actor_pids = set(ray.get([a.pid.remote() for a in actors]))
+        self.cpu.append(CpuSample.take(self.actor_pids))
 
     def __getattr__(self, name: str):
         attr = getattr(self.inner, name)
         if name in ("submit_train", "train") and not any(n == "first" for n, _, _ in self.calls):
+            self._sample_cpu()  # before the window opens: its own cost is not in it
             now = time.perf_counter()
             self.calls.append(("first", now, now))
         return self.time_part(name, attr) if name in TIMED else attr
@@ -88,6 +102,7 @@ class TimedExecutor:
         if actors:  # Ray: the CPU time each actor's members spent training, per train call
             import ray
 
+            self._sample_cpu()
             self.actors = len(actors)
             self.train_cpu = [s for per in ray.get([a.train_cpu_seconds.remote() for a in actors]) for s in per]
         self.inner.close()
@@ -210,6 +225,8 @@ def measure(timed: TimedExecutor, writer: WriterTimes, cores: int) -> dict:
         "writer_cpu": writer.cpu,
         "logging": writer.logging,
         "outside_share": 1 - members / window,
+        # first train call to the executor's close (the last round's files and states included)
+        "cpu_split": split(timed.cpu[0], timed.cpu[1], sum(timed.train_cpu), cores) if len(timed.cpu) == 2 else None,
     }
 
 
@@ -316,6 +333,14 @@ def markdown(r: dict) -> str:
         row("… of it the loggers (TensorBoard), wall", lambda x: x["logging"]),
     ]
     parts = md_table(["ms per merge", *labels], parts_rows)
+    tables = [summary, parts]
+    if all(x.get("cpu_split") for runs in arms.values() for x in runs):
+        tables += [
+            f"Where the {r['cores']} cores went, from the first train call to the executor's close (the last "
+            f"round's files included): % of {r['cores']} cores × that time, per process and, in the driver, per "
+            "thread (psutil; `benchmarks/cpu_split.py`):",
+            split_table(arms),
+        ]
     loads = ", ".join(f"{x:.1f}" for x in r["loads"])
     return "\n\n".join(
         [
@@ -327,9 +352,67 @@ def markdown(r: dict) -> str:
             f"average (1 min) before and after each run: {loads}. Training time: the actors' CPU seconds inside "
             "their members' epochs ÷ the cores they can use; wall: first train call to last report "
             "(module docstring).",
-            summary,
-            parts,
+            *tables,
         ]
+    )
+
+
+SPLIT_ROWS = {
+    "members' epochs": "members' epochs (the training)",
+    "member actors, outside epochs": "member actors outside their epochs (Ray's task handling, adopt, weights out)",
+    "driver: writer": "driver: background writer thread (metrics, loggers, checkpoint)",
+    "driver: main": "driver: main thread (round loop, selection, merge, eval, Ray calls)",
+    "driver: other python": "driver: other Python threads (TensorBoard's event writers)",
+    "driver: ray (native)": "driver: Ray's native threads (core worker, gRPC)",
+    "driver: threads that ended": "driver: threads that ended in the span",
+    "raylet": "raylet",
+    "gcs": "GCS",
+    "ray agents": "Ray's agents (log monitor, runtime env, dashboard if on)",
+    "other ray workers": "Ray's idle workers",
+    "other processes": "other processes on the machine",
+    "idle cores": "idle cores",
+    "unaccounted": "unaccounted (processes that started or ended in the span)",
+}
+
+
+def split_table(arms: dict[str, list[dict]]) -> str:
+    """The rows of :data:`SPLIT_ROWS` per mode: median (min–max) share of the cores."""
+    rows = []
+    for key, name in SPLIT_ROWS.items():
+        rows.append(
+            [name, *(_spread([x["cpu_split"][key] for x in runs], lambda v: f"{v:.1%}") for runs in arms.values())]
+        )
+    return md_table(["share of the cores", *arms], rows)
+
+
+RAY_PROCESSES = ("raylet", "gcs", "ray agents", "other ray workers")
+DRIVER_PARTS = (
+    "driver: writer",
+    "driver: main",
+    "driver: other python",
+    "driver: ray (native)",
+    "driver: threads that ended",
+)
+
+
+def ray_floor(r: dict, label: str) -> float:
+    """One mode's median share of the cores taken by Ray's own processes and its threads in the driver."""
+    keys = (*RAY_PROCESSES, "driver: ray (native)")
+    return statistics.median(sum(x["cpu_split"][k] for k in keys) for x in r["arms"][label])
+
+
+def split_summary(r: dict, label: str) -> str:
+    """One mode's cores outside the members' epochs in a sentence (medians)."""
+    runs = r["arms"][label]
+
+    def med(keys: tuple[str, ...]) -> float:
+        return statistics.median(sum(x["cpu_split"][k] for k in keys) for x in runs)
+
+    return (
+        f"{label}: Ray's own processes {med(RAY_PROCESSES):.1%}, the member actors outside their epochs "
+        f"{med(('member actors, outside epochs',)):.1%}, the driver {med(DRIVER_PARTS):.1%} (its background "
+        f"writer {med(('driver: writer',)):.1%}, Ray's threads in it {med(('driver: ray (native)',)):.1%}), "
+        f"idle cores {med(('idle cores',)):.1%}"
     )
 
 
@@ -400,9 +483,18 @@ def fit_note(r: dict, heavier: dict) -> str:
         "Outside member training per merge, as a line through the two sizes (medians; "
         f"`outside = a + b · training`): {parts} as the training between merges grows. So on this "
         "2-core machine the part that grows with the training alone is about the 5% target, whatever "
-        "the round's length. It was not taken apart here; what takes the cores in proportion to time "
-        "includes Ray's own processes (2–3% of the cores in section 7's calibration) and, in sync "
-        "rounds, the cores left idle while the last members finish."
+        "the round's length."
+        + (
+            " Where those cores go, with 4× the training per merge (tables above; % of the cores): "
+            + "; ".join(split_summary(heavier, label) for label in heavier["arms"])
+            + ". Ray's own processes (raylet, GCS, agents, idle workers) and Ray's native threads in "
+            "the driver run whatever popgrpo does: "
+            + "; ".join(f"{label} {ray_floor(heavier, label):.1%}" for label in heavier["arms"])
+            + " of the cores, before the actors' calls (Ray's task handling and popgrpo's adopt and "
+            "weight calls, not split here) and the driver's round loop, writer and loggers."
+            if all(x.get("cpu_split") for runs in heavier["arms"].values() for x in runs)
+            else ""
+        )
     )
 
 

@@ -70,8 +70,9 @@ def validate(
     """Real Ray runs vs the simulator, one row per (K, members per actor).
 
     Right before each real run the sharing terms (:func:`popgrpo.sim.calibrate.sharing_costs`,
-    at 3 and 12 actors: never the run's own size) are measured again, so that the share of the
-    cores other users of the machine take is the one of that moment."""
+    at 3 and 12 actors of the run's own members per actor: never the run's own size) are
+    measured again, so that the share of the cores other users of the machine take is the one
+    of that moment."""
     from dataclasses import replace
 
     import ray
@@ -85,7 +86,8 @@ def validate(
     for k, per_actor in sizes:
         cfg = _config(k, per_actor, rounds, interval)
         actors = math.ceil(k / per_actor)
-        costs_k = replace(costs, **sharing_costs(_config(5, 1, 4), costs.epoch_s, progress=_say, at=sharing_at))
+        # with the run's own members per actor: an actor's members take turns on its core
+        costs_k = replace(costs, **sharing_costs(_config(5, per_actor, 4), costs.epoch_s, progress=_say, at=sharing_at))
         load = [os.getloadavg()[0]]
         start_local_ray(num_cpus=max(CORES, actors), include_dashboard=False)
         try:

@@ -23,13 +23,16 @@ Each cost is timed by calling the code a run calls, on this machine, for the con
   once in the object store, fetched, mutated, the states sent back) per byte; ``start_s``, a
   member actor's start-up to its first answer.
 
-* Sharing a node (:class:`Sharing`, :func:`_sharing`): ``n`` = 3 and 12 member actors of one
-  member each train at once on this machine's cores (1.5 and 6 actors per core on 2 cores),
-  ten rounds of back-to-back ``train`` calls after a warm-up one (with three, an epoch's CPU
-  time at 3 actors varies by about ±15% from one calibration to the next), with the CPU time
-  of every process read
+* Sharing a node (:class:`Sharing`, :func:`_sharing`): ``n`` = 3 and 12 member actors, each
+  holding the config's ``population.members_per_actor`` members, train at once on this
+  machine's cores (1.5 and 6 actors per core on 2 cores), ten rounds of back-to-back ``train``
+  calls after a warm-up one (fewer with several members per actor: ``max(3, 10 // members per
+  actor)``; with three, an epoch's CPU time at 3 actors of one member varies by about ±15% from
+  one calibration to the next), with the CPU time of every process read
   (psutil) before and after: ``contention(x)``, an epoch's CPU time inside an actor over
-  ``epoch_s``; ``actor_call_cpu_s``, the actors' CPU outside their epochs per call;
+  ``epoch_s`` (an actor's members take turns, so their epochs share its caches too);
+  ``actor_call_cpu_s``, the actors' CPU outside their epochs per call (its members' live
+  metrics and rows included);
   ``ray_share(x)``, the CPU of Ray's own processes and the driver over the cores' time;
   ``background_share(x)``, the machine's other busy CPU over the cores' time; each the line
   through the two sizes in ``x`` = actors per core.
@@ -395,8 +398,9 @@ def _cpu_now(actor_pids: set[int]) -> tuple[float, float, float]:
     return actors, ray_cpu, busy
 
 
-def _sharing(config: Config, n: int, address: str | None, rounds: int = 10) -> Sharing:
-    """``n`` member actors (one member each) train ``rounds`` rounds at once on Ray; see :class:`Sharing`."""
+def _sharing(config: Config, n: int, address: str | None, rounds: int | None = None) -> Sharing:
+    """``n`` member actors of the config's ``population.members_per_actor`` members each train
+    ``rounds`` rounds at once on Ray (default ``max(3, 10 // members per actor)``); see :class:`Sharing`."""
     import os
 
     import ray
@@ -404,8 +408,12 @@ def _sharing(config: Config, n: int, address: str | None, rounds: int = 10) -> S
     from popgrpo.runtime.cluster import connect, start_local_ray
     from popgrpo.runtime.ray_executor import RayExecutor
 
+    per_actor = config.population.members_per_actor
+    rounds = rounds if rounds is not None else max(3, 10 // per_actor)
     cfg = _with(
-        config, population={"size": n, "members_per_actor": 1}, scheduler={"top_m": min(config.scheduler.top_m, n)}
+        config,
+        population={"size": n * per_actor, "members_per_actor": per_actor},
+        scheduler={"top_m": min(config.scheduler.top_m, n * per_actor)},
     )
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     interval = cfg.scheduler.interval_epochs
@@ -433,7 +441,7 @@ def _sharing(config: Config, n: int, address: str | None, rounds: int = 10) -> S
         actors=n,
         cores=cores,
         calls=n * rounds,
-        epochs=n * rounds * interval,
+        epochs=n * per_actor * rounds * interval,
         wall=wall,
         epoch_cpu_s=epoch_cpu,
         actor_cpu_s=cpu1[0] - cpu0[0],

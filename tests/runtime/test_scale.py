@@ -29,3 +29,26 @@ def test_population_of_64_packed_runs_to_completion(ray_local, tmp_path):
     lineage = (tmp_path / "run" / "lineage.jsonl").read_text().splitlines()
     assert len(lineage) == 1 and '"selected": [' in lineage[0]
     assert len(list((tmp_path / "run" / "checkpoints" / "round_0001").glob("member_*.pt"))) == 64
+
+
+def test_sharing_calibration_trains_the_configs_members_per_actor(ray_local):
+    """The simulator's sharing terms are measured with the run's own packing: 2 actors of 3
+    members each train 2 epochs; every member's epoch is counted, so an epoch's CPU time in the
+    actors is about one epoch's CPU time alone (not three of them, not a third)."""
+    import time
+
+    from popgrpo.runtime.executor import LocalExecutor
+    from popgrpo.sim.calibrate import _sharing
+
+    cfg = load_config(
+        preset_path("pop_grpo"), ["population.members_per_actor=3", "scheduler.interval_epochs=2", "run.loggers=[]"]
+    )
+    m = _sharing(cfg, 2, None, rounds=1)
+    assert (m.actors, m.calls, m.epochs) == (2, 2, 2 * 3 * 2)
+    alone = LocalExecutor(load_config(preset_path("pop_grpo"), ["population.size=1", "scheduler.top_m=1"]))
+    alone.train(1)  # warm-up
+    start = time.process_time()
+    alone.train(6)
+    epoch_alone = (time.process_time() - start) / 6
+    assert 0.5 < m.contention(epoch_alone) < 1.8
+    assert m.call_cpu_s() >= 0 and m.actor_cpu_s >= m.epoch_cpu_s * 0.9

@@ -19,8 +19,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from popgrpo.cli import main
 from popgrpo.config import ConfigError, load_config
@@ -153,6 +155,10 @@ class TensorBoard:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}{query}", timeout=10) as resp:
             return json.load(resp)
 
+    def get_bytes(self, path: str) -> bytes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as resp:
+            return resp.read()
+
     def wait_for(self, path: str, ready, timeout: float = 90.0):
         """Poll ``path`` until ``ready(answer)``; the last answer (or error) on timeout."""
         deadline, answer = time.time() + timeout, None
@@ -197,6 +203,14 @@ def test_tensorboard_serves_the_runs_curves_heatmaps_histograms_and_lineage(shor
         assert "archive_heatmap" in images[f"{prefix}/member_0"]  # private archives: one per member
         shots = board.get("/data/plugin/images/images", run=f"{prefix}/member_0", tag="archive_heatmap", sample=0)
         assert [s["step"] for s in shots] == [1, 3, 5, 7]  # each round's last epoch
+        # The picture TensorBoard serves is the heatmap's: cells of 16 px, three channels.
+        picture = np.asarray(
+            Image.open(io.BytesIO(board.get_bytes(f"/data/plugin/images/individualImage?{shots[-1]['query']}")))
+        )
+        cells = picture.shape[0] // 16
+        assert picture.shape == (cells * 16, cells * 16, 3) and cells > 1
+        assert (picture[::16, ::16] == picture[15::16, 15::16]).all()  # flat colour per cell
+        assert len(np.unique(picture.reshape(-1, 3), axis=0)) > 1
         histograms = board.get("/data/plugin/histograms/tags")
         assert "complexity_hist" in histograms[f"{prefix}/population"]
         hist = board.get("/data/plugin/histograms/histograms", run=f"{prefix}/population", tag="complexity_hist")
