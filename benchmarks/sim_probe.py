@@ -33,44 +33,8 @@ from typing import Any
 
 import psutil
 
+from benchmarks.cpu_split import cpu_by_pid
 from benchmarks.sim_validation import CORES, _config
-
-
-def _group(proc: psutil.Process, me: int, actors: set[int]) -> str:
-    try:
-        pid = proc.pid
-        if pid == me:
-            return "driver"
-        if pid in actors:
-            return "member actors"
-        name = proc.name()
-        cmd = " ".join(proc.cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return "gone"
-    if "raylet" in name or "raylet" in cmd.split(" ")[0]:
-        return "raylet"
-    if "gcs_server" in name or "gcs_server" in cmd:
-        return "gcs"
-    if "dashboard" in cmd or "agent" in cmd or "runtime_env" in cmd or "log_monitor" in cmd or "monitor.py" in cmd:
-        return "ray agents"
-    if "ray::" in cmd or "default_worker" in cmd or name.startswith("ray::"):
-        return "other ray workers"
-    return "other processes"
-
-
-def _cpu_by_pid(actors: set[int]) -> dict[int, tuple[float, str]]:
-    """Every process's CPU seconds (user + system) and its group; Ray's processes are the driver's descendants."""
-    me = psutil.Process()
-    ours = {c.pid for c in me.children(recursive=True)}
-    out = {}
-    for p in psutil.process_iter():
-        try:
-            t = p.cpu_times()
-            group = _group(p, me.pid, actors) if p.pid in ours or p.pid == me.pid else "other processes"
-            out[p.pid] = (t.user + t.system, group)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return out
 
 
 class Probe:
@@ -97,7 +61,7 @@ class Probe:
         self.marks.append(
             {
                 "t": time.perf_counter(),
-                "cpu": _cpu_by_pid(set(self.actor_pids)),
+                "cpu": cpu_by_pid(set(self.actor_pids)),
                 "switches": switches,
                 "load": os.getloadavg()[0],
                 "cpu_times": psutil.cpu_times(),

@@ -70,7 +70,7 @@ def validate(
     """Real Ray runs vs the simulator, one row per (K, members per actor).
 
     Right before each real run the sharing terms (:func:`popgrpo.sim.calibrate.sharing_costs`,
-    at 3 and 12 actors of the run's own members per actor: never the run's own size) are
+    at 3 and 18 actors of the run's own members per actor: never the run's own size) are
     measured again, so that the share of the cores other users of the machine take is the one
     of that moment."""
     from dataclasses import replace
@@ -456,8 +456,9 @@ def markdown(
         "Where the real round's time went that the first model (per-call costs only) missed: "
         "`python -m benchmarks.sim_probe` (data: `benchmarks/data/sim_probe.json`) times a real round "
         "at K = 5 and 16 phase by phase with every process's CPU time; its findings are listed below the "
-        "table. The sharing terms model them. They are measured at 3 and 12 actors (1.5 and 6 per core), "
-        "never at the validation's 5, 16 and 8 actors (2.5, 8 and 4 per core), and measured again right "
+        "table. The sharing terms model them. They are measured at 3 and 18 actors (1.5 and 9 per core), "
+        "with the run's own members per actor, never at the validation's 5, 16 and 8 actors (2.5, 8 and "
+        "4 per core, all between the two), and measured again right "
         "before each validation run, because other "
         "users of this machine take a share of the cores that changes minute by minute (the table gives "
         "the share the simulation of that run used). Fitting any term "

@@ -23,9 +23,10 @@ Each cost is timed by calling the code a run calls, on this machine, for the con
   once in the object store, fetched, mutated, the states sent back) per byte; ``start_s``, a
   member actor's start-up to its first answer.
 
-* Sharing a node (:class:`Sharing`, :func:`_sharing`): ``n`` = 3 and 12 member actors, each
+* Sharing a node (:class:`Sharing`, :func:`_sharing`): ``n`` = 3 and 18 member actors, each
   holding the config's ``population.members_per_actor`` members, train at once on this
-  machine's cores (1.5 and 6 actors per core on 2 cores), ten rounds of back-to-back ``train``
+  machine's cores (1.5 and 9 actors per core on 2 cores: the validation's sizes, 2.5, 8 and 4
+  per core, lie between them), ten rounds of back-to-back ``train``
   calls after a warm-up one (fewer with several members per actor: ``max(3, 10 // members per
   actor)``; with three, an epoch's CPU time at 3 actors of one member varies by about ±15% from
   one calibration to the next), with the CPU time of every process read
@@ -339,7 +340,7 @@ def sharing_costs(
     }
 
 
-SHARING_AT = (3, 12)  # member actors training at once; the validation's are 5, 16 and 8
+SHARING_AT = (3, 18)  # member actors training at once; the validation's are 5, 16 and 8
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ The population (K, T, epochs, top-M, members per actor) comes from the config; t
 the member-time tail and the faults from the flags; the per-call costs from ``--costs`` (a
 :class:`~popgrpo.sim.costs.CostModel` JSON, or the ``sim_validation.json`` that
 ``python -m benchmarks.sim_validation`` writes), or, without it, from measuring them here
-(:func:`~popgrpo.sim.calibrate.calibrate`: a few minutes, with 3 and 12 member actors started; ``--save-costs`` keeps them).
+(:func:`~popgrpo.sim.calibrate.calibrate`: a few minutes, with 3 and 18 member actors started; ``--save-costs`` keeps them).
 """
 
 from __future__ import annotations
