@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import md_table, met, write_between
-from benchmarks.cpu_split import CpuSample, split
+from benchmarks.cpu_split import DRIVER_THREADS, CpuSample, split
 from popgrpo.config import Config, load_config, preset_path
 
 CORES = os.cpu_count() or 1
@@ -334,7 +334,7 @@ def markdown(r: dict) -> str:
     ]
     parts = md_table(["ms per merge", *labels], parts_rows)
     tables = [summary, parts]
-    if all(x.get("cpu_split") for runs in arms.values() for x in runs):
+    if _has_split(arms):
         tables += [
             f"Where the {r['cores']} cores went, from the first train call to the executor's close (the last "
             f"round's files included): % of {r['cores']} cores × that time, per process and, in the driver, per "
@@ -355,6 +355,11 @@ def markdown(r: dict) -> str:
             *tables,
         ]
     )
+
+
+def _has_split(arms: dict[str, list[dict]]) -> bool:
+    """Whether every run holds the split of the cores (runs saved before it was measured do not)."""
+    return all(x.get("cpu_split") for runs in arms.values() for x in runs)
 
 
 SPLIT_ROWS = {
@@ -386,13 +391,7 @@ def split_table(arms: dict[str, list[dict]]) -> str:
 
 
 RAY_PROCESSES = ("raylet", "gcs", "ray agents", "other ray workers")
-DRIVER_PARTS = (
-    "driver: writer",
-    "driver: main",
-    "driver: other python",
-    "driver: ray (native)",
-    "driver: threads that ended",
-)
+DRIVER_PARTS = tuple(f"driver: {kind}" for kind in (*DRIVER_THREADS, "threads that ended"))
 
 
 def ray_floor(r: dict, label: str) -> float:
@@ -492,7 +491,7 @@ def fit_note(r: dict, heavier: dict) -> str:
             + "; ".join(f"{label} {ray_floor(heavier, label):.1%}" for label in heavier["arms"])
             + " of the cores, before the actors' calls (Ray's task handling and popgrpo's adopt and "
             "weight calls, not split here) and the driver's round loop, writer and loggers."
-            if all(x.get("cpu_split") for runs in heavier["arms"].values() for x in runs)
+            if _has_split(heavier["arms"])
             else ""
         )
     )

@@ -11,7 +11,7 @@ from typing import cast
 from tqdm import tqdm
 
 from popgrpo.algorithms.archive_service import LocalArchiveState
-from popgrpo.config import Config, load_config
+from popgrpo.config import Config, checkpoint_due, load_config
 from popgrpo.runtime.async_loop import AsyncExecutor, AsyncState, AsyncStateError, parse_async_state, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
 from popgrpo.runtime.scheduler import FrontierStore, PopulationRounds, frontier_store, run_rounds
@@ -226,8 +226,7 @@ def _run(
         extra = None if state is None else {"async": {**copy.deepcopy(state), "rows": len(rows)}}
         events = list(executor.events)
         executor.events.clear()
-        # run.checkpoint_every: after every N-th round (merge) and after the last.
-        checkpoint = (round_index + 1) % config.run.checkpoint_every == 0 or epoch_end >= config.run.epochs
+        checkpoint = checkpoint_due(round_index, config.run.checkpoint_every, last=epoch_end >= config.run.epochs)
         writer.submit(
             _write_round,
             out,

@@ -51,6 +51,7 @@ from popgrpo.config.schema import (
     SchedulerConfig,
     Section,
     TextEnvConfig,
+    checkpoint_due,
 )
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "SchedulerConfig",
     "Section",
     "TextEnvConfig",
+    "checkpoint_due",
     "config_markdown",
     "load_args_config",
     "load_config",

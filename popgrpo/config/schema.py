@@ -72,6 +72,12 @@ ProxyCombineName = Annotated[str, AfterValidator(PROXY_COMBINES.check)]
 RolloutEngineName = Annotated[str, AfterValidator(ROLLOUT_ENGINES.check)]
 
 
+def checkpoint_due(index: int, every: int, last: bool = False) -> bool:
+    """Whether round (or async merge) ``index`` (0-based) writes a checkpoint under
+    ``run.checkpoint_every`` = ``every``: every ``every``-th one, and the last."""
+    return last or (index + 1) % every == 0
+
+
 def absolute_if_exists(path: str | None) -> str | None:
     """A relative path that exists here, made absolute: the config travels to Ray workers,
     whose working directory is not the driver's. Anything else (a model name) is kept."""

@@ -61,6 +61,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import simpy
 
+from popgrpo.config.schema import checkpoint_due
 from popgrpo.sim.costs import CostModel
 
 __all__ = ["ClusterShape", "Mode", "Scheduling", "SimResult", "Workload", "simulate"]
@@ -89,8 +90,8 @@ class Workload:
     checkpoint_every: int = 1  # run.checkpoint_every: rounds (merges) between checkpoints
 
     def checkpoint_due(self, index: int, last: bool = False) -> bool:
-        """Whether round (merge) ``index`` writes a checkpoint: every ``checkpoint_every``-th, and the last."""
-        return last or (index + 1) % self.checkpoint_every == 0
+        """Whether round (merge) ``index`` writes a checkpoint, as a run decides it (:func:`checkpoint_due`)."""
+        return checkpoint_due(index, self.checkpoint_every, last)
 
     @property
     def actors(self) -> int:
