@@ -23,6 +23,11 @@ the rest of the driver's time outside training calls (selection, the merge, the 
 evaluation). The background writer's own time (metrics part, lineage, loggers, checkpoint:
 :func:`popgrpo.train._write_round`) runs in its thread, beside the next round's training:
 its wall time and the CPU time its thread used are shown, and the loggers' part of it.
+
+**At rest** (:func:`at_rest`): before the runs, the same Ray with the run's archive and member
+actors is watched for :data:`REST_S` seconds without a call. What it takes of the cores then
+(Ray's processes and threads, the idle actors' own threads) is there whatever the rounds do;
+the share outside member training less it is what the rounds themselves add.
 """
 
 from __future__ import annotations
@@ -230,6 +235,39 @@ def measure(timed: TimedExecutor, writer: WriterTimes, cores: int) -> dict:
     }
 
 
+REST_S = 15.0  # seconds the run's Ray and actors are watched at rest
+NOT_THE_RUN = ("members' epochs", "other processes", "idle cores", "unaccounted")
+
+
+def at_rest(cfg: Config, cores: int, seconds: float = REST_S) -> dict[str, float]:
+    """The split of the cores (:func:`benchmarks.cpu_split.split`) while the run's Ray, its archive
+    actor and its member actors are up with nothing to do: a :class:`RayExecutor` of ``cfg``
+    built and left without a call for ``seconds`` (after 2 s for its start-up to settle)."""
+    import ray
+
+    from popgrpo.runtime.ray_executor import RayExecutor
+
+    run_dir = tempfile.mkdtemp(prefix="pgb-rest-", dir="/tmp")
+    executor = RayExecutor(cfg, run_dir=os.path.join(run_dir, "run"))
+    try:
+        pids = set(ray.get([a.pid.remote() for a in executor._actors]))
+        time.sleep(2.0)
+        before = CpuSample.take(pids)
+        time.sleep(seconds)
+        after = CpuSample.take(pids)
+    finally:
+        executor.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return split(before, after, 0.0, cores)
+
+
+def rest_share(r: dict) -> float | None:
+    """The share of the cores the run's Ray and actors take at rest (every role but the machine's
+    other processes and idle cores), or None for results saved before it was measured."""
+    rest = r.get("at_rest")
+    return None if rest is None else sum(v for k, v in rest.items() if k not in NOT_THE_RUN)
+
+
 def run(quick: bool = False, cores: int = CORES, repeats: int = 1, extra: list[str] | None = None) -> dict:
     """Needs a connected single-node Ray with at least ``population.size`` logical CPUs.
 
@@ -243,6 +281,8 @@ def run(quick: bool = False, cores: int = CORES, repeats: int = 1, extra: list[s
     # One untimed run first: the first run on a fresh Ray shares the cores with the worker
     # processes Ray starts ahead (their imports), which made it about twice as slow.
     _train(default_config(quick, [] if quick else ["run.epochs=30"]), lambda c, d: RayExecutor(c, run_dir=d))
+    rest = at_rest(default_config(quick, extra), cores, 3.0 if quick else REST_S)
+    loads.append(os.getloadavg()[0])
     for _ in range(repeats):
         for label, overrides in ARMS.items():  # alternated: a drift in the machine's speed falls on every arm
             cfg = default_config(quick, [*overrides, *extra])
@@ -263,6 +303,7 @@ def run(quick: bool = False, cores: int = CORES, repeats: int = 1, extra: list[s
         "extra": extra,
         "arms": results,
         "shares": shares,
+        "at_rest": rest,
         "loads": loads,
         "started": started,
         "ended": time.strftime("%H:%M UTC", time.gmtime()),
@@ -287,6 +328,7 @@ def markdown(r: dict) -> str:
     def ms(x: float) -> str:
         return f"{x * 1e3:,.0f}"
 
+    rest = rest_share(r)
     summary_rows = []
     for label, runs in arms.items():
         share = r["shares"][label]
@@ -299,13 +341,15 @@ def markdown(r: dict) -> str:
                 _spread([x["members"] for x in runs], lambda v: f"{v:.2f}"),
                 _spread(per_merge, ms),
                 _spread([x["outside_share"] for x in runs], pct),
+                *([] if rest is None else [_spread([x["outside_share"] - rest for x in runs], pct)]),
                 f"≤ {TARGET:.0%}",
                 met(share <= TARGET, _largest(runs)),
             ]
         )
+    rest_column = [] if rest is None else ["of it beyond the run's Ray and actors at rest"]
     summary = md_table(
         ["mode", "merges", "wall s", "members' training s", "wall ms per merge", "outside member training",
-         "target", "status"],
+         *rest_column, "target", "status"],
         summary_rows,
     )  # fmt: skip
 
@@ -334,6 +378,8 @@ def markdown(r: dict) -> str:
     ]
     parts = md_table(["ms per merge", *labels], parts_rows)
     tables = [summary, parts]
+    if rest is not None:
+        tables.insert(1, rest_note(r))
     if _has_split(arms):
         tables += [
             f"Where the {r['cores']} cores went, from the first train call to the executor's close (the last "
@@ -354,6 +400,24 @@ def markdown(r: dict) -> str:
             "(module docstring).",
             *tables,
         ]
+    )
+
+
+def rest_note(r: dict) -> str:
+    """What the run's Ray and actors take of the cores with nothing to do, measured before the runs."""
+    rest = r["at_rest"]
+
+    def share(keys: tuple[str, ...]) -> float:
+        return sum(rest[k] for k in keys)
+
+    return (
+        f"At rest: the same Ray, archive actor and {r['actors']} member actor(s), started and left without a "
+        f"call for {REST_S:.0f} s before the runs (`at_rest`), took {rest_share(r):.1%} of the {r['cores']} cores: "
+        f"the member actors {share(('member actors, outside epochs',)):.1%}, Ray's own processes "
+        f"{share(RAY_PROCESSES):.1%}, the driver {share(DRIVER_PARTS):.1%}; the machine's other processes "
+        f"{rest['other processes']:.1%}. That much of the share outside member training is there before "
+        'any round; the column "of it beyond …" is what is left: the rounds\' own cost (calls, merges, '
+        "writes, waiting) and what running them adds to Ray's work."
     )
 
 

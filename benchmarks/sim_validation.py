@@ -390,9 +390,14 @@ def writer_bound(costs, curves: list[dict]) -> list[str]:
     if costs.checkpoint_member_s > 0:
         text += (
             f" Of it the checkpoint takes {costs.checkpoint_s * 1e3:.1f} + {costs.checkpoint_member_s * 1e3:.2f}·K ms "
-            f"({costs.checkpoint_s + costs.checkpoint_member_s * k:.1f} s at K = {k:,}), and an async merge's "
-            "checkpoint holds every member's restore point, so with a buffer of a quarter of the actors and a "
-            "checkpoint every merge the writer writes every member's state about four times a round."
+            f"({costs.checkpoint_s + costs.checkpoint_member_s * k:.1f} s at K = {k:,}). An async merge's "
+            "checkpoint holds every member's restore point, but serialises only those renewed since the last "
+            "checkpoint (the reporters'); the others' files are linked from the round before"
+            + (
+                f", {costs.checkpoint_link_s * 1e3:.2f} ms a member (the archives' file, rewritten whole, included)."
+                if costs.checkpoint_link_s > 0
+                else "."
+            )
         )
     rows = {(m, e): at(m, e) for m in ("sync", "async") for e in (1, 10)}
     if all(rows.values()):
@@ -447,7 +452,14 @@ def markdown(
         f"fetch {c.fetch_s.b * c.weight_bytes * 1e3:.2f} ms, adopt {c.adopt_s.b * c.weight_bytes * 1e3:.2f} ms, "
         f"merge {c.merge_s.a * 1e3:.2f} + {c.merge_s.b * 1e3:.2f}·M ms, driver {c.driver_s.a * 1e3:.1f} + "
         f"{c.driver_s.b * 1e3:.2f}·K ms per round plus {c.logged_member_s * 1e3:.2f} ms per member with logger "
-        f"series of its own (`run.logged_members` = {c.logged_members}), actor start {c.start_s:.2f} s; sharing the cores, with x "
+        f"series of its own (`run.logged_members` = {c.logged_members}), "
+        + (
+            f"of it the checkpoint {c.checkpoint_s * 1e3:.1f} + {c.checkpoint_member_s * 1e3:.2f}·K ms "
+            f"({c.checkpoint_link_s * 1e3:.2f} ms for a member whose state is unchanged since the last one), "
+            if c.checkpoint_member_s > 0
+            else ""
+        )
+        + f"actor start {c.start_s:.2f} s; sharing the cores, with x "
         f"actors per core (measured at {SHARING_AT[0]} and {SHARING_AT[1]} actors): an epoch's CPU time "
         f"× {_line(c.contention, '.3f')}, {c.actor_call_cpu_s * 1e3:.1f} ms of an actor's CPU per train call "
         f"outside its epochs, Ray's own processes and the driver {_line(c.ray_share, '.1%')} of the cores, "

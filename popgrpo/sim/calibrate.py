@@ -16,7 +16,10 @@ Each cost is timed by calling the code a run calls, on this machine, for the con
   (the loggers' work per member with series of its own); ``logged_members`` is the config's
   cap on those members. ``checkpoint_s``, ``checkpoint_member_s``: the same runs without a
   checkpoint in the rounds measured (``run.checkpoint_every`` past the run), the difference of
-  the two lines' intercepts and slopes (:func:`checkpoint_part`).
+  the two lines' intercepts and slopes (:func:`checkpoint_part`). ``checkpoint_link_s``: a
+  checkpoint's work for a member whose state is the one saved last (its file linked from the
+  round before, as for the members of an asynchronous merge that did not report): the slope of
+  the CPU time of saving 2 and 8 such members (:func:`checkpoint_link_cost`).
 * On Ray (an embedded one unless ``address`` is given): ``call_s``, a member actor's round trip
   with no payload; ``fetch_s``, the extra time of fetching one member's weights
   (``get_weights``) per byte; ``adopt_s``, the extra time of an ``adopt`` call (the merge put
@@ -59,7 +62,15 @@ from typing import Any
 from popgrpo.config import Config
 from popgrpo.sim.costs import CostModel, Linear
 
-__all__ = ["RoundTimer", "Sharing", "calibrate", "checkpoint_part", "driver_line", "sharing_costs"]
+__all__ = [
+    "RoundTimer",
+    "Sharing",
+    "calibrate",
+    "checkpoint_link_cost",
+    "checkpoint_part",
+    "driver_line",
+    "sharing_costs",
+]
 
 TIMED_CALLS = ("train", "get_weights", "adopt", "snapshot", "load_member_states", "load_archive_states")
 
@@ -218,6 +229,8 @@ def calibrate(
     progress(f"driver {driver_s}, each member's own logger series {logged_member_s * 1e3:.2f} ms")
     checkpoint_s, checkpoint_member_s = checkpoint_part(driver_s, driver_line(config, merge_s, 0, NO_CHECKPOINTS))
     progress(f"of it the checkpoint: {checkpoint_s * 1e3:.2f} ms + {checkpoint_member_s * 1e3:.2f} ms per member")
+    checkpoint_link_s = checkpoint_link_cost(config)
+    progress(f"a member's state unchanged since the last checkpoint: {checkpoint_link_s * 1e3:.3f} ms")
 
     call_s, fetch_s, adopt_s, start_s = _ray_costs(one, weights, weight_bytes, address)
     progress(f"call {call_s * 1e3:.2f} ms, fetch {fetch_s}, adopt {adopt_s}, start {start_s:.2f} s")
@@ -236,6 +249,7 @@ def calibrate(
         logged_members=config.run.logged_members,
         checkpoint_s=checkpoint_s,
         checkpoint_member_s=checkpoint_member_s,
+        checkpoint_link_s=checkpoint_link_s,
         start_s=start_s,
         **sharing,
         machine=f"{platform.node()} {platform.processor() or platform.machine()}, config {config.run.name}",
@@ -268,6 +282,33 @@ def driver_line(config: Config, merge_s: Linear, logged_members: int, checkpoint
         driver = timer.driver_cpu_seconds()[1:-1]  # rounds with a merge, after the first
         driver_at[k] = max(0.0, statistics.median(driver) - merge_s(top))
     return Linear.through(2, driver_at[2], 8, driver_at[8])
+
+
+def checkpoint_link_cost(config: Config, repeats: int = 9) -> float:
+    """CPU seconds a checkpoint spends on a member whose state object it saved last time (a
+    link, not a new file): the slope of saving 2 and 8 such members, each saved once first. The
+    archives' file is written whole every time; with private archives its part per member is in
+    the slope too."""
+    from popgrpo.runtime.executor import LocalExecutor
+    from popgrpo.telemetry.checkpoint import Checkpointer
+
+    cfg = _with(config, population={"size": 8, "members_per_actor": 1}, scheduler={"top_m": 1})
+    local = LocalExecutor(cfg)
+    local.train(1)
+    members, archives = local.snapshot()
+    cost = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in (2, 8):
+            checkpointer = Checkpointer(Path(tmp) / f"k{k}", keep=2)
+            rounds = iter(range(repeats + 1))
+            own = archives[:k] if len(archives) == len(members) else archives  # private archives: one a member
+            checkpointer.save(next(rounds), 1, members[:k], own)
+            cost[k] = _median_time(
+                lambda c=checkpointer, k=k, r=rounds, a=own: c.save(next(r), 1, members[:k], a),
+                repeats,
+                time.process_time,
+            )
+    return Linear.through(2, cost[2], 8, cost[8]).b
 
 
 def checkpoint_part(with_checkpoints: Linear, without: Linear) -> tuple[float, float]:

@@ -55,7 +55,8 @@ class CostModel:
     a loss). :meth:`driver_cost` adds the two. ``driver_s`` is measured with a checkpoint every
     round; ``checkpoint_s + checkpoint_member_s · K`` is the part of it the checkpoint takes
     (every member's state, the archives), which a round without one (``run.checkpoint_every``)
-    does not spend.
+    does not spend; ``checkpoint_link_s`` is the checkpoint's work for a member whose state
+    is the one it saved last (a hard link instead of a new file).
 
     What sharing a node's cores costs, each a function of ``x``, the member actors per core
     on the node, measured with ``x`` actors training at once (:mod:`popgrpo.sim.calibrate`):
@@ -83,6 +84,7 @@ class CostModel:
     logged_members: int | None = None
     checkpoint_s: float = 0.0
     checkpoint_member_s: float = 0.0
+    checkpoint_link_s: float = 0.0
     start_s: float = 0.0
     contention: Linear = field(default_factory=lambda: Linear(1.0, 0.0))
     actor_call_cpu_s: float = 0.0
@@ -90,18 +92,24 @@ class CostModel:
     background_share: Linear = field(default_factory=Linear)
     machine: str = ""  # where it was measured, free text
 
-    def driver_cost(self, members: int, checkpoint: bool = True, checkpointed: int | None = None) -> float:
+    def driver_cost(
+        self, members: int, checkpoint: bool = True, checkpointed: int | None = None, linked: int = 0
+    ) -> float:
         """The driver's per-round work (CPU seconds, on its writer thread) for the rows of ``members``
-        members and, with ``checkpoint``, a checkpoint of ``checkpointed`` members' states (default:
-        the same members; an async merge's checkpoint holds every member's restore point);
-        without it (``run.checkpoint_every`` skips this round's), the checkpoint's part is not spent."""
+        members and, with ``checkpoint``, a checkpoint serialising ``checkpointed`` members' states
+        (default: the same members) and linking ``linked`` more from the checkpoint before (an
+        async merge's checkpoint holds every member's restore point; those not renewed since the
+        last one are linked); without it (``run.checkpoint_every`` skips this round's), the
+        checkpoint's part is not spent."""
         logged = members if self.logged_members is None else min(members, self.logged_members)
         cost = self.driver_s(members) + self.logged_member_s * logged
         own = self.checkpoint_s + self.checkpoint_member_s * members  # in driver_s: measured with one
         if not checkpoint:
             cost -= own
-        elif checkpointed is not None:
-            cost += self.checkpoint_member_s * (checkpointed - members)
+        else:
+            if checkpointed is not None:
+                cost += self.checkpoint_member_s * (checkpointed - members)
+            cost += self.checkpoint_link_s * linked
         return max(0.0, cost)
 
     def core_speed(self, actors_per_core: float) -> float:

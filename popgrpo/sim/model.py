@@ -176,6 +176,7 @@ class _Sim:
         self.done = self.env.event()
         self.finishing = False
         self.buffer: list[_Actor] = []
+        self.renewed: set[int] | None = None  # actors whose restore points changed since the last checkpoint; None: all
         self.waiting: dict[int, simpy.Event] = {}
         self.merge_wanted = self.env.event()
 
@@ -295,13 +296,17 @@ class _Sim:
         m = min(self.work.top_m, self.work.members)
         yield from self.on_core(0, c.call_s + m * c.fetch_s(c.weight_bytes) + c.merge_s(m))
 
-    def driver_writes(self, members: int, checkpoint: bool) -> Generator[Any, Any, None]:
+    def driver_writes(self, members: int, checkpoint: bool, written: int | None = None) -> Generator[Any, Any, None]:
         """The driver's per-round work for ``members`` members' rows: selection, metrics, loggers
-        and, when ``checkpoint``, the checkpoint, which holds every member's state; one writer
-        thread does them, a round at a time, in order."""
+        and, when ``checkpoint``, the checkpoint, which holds every member's state: ``written``
+        of them serialised (default: all), the others' files linked from the checkpoint before
+        (:class:`~popgrpo.telemetry.checkpoint.Checkpointer`); one writer thread does them, a
+        round at a time, in order."""
+        total = self.work.members
+        written = total if written is None else min(written, total)
         with self.writer.request() as turn:
             yield turn
-            cost = self.costs.driver_cost(members, checkpoint, checkpointed=self.work.members)
+            cost = self.costs.driver_cost(members, checkpoint, checkpointed=written, linked=total - written)
             yield from self.on_core(0, cost)
 
     # ---- schedules -----------------------------------------------------------------------
@@ -384,9 +389,15 @@ class _Sim:
             for a in reporters:
                 self.waiting.pop(a.index).succeed(self.version)
             # Off the critical path: a background writer records the merge while members train;
-            # its checkpoint (when due) holds every member's restore point.
+            # its checkpoint (when due) holds every member's restore point, of which only those
+            # renewed since the last checkpoint (the reporters' since) are serialised again.
+            if self.renewed is not None:
+                self.renewed.update(a.index for a in reporters)
             due = self.work.checkpoint_due(self.merges - 1)
-            self.env.process(self.driver_writes(len(reporters) * self.work.members_per_actor, due))
+            written = None if self.renewed is None else len(self.renewed) * self.work.members_per_actor
+            if due:
+                self.renewed = set()
+            self.env.process(self.driver_writes(len(reporters) * self.work.members_per_actor, due, written))
             if len(self.buffer) >= self.sched.buffer_for(len(self.actors)) and not self.merge_wanted.triggered:
                 self.merge_wanted.succeed()
 

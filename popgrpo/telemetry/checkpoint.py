@@ -7,7 +7,12 @@ only while it holds snapshots) and ``checkpoints/round_<r>/manifest.json`` (the 
 each file).
 ``checkpoints/latest.json`` is replaced last, atomically, so it always names a complete round;
 a run killed while writing round ``r`` resumes from round ``r − 1``. The driver writes every
-file, so members on other nodes need no shared filesystem.
+file, so members on other nodes need no shared filesystem. A member whose state is the same
+object as in the previous save (asynchronous rounds: a member that has not adopted a merge
+since keeps its restore point) is not serialised again: its file is hard-linked from the
+previous round's folder (copied where links are refused) and its hash carried over. States
+handed to :meth:`Checkpointer.save` are never changed in place (the background writer
+relies on that already), so the same object means the same bytes.
 
 Loading treats a run directory as untrusted input (it may sit on shared storage others can
 write): files are read with ``torch.load(weights_only=True)`` (tensors and plain containers,
@@ -23,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -110,6 +116,9 @@ class Checkpointer:
         self.root = self.run_dir / "checkpoints"
         self.keep = keep
         self.fallback: str | None = None  # set by latest() when it could not use latest.json's round
+        # member id → (the state object last saved, its file, its SHA-256): see the module docstring
+        self._saved: dict[int, tuple[Mapping[str, Any], Path, str]] = {}
+        self.linked = 0  # member files hard-linked or copied rather than serialised, over the saves
 
     def save(
         self,
@@ -127,11 +136,20 @@ class Checkpointer:
         folder = self.root / f"round_{round_index:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         hashes: dict[str, str] = {}
+        saved: dict[int, tuple[Mapping[str, Any], Path, str]] = {}
         for state in member_states:
-            name = f"member_{state['member_id']:04d}.pt"
-            data = _to_bytes(state)
-            atomic_write(folder / name, data)
-            hashes[name] = _sha256(data)
+            member_id = int(state["member_id"])
+            name = f"member_{member_id:04d}.pt"
+            path = folder / name
+            before = self._saved.get(member_id)
+            if before is not None and before[0] is state and self._reuse(before[1], path):
+                hashes[name] = before[2]
+                self.linked += 1
+            else:
+                data = _to_bytes(state)
+                atomic_write(path, data)
+                hashes[name] = _sha256(data)
+            saved[member_id] = (state, path, hashes[name])
         data = _to_bytes(list(archive_states))
         atomic_write(folder / "archive.pt", data)
         hashes["archive.pt"] = _sha256(data)
@@ -153,8 +171,28 @@ class Checkpointer:
             latest["extra"] = dict(extra)
         atomic_write(folder / "manifest.json", json.dumps(latest).encode())
         atomic_write(self.root / "latest.json", json.dumps(latest).encode())
+        self._saved = saved
         self._prune(round_index)
         return folder
+
+    @staticmethod
+    def _reuse(source: Path, target: Path) -> bool:
+        """Put ``source``'s file at ``target`` (a hard link, or a copy where the filesystem refuses
+        links), atomically; False when ``source`` is gone (then the state is written anew)."""
+        if source == target:
+            return source.is_file()
+        try:
+            with atomic_path(target) as tmp:
+                tmp.unlink(missing_ok=True)
+                try:
+                    os.link(source, tmp)
+                except OSError as exc:
+                    if not source.is_file():
+                        raise FileNotFoundError(source) from exc
+                    shutil.copyfile(source, tmp)
+        except FileNotFoundError:
+            return False
+        return True
 
     def _prune(self, newest: int) -> None:
         """Keep the newest ``keep`` checkpoints up to round ``newest`` (by count, not by round

@@ -8,12 +8,14 @@ reported and no member ever trains from a base more than S merges old.
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 import pandas as pd
 import pytest
 
 from popgrpo.algorithms.async_rounds import held_back, merge_due, merge_members
 from popgrpo.config import ConfigError, load_config, preset_path
+from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import resume, train
 
 BASE = ["run.seed=42", "run.epochs=30", "run.loggers=[]", "scheduler.interval_epochs=10"]
@@ -108,7 +110,16 @@ def test_on_ray_no_staleness_is_sync_and_packed_actors_report_together(ray_local
     )
     packed = _config(cpus, "scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1",
                      "population.members_per_actor=2")  # fmt: skip
-    train(packed, tmp_path / "packed", executor_factory=on_ray, progress=False)
+    reuse = Checkpointer._reuse
+    linked: list[str] = []
+
+    def spy(source, target):  # a restore point not renewed since the last checkpoint is linked
+        linked.append(target.name)
+        return reuse(source, target)
+
+    with mock.patch.object(Checkpointer, "_reuse", staticmethod(spy)):
+        train(packed, tmp_path / "packed", executor_factory=on_ray, progress=False)
+    assert linked and set(linked) <= {f"member_{k:04d}.pt" for k in range(5)}
     groups = [[0, 1], [2, 3], [4]]
     for record in _lineage(tmp_path / "packed"):
         members = set(record["async"]["members"])

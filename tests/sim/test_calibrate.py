@@ -96,3 +96,20 @@ def test_repeats_are_summarised_by_their_medians():
                           {"epoch_s": 3.0, "merge_s": {"a": 2.0, "b": 4.0}, "machine": "y"},
                           {"epoch_s": 2.0, "merge_s": {"a": 3.0, "b": 6.0}, "machine": "z"}])  # fmt: skip
     assert costs == {"epoch_s": 2.0, "merge_s": {"a": 2.0, "b": 5.0}, "machine": "x"}
+
+
+def test_link_cost_is_measured_on_saves_that_link_every_member(monkeypatch):
+    """``checkpoint_link_s``: every member of the timed saves is linked, none serialised again."""
+    from popgrpo.sim.calibrate import checkpoint_link_cost
+    from popgrpo.telemetry import checkpoint
+
+    serialised: list[int] = []
+    to_bytes = checkpoint._to_bytes
+    monkeypatch.setattr(checkpoint, "_to_bytes", lambda obj: serialised.append(isinstance(obj, dict)) or to_bytes(obj))
+    linked = []
+    reuse = checkpoint.Checkpointer._reuse
+    monkeypatch.setattr(checkpoint.Checkpointer, "_reuse", staticmethod(lambda s, t: linked.append(t) or reuse(s, t)))
+    cost = checkpoint_link_cost(load_config(preset_path("pop_grpo")), repeats=3)
+    assert cost >= 0.0
+    assert sum(serialised) == 2 + 8  # the members, once each in the first save of each size
+    assert len(linked) == 3 * (2 + 8)
