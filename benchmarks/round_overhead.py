@@ -502,12 +502,18 @@ def _largest(runs: list[dict]) -> str:
 def headline_row(r: dict, heavier: dict | None = None) -> str:
     """The summary table's row 3 (also written by the suite): each mode's median share, at the
     preset and (``heavier``) with the heavier member."""
-    shares = " / ".join(f"{s:.1%}" for s in r["shares"].values())
+    def said(result: dict) -> str:
+        text = " / ".join(f"{s:.1%}" for s in result["shares"].values())
+        rest = rest_share(result)
+        if rest is not None:
+            text += " (" + " / ".join(f"{s - rest:.1%}" for s in result["shares"].values()) + " beyond Ray at rest)"
+        return text
+
+    shares = said(r)
     modes = " / ".join(r["shares"])
     ok = r["outside_share"] <= TARGET
     if heavier is not None:
-        more = " / ".join(f"{s:.1%}" for s in heavier["shares"].values())
-        shares = f"{shares} (preset); {more} (4× the training per merge)"
+        shares = f"{shares} at the preset; {said(heavier)} with 4× the training per merge"
         ok = ok and heavier["outside_share"] <= TARGET
     return f"| 3 | round time outside member training ({modes}) | {shares} | ≤ {TARGET:.0%} | {'met' if ok else 'not met'} |"
 

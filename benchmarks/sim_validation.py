@@ -460,7 +460,7 @@ def markdown(
             else ""
         )
         + f"actor start {c.start_s:.2f} s; sharing the cores, with x "
-        f"actors per core (measured at {SHARING_AT[0]} and {SHARING_AT[1]} actors): an epoch's CPU time "
+        f"actors per core (measured at {SHARING_AT[0]} and {SHARING_AT[1]} actors): an epoch's CPU time in real rounds "
         f"× {_line(c.contention, '.3f')}, {c.actor_call_cpu_s * 1e3:.1f} ms of an actor's CPU per train call "
         f"outside its epochs, Ray's own processes and the driver {_line(c.ray_share, '.1%')} of the cores, "
         f"the rest of the machine {_line(c.background_share, '.1%')} of the cores.",

@@ -33,8 +33,12 @@ Each cost is timed by calling the code a run calls, on this machine, for the con
   calls after a warm-up one (fewer with several members per actor: ``max(3, 10 // members per
   actor)``; with three, an epoch's CPU time at 3 actors of one member varies by about ±15% from
   one calibration to the next), with the CPU time of every process read
-  (psutil) before and after: ``contention(x)``, an epoch's CPU time inside an actor over
-  ``epoch_s`` (an actor's members take turns, so their epochs share its caches too);
+  (psutil) before and after; then the same actors' population trains as many real rounds
+  after a first one (:func:`popgrpo.train.train`: merges, adopts, the background writer's
+  files and loggers). ``contention(x)``, an epoch's CPU time inside an actor over ``epoch_s``
+  in those real rounds (an actor's members take turns, so their epochs share its caches too;
+  between real rounds the members adopt new weights and the driver writes, and an epoch there
+  cost about 20% more CPU at 16 actors than in back-to-back calls a minute apart);
   ``actor_call_cpu_s``, the actors' CPU outside their epochs per call (its members' live
   metrics and rows included);
   ``ray_share(x)``, the CPU of Ray's own processes and the driver over the cores' time;
@@ -368,7 +372,8 @@ def sharing_costs(
     a, b = (_sharing(config, n, address) for n in (at or SHARING_AT))
     for m in (a, b):
         progress(
-            f"{m.actors} actors on {m.cores} cores: epoch CPU {m.epoch_cpu_s / m.epochs * 1e3:.1f} ms, "
+            f"{m.actors} actors on {m.cores} cores: epoch CPU {m.epoch_cpu_s / m.epochs * 1e3:.1f} ms "
+            f"({m.round_epoch_cpu_s / max(m.round_epochs, 1) * 1e3:.1f} ms in real rounds), "
             f"call CPU {m.call_cpu_s() * 1e3:.1f} ms, Ray {m.ray_share():.1%}, others {m.background_share():.1%} "
             f"of the cores, load {m.load:.1f}"
         )
@@ -389,7 +394,9 @@ class Sharing:
     """CPU accounting of ``actors`` member actors training at once on one node's ``cores``,
     over ``wall`` seconds of back-to-back ``train`` calls (``calls`` of them, ``epochs``
     member-epochs in all): their CPU in epochs (thread time), their processes' whole CPU,
-    that of Ray's own processes and the driver, and the machine's busy CPU (all processes)."""
+    that of Ray's own processes and the driver, and the machine's busy CPU (all processes);
+    and the CPU of ``round_epochs`` member-epochs of the same actors in a real run's rounds
+    (:func:`_round_epochs`), which :meth:`contention` uses when there are any."""
 
     actors: int
     cores: int
@@ -401,9 +408,14 @@ class Sharing:
     ray_cpu_s: float
     busy_cpu_s: float
     load: float = 0.0  # the 1-minute load average at the end
+    round_epoch_cpu_s: float = 0.0  # the same actors' epochs in real rounds (merges, adopts, writes)
+    round_epochs: int = 0
 
     def contention(self, epoch_s: float) -> float:
-        """An epoch's CPU time here over ``epoch_s`` (its CPU time alone)."""
+        """An epoch's CPU time here over ``epoch_s`` (its CPU time alone): in the real rounds
+        when they were run, else in the back-to-back calls."""
+        if self.round_epochs:
+            return self.round_epoch_cpu_s / self.round_epochs / epoch_s
         return self.epoch_cpu_s / self.epochs / epoch_s
 
     def call_cpu_s(self) -> float:
@@ -477,6 +489,9 @@ def _sharing(config: Config, n: int, address: str | None, rounds: int | None = N
             epoch_cpu = sum(sum(ray.get(h.train_cpu_seconds.remote())[1:]) for h in handles)
         finally:
             executor.close()
+        try:
+            round_cpu, round_epochs = _round_epochs(cfg, rounds, address)
+        finally:
             if started:
                 ray.shutdown()
     return Sharing(
@@ -490,4 +505,48 @@ def _sharing(config: Config, n: int, address: str | None, rounds: int | None = N
         ray_cpu_s=cpu1[1] - cpu0[1],
         busy_cpu_s=cpu1[2] - cpu0[2],
         load=os.getloadavg()[0],
+        round_epoch_cpu_s=round_cpu,
+        round_epochs=round_epochs,
     )
+
+
+class _EpochCpu:
+    """Wraps a :class:`~popgrpo.runtime.ray_executor.RayExecutor`; at ``close`` it keeps what each
+    actor's members spent in their epochs, per train call (``train_cpu_seconds``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.per_actor: list[list[float]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def close(self) -> None:
+        import ray
+
+        actors = self.inner._actors  # pyright: ignore[reportPrivateUsage]
+        self.per_actor = ray.get([a.train_cpu_seconds.remote() for a in actors])
+        self.inner.close()
+
+
+def _round_epochs(cfg: Config, rounds: int, address: str | None) -> tuple[float, int]:
+    """``cfg`` trained for ``rounds`` + 1 real rounds on the connected Ray (:func:`popgrpo.train.train`:
+    selection, merge, adopts, the background writer), in a temporary run directory: the CPU seconds
+    of its members' epochs after the first round, and how many epochs that is."""
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from popgrpo.train import train
+
+    interval = cfg.scheduler.interval_epochs
+    run = _with(cfg, run={"epochs": (rounds + 1) * interval, "checkpoint_every": 1})
+    holder: dict[str, _EpochCpu] = {}
+
+    def make(config: Config, run_dir: Path) -> _EpochCpu:
+        holder["executor"] = _EpochCpu(RayExecutor(config, run_dir=run_dir, address=address))
+        return holder["executor"]
+
+    with tempfile.TemporaryDirectory(prefix="pgsim-rounds-") as tmp:
+        train(run, Path(tmp) / "run", executor_factory=make, progress=False)
+    per_actor = holder["executor"].per_actor
+    cpu = sum(sum(calls[1:]) for calls in per_actor)
+    epochs = sum(len(calls[1:]) for calls in per_actor) * cfg.population.members_per_actor * interval
+    return cpu, epochs

@@ -50,6 +50,11 @@ def test_sharing_splits_the_cpu_between_epochs_calls_ray_and_the_rest_of_the_mac
     idle = Sharing(actors=1, cores=2, calls=1, epochs=1, wall=1.0, epoch_cpu_s=0.5, actor_cpu_s=0.4,
                    ray_cpu_s=0.1, busy_cpu_s=0.3)  # fmt: skip
     assert idle.call_cpu_s() == 0.0 and idle.background_share() == 0.0  # clock noise never goes negative
+    # With real rounds measured too, their epochs set the contention: 80 epochs in 1.2 s, 15 ms each.
+    rounds = Sharing(actors=4, cores=2, calls=8, epochs=80, wall=5.0, epoch_cpu_s=0.8, actor_cpu_s=1.0,
+                     ray_cpu_s=0.5, busy_cpu_s=6.5, round_epoch_cpu_s=1.2, round_epochs=80)  # fmt: skip
+    assert rounds.contention(0.008) == pytest.approx(1.875)
+    assert rounds.call_cpu_s() == m.call_cpu_s() and rounds.ray_share() == m.ray_share()  # from the calls
 
 
 @pytest.mark.slow
