@@ -502,6 +502,7 @@ def _largest(runs: list[dict]) -> str:
 def headline_row(r: dict, heavier: dict | None = None) -> str:
     """The summary table's row 3 (also written by the suite): each mode's median share, at the
     preset and (``heavier``) with the heavier member."""
+
     def said(result: dict) -> str:
         text = " / ".join(f"{s:.1%}" for s in result["shares"].values())
         rest = rest_share(result)
