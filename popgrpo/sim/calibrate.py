@@ -37,8 +37,9 @@ Each cost is timed by calling the code a run calls, on this machine, for the con
   after a first one (:func:`popgrpo.train.train`: merges, adopts, the background writer's
   files and loggers). ``contention(x)``, an epoch's CPU time inside an actor over ``epoch_s``
   in those real rounds (an actor's members take turns, so their epochs share its caches too;
-  between real rounds the members adopt new weights and the driver writes, and an epoch there
-  cost about 20% more CPU at 16 actors than in back-to-back calls a minute apart);
+  between real rounds the members adopt new weights and the driver writes: one probe at 16
+  actors measured an epoch there at about 20% more CPU than in back-to-back calls a minute
+  apart, while the calibrations of 2026-11-27 found the two within noise at 18 actors);
   ``actor_call_cpu_s``, the actors' CPU outside their epochs per call (its members' live
   metrics and rows included);
   ``ray_share(x)``, the CPU of Ray's own processes and the driver over the cores' time;
