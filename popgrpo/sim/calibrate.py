@@ -94,6 +94,8 @@ class RoundTimer:
         self.cpu_starts: list[float] = []  # the driver thread's CPU time at each round's start
         self.inside_cpu: list[float] = []  # its CPU seconds inside executor calls, per round
         self.writer_cpu: list[float] = []  # the background writer thread's CPU seconds, per round written
+        # Ray executors: each actor's CPU seconds in its members' epochs, per train call (read at close)
+        self.epoch_cpu: list[list[float]] = []
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -127,6 +129,11 @@ class RoundTimer:
     def close(self) -> None:
         self.starts.append(time.perf_counter())
         self.cpu_starts.append(time.thread_time())
+        actors = getattr(self.inner, "_actors", None)
+        if actors:
+            import ray
+
+            self.epoch_cpu = ray.get([a.train_cpu_seconds.remote() for a in actors])
         self.inner.close()
 
     def round_seconds(self) -> list[float]:
@@ -511,43 +518,15 @@ def _sharing(config: Config, n: int, address: str | None, rounds: int | None = N
     )
 
 
-class _EpochCpu:
-    """Wraps a :class:`~popgrpo.runtime.ray_executor.RayExecutor`; at ``close`` it keeps what each
-    actor's members spent in their epochs, per train call (``train_cpu_seconds``)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.per_actor: list[list[float]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def close(self) -> None:
-        import ray
-
-        actors = self.inner._actors  # pyright: ignore[reportPrivateUsage]
-        self.per_actor = ray.get([a.train_cpu_seconds.remote() for a in actors])
-        self.inner.close()
-
-
 def _round_epochs(cfg: Config, rounds: int, address: str | None) -> tuple[float, int]:
     """``cfg`` trained for ``rounds`` + 1 real rounds on the connected Ray (:func:`popgrpo.train.train`:
     selection, merge, adopts, the background writer), in a temporary run directory: the CPU seconds
     of its members' epochs after the first round, and how many epochs that is."""
     from popgrpo.runtime.ray_executor import RayExecutor
-    from popgrpo.train import train
 
     interval = cfg.scheduler.interval_epochs
     run = _with(cfg, run={"epochs": (rounds + 1) * interval, "checkpoint_every": 1})
-    holder: dict[str, _EpochCpu] = {}
-
-    def make(config: Config, run_dir: Path) -> Any:  # an executor, wrapped
-        holder["executor"] = _EpochCpu(RayExecutor(config, run_dir=run_dir, address=address))
-        return holder["executor"]
-
-    with tempfile.TemporaryDirectory(prefix="pgsim-rounds-") as tmp:
-        train(run, Path(tmp) / "run", executor_factory=make, progress=False)
-    per_actor = holder["executor"].per_actor
+    per_actor = run_timed(run, lambda c, d: RayExecutor(c, run_dir=d, address=address)).epoch_cpu
     cpu = sum(sum(calls[1:]) for calls in per_actor)
     epochs = sum(len(calls[1:]) for calls in per_actor) * cfg.population.members_per_actor * interval
     return cpu, epochs
