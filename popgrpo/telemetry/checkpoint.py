@@ -178,9 +178,12 @@ class Checkpointer:
     @staticmethod
     def _reuse(source: Path, target: Path) -> bool:
         """Put ``source``'s file at ``target`` (a hard link, or a copy where the filesystem refuses
-        links), atomically; False when ``source`` is gone (then the state is written anew)."""
+        links), atomically; False when ``source`` is gone or is no longer a plain file (replaced by a
+        symlink: never followed), and then the state is written anew."""
+        if source.is_symlink() or not source.is_file():
+            return False
         if source == target:
-            return source.is_file()
+            return True
         try:
             with atomic_path(target) as tmp:
                 tmp.unlink(missing_ok=True)

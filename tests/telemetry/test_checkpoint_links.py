@@ -88,3 +88,22 @@ def test_changing_a_linked_file_in_place_is_caught_by_its_hash(tmp_path):
         f.write(b"\0" * 8)
     info = ckpt.latest()
     assert info is None and "member_0000.pt" in (ckpt.fallback or "")
+
+
+def test_a_source_replaced_by_a_symlink_is_not_followed(tmp_path):
+    """Someone who can write the run directory swaps the last round's file for a link to a file
+    elsewhere: the next checkpoint writes the member's state anew instead of linking that file."""
+    ckpt = Checkpointer(tmp_path / "run", keep=3)
+    state = _member(0, 5.0)
+    ckpt.save(0, 2, [state], ARCHIVES)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"not a checkpoint")
+    source = ckpt.root / "round_0000" / "member_0000.pt"
+    source.unlink()
+    source.symlink_to(outside)
+    ckpt.save(1, 4, [state], ARCHIVES)
+    written = ckpt.root / "round_0001" / "member_0000.pt"
+    assert ckpt.linked == 0 and not written.is_symlink()
+    assert written.stat().st_ino != outside.stat().st_ino
+    members, _ = ckpt.load(ckpt.latest())
+    assert ckpt.fallback is None and torch.equal(members[0]["policy"]["w"], torch.full((4,), 5.0))
