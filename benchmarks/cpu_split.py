@@ -38,7 +38,10 @@ def role(proc: psutil.Process, me: int, actors: set[int]) -> str:
         return "raylet"
     if "gcs_server" in name or "gcs_server" in cmd:
         return "gcs"
-    if "dashboard" in cmd or "agent" in cmd or "runtime_env" in cmd or "log_monitor" in cmd or "monitor.py" in cmd:
+    # Ray retitles its agents' processes (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``): the
+    # match ignores case, or they would pass for workers below.
+    low = cmd.lower()
+    if any(part in low for part in ("dashboard", "agent", "runtime_env", "log_monitor", "monitor.py")):
         return "ray agents"
     if "ray::" in cmd or "default_worker" in cmd or name.startswith("ray::"):
         return "other ray workers"

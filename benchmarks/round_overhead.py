@@ -145,9 +145,14 @@ class WriterTimes:
         return timed
 
 
-# The heavier member: the preset's member with 4× the steps per epoch (the same weights, 4× the
-# training between merges), for 10 rounds: how the share falls as training per merge grows.
-HEAVIER = ["grpo.steps_per_epoch=32", "run.epochs=100"]
+# The training between merges, as a multiple of the preset's: the preset's member with 4× and 16×
+# the steps per epoch (the same weights, the same rounds of T epochs), with fewer epochs so that a
+# run stays under a minute: how the share falls as the training per merge grows, and where it ends.
+SIZES: dict[int, list[str]] = {
+    1: [],
+    4: ["grpo.steps_per_epoch=32", "run.epochs=100"],
+    16: ["grpo.steps_per_epoch=128", "run.epochs=80"],
+}
 
 
 def default_config(quick: bool, overrides: list[str] | None = None) -> Config:
@@ -268,19 +273,23 @@ def rest_share(r: dict) -> float | None:
     return None if rest is None else sum(v for k, v in rest.items() if k not in NOT_THE_RUN)
 
 
-def run(quick: bool = False, cores: int = CORES, repeats: int = 1, extra: list[str] | None = None) -> dict:
+def run(
+    quick: bool = False, cores: int = CORES, repeats: int = 1, extra: list[str] | None = None, warm_up: bool = True
+) -> dict:
     """Needs a connected single-node Ray with at least ``population.size`` logical CPUs.
 
-    ``extra``: overrides applied to every mode (:data:`HEAVIER`: the heavier member)."""
+    ``extra``: overrides applied to every mode (a size of :data:`SIZES`). ``warm_up``: one untimed
+    run first (the first on a fresh Ray; a later call on the same Ray passes False)."""
     extra = list(extra or [])
     from popgrpo.runtime.ray_executor import RayExecutor
 
     results: dict[str, list[dict]] = {label: [] for label in ARMS}
     loads = [os.getloadavg()[0]]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    # One untimed run first: the first run on a fresh Ray shares the cores with the worker
-    # processes Ray starts ahead (their imports), which made it about twice as slow.
-    _train(default_config(quick, [] if quick else ["run.epochs=30"]), lambda c, d: RayExecutor(c, run_dir=d))
+    if warm_up:
+        # The first run on a fresh Ray shares the cores with the worker processes Ray starts
+        # ahead (their imports), which made it about twice as slow: it is not timed.
+        _train(default_config(quick, [] if quick else ["run.epochs=30"]), lambda c, d: RayExecutor(c, run_dir=d))
     rest = at_rest(default_config(quick, extra), cores, 3.0 if quick else REST_S)
     loads.append(os.getloadavg()[0])
     for _ in range(repeats):
@@ -395,7 +404,7 @@ def markdown(r: dict) -> str:
             f"preset{_with(r)}, K = {r['k']}, {r['per_actor']} member(s) per actor ({r['actors']} actor(s) on {r['cores']} "
             f"cores), {r['epochs']} epochs in rounds of T = {r['interval']} epochs of {r['steps']} steps; each mode "
             f"{r['repeats']} run(s), alternated; median (min–max). Ray workers at nice {r['niceness']}; load "
-            f"average (1 min) before and after each run: {loads}. Training time: the actors' CPU seconds inside "
+            f"average (1 min) at the start, after the rest measurement and after each run: {loads}. Training time: the actors' CPU seconds inside "
             "their members' epochs ÷ the cores they can use; wall: first train call to last report "
             "(module docstring).",
             *tables,
@@ -436,8 +445,8 @@ SPLIT_ROWS = {
     "driver: threads that ended": "driver: threads that ended in the span",
     "raylet": "raylet",
     "gcs": "GCS",
-    "ray agents": "Ray's agents (log monitor, runtime env, dashboard if on)",
-    "other ray workers": "Ray's idle workers",
+    "ray agents": "Ray's agents (log monitor, runtime env, dashboard and its agent)",
+    "other ray workers": "Ray's other workers (idle, not the run's actors)",
     "other processes": "other processes on the machine",
     "idle cores": "idle cores",
     "unaccounted": "unaccounted (processes that started or ended in the span)",
@@ -499,9 +508,9 @@ def _largest(runs: list[dict]) -> str:
     return f"driver's largest part: {names[name]}, {per[name] * 1e3:,.0f} ms per merge"
 
 
-def headline_row(r: dict, heavier: dict | None = None) -> str:
-    """The summary table's row 3 (also written by the suite): each mode's median share, at the
-    preset and (``heavier``) with the heavier member."""
+def headline_row(sizes: dict[int, dict]) -> str:
+    """The summary table's row 3 (also written by the suite): each mode's median share at every
+    size of training per merge (the preset first)."""
 
     def said(result: dict) -> str:
         text = " / ".join(f"{s:.1%}" for s in result["shares"].values())
@@ -510,69 +519,163 @@ def headline_row(r: dict, heavier: dict | None = None) -> str:
             text += " (" + " / ".join(f"{s - rest:.1%}" for s in result["shares"].values()) + " beyond Ray at rest)"
         return text
 
-    shares = said(r)
-    modes = " / ".join(r["shares"])
-    ok = r["outside_share"] <= TARGET
-    if heavier is not None:
-        shares = f"{shares} at the preset; {said(heavier)} with 4× the training per merge"
-        ok = ok and heavier["outside_share"] <= TARGET
+    factors = sorted(sizes)
+    first = sizes[factors[0]]
+    modes = " / ".join(first["shares"])
+    shares = said(first) + (" at the preset" if len(factors) > 1 else "")
+    for factor in factors[1:]:
+        shares += f"; {said(sizes[factor])} with {factor}× the training per merge"
+    ok = all(sizes[f]["outside_share"] <= TARGET for f in factors)
     return f"| 3 | round time outside member training ({modes}) | {shares} | ≤ {TARGET:.0%} | {'met' if ok else 'not met'} |"
 
 
-HEAVIER_HEADING = "#### The same with 4× the training per merge"
 TRANSPORT_HEADING = "#### Moving states through the object store (`popgrpo/runtime/transport.py`)"
 
 
-def fixed_and_proportional(r: dict, heavier: dict) -> dict[str, tuple[float, float]]:
-    """Per mode, ``(a, b)`` of the line ``outside = a + b · training`` (ms per merge, medians)
-    through the preset and the heavier member: ``a`` the fixed part of a merge, ``b`` the part
-    that grows with the training between merges."""
+def size_heading(factor: int) -> str:
+    return f"#### The same with {factor}× the training per merge"
+
+
+def _points(result: dict, label: str) -> tuple[float, float]:
+    """One mode's (training, outside) seconds per merge: medians over its runs."""
+    runs = result["arms"][label]
+    training = statistics.median(x["members"] / max(x["merges"], 1) for x in runs)
+    outside = statistics.median((x["window"] - x["members"]) / max(x["merges"], 1) for x in runs)
+    return training, outside
+
+
+def fixed_and_proportional(results: list[dict]) -> dict[str, tuple[float, float]]:
+    """Per mode, ``(a, b)`` of the least-squares line ``outside = a + b · training`` (seconds per
+    merge, each size's medians) through every size of training per merge: ``a`` the fixed part of a
+    merge, ``b`` the part that grows with the training between merges."""
+    import numpy as np
+
     out = {}
-    for label in r["arms"]:
-        points = []
-        for result in (r, heavier):
-            runs = result["arms"][label]
-            training = statistics.median(x["members"] / max(x["merges"], 1) for x in runs)
-            outside = statistics.median((x["window"] - x["members"]) / max(x["merges"], 1) for x in runs)
-            points.append((training, outside))
-        (t0, o0), (t1, o1) = points
-        b = (o1 - o0) / (t1 - t0) if t1 != t0 else 0.0
-        out[label] = (o0 - b * t0, b)
+    for label in results[0]["arms"]:
+        training, outside = zip(*(_points(result, label) for result in results), strict=True)
+        b, a = np.polyfit(np.asarray(training), np.asarray(outside), 1) if len(set(training)) > 1 else (0.0, outside[0])
+        out[label] = (float(a), float(b))
     return out
 
 
-def fit_note(r: dict, heavier: dict) -> str:
-    """What the two sizes say together: the fixed and the proportional part, and the share as
-    rounds grow long (``b / (1 + b)``)."""
-    fits = fixed_and_proportional(r, heavier)
-    parts = "; ".join(
-        f"{label}: {a * 1e3:.0f} ms + {b:.1%} of the training, tending to {b / (1 + b):.1%}"
-        for label, (a, b) in fits.items()
+def predicted_share(a: float, b: float, training: float) -> float:
+    """The share outside member training the line ``outside = a + b · training`` gives for
+    ``training`` seconds of training per merge."""
+    outside = a + b * training
+    return outside / (outside + training)
+
+
+def fit_note(results: list[dict], factors: list[int]) -> str:
+    """What the sizes say together: the fixed and the proportional part per mode, the share the
+    line predicts at each measured size against the share measured, and the share as rounds grow
+    long (``b / (1 + b)``)."""
+    fits = fixed_and_proportional(results)
+    limits = [b / (1 + b) for _, b in fits.values()]
+    parts = []
+    for label, (a, b) in fits.items():
+        checks = ", ".join(
+            f"{factor}×: {predicted_share(a, b, _points(result, label)[0]):.1%} vs {result['shares'][label]:.1%}"
+            for factor, result in zip(factors, results, strict=True)
+        )
+        parts.append(f"{label}: {a * 1e3:.0f} ms + {b:.1%} of the training, tending to {b / (1 + b):.1%} (line vs "
+                     f"measured, {checks})")  # fmt: skip
+    rest = [rest_share(result) for result in results]
+    rest_said = (
+        f" The run's Ray and actors at rest took {min(rest):.1%}–{max(rest):.1%} of the cores in these runs' "
+        "measurements of it (`at_rest`): that much of the proportional part is there before any round."
+        if all(x is not None for x in rest)
+        else ""
     )
+    last = results[-1]
     return (
-        "Outside member training per merge, as a line through the two sizes (medians; "
-        f"`outside = a + b · training`): {parts} as the training between merges grows. So on this "
-        "2-core machine the part that grows with the training alone is about the 5% target, whatever "
-        "the round's length."
+        f"Outside member training per merge, as a least-squares line through the {len(results)} sizes (medians; "
+        f"`outside = a + b · training`): {'; '.join(parts)}.{rest_said} So on this "
+        f"{last['cores']}-core machine the share outside member training tends to "
+        f"{min(limits):.1%}–{max(limits):.1%} as the rounds grow long, against the {TARGET:.0%} target, "
+        "whatever the round's length: most of that limit is Ray and the idle actors, not the rounds."
         + (
-            " Where those cores go, with 4× the training per merge (tables above; % of the cores): "
-            + "; ".join(split_summary(heavier, label) for label in heavier["arms"])
+            f" Where those cores go, with {factors[-1]}× the training per merge (tables above; % of the cores): "
+            + "; ".join(split_summary(last, label) for label in last["arms"])
             + ". Ray's own processes (raylet, GCS, agents, idle workers) and Ray's native threads in "
             "the driver run whatever popgrpo does: "
-            + "; ".join(f"{label} {ray_floor(heavier, label):.1%}" for label in heavier["arms"])
+            + "; ".join(f"{label} {ray_floor(last, label):.1%}" for label in last["arms"])
             + " of the cores, before the actors' calls (Ray's task handling and popgrpo's adopt and "
             "weight calls, not split here) and the driver's round loop, writer and loggers."
-            if _has_split(heavier["arms"])
+            if _has_split(last["arms"])
             else ""
         )
     )
 
 
-def write(path: Path, r: dict, heavier: dict | None = None) -> None:
+def plot(sizes: dict[int, dict], path: Path) -> None:
+    """The share outside member training against the training per merge, per mode (median and
+    min–max of the runs at each size), the least-squares line's prediction, the run's Ray and
+    actors at rest and the 5% target: a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    results = list(sizes.values())
+    fits = fixed_and_proportional(results)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    lo = min(_points(r, label)[0] for r in results for label in r["arms"])
+    hi = max(_points(r, label)[0] for r in results for label in r["arms"])
+    grid = np.geomspace(lo * 0.9, hi * 8, 200)
+    for i, label in enumerate(results[0]["arms"]):
+        colour = f"C{i}"
+        xs, med, low, high = [], [], [], []
+        for r in results:
+            runs = r["arms"][label]
+            shares = [x["outside_share"] for x in runs]
+            xs.append(_points(r, label)[0] * 1e3)
+            med.append(statistics.median(shares) * 100)
+            low.append((statistics.median(shares) - min(shares)) * 100)
+            high.append((max(shares) - statistics.median(shares)) * 100)
+        ax.errorbar(xs, med, yerr=[low, high], fmt="o", color=colour, capsize=3, label=label)
+        a, b = fits[label]
+        ax.plot(grid * 1e3, [predicted_share(a, b, t) * 100 for t in grid], "-", color=colour, alpha=0.5, lw=1)
+    rest = [x for x in (rest_share(r) for r in results) if x is not None]
+    if rest:
+        ax.axhspan(min(rest) * 100, max(rest) * 100, color="grey", alpha=0.25, label="Ray and actors at rest")
+    ax.axhline(TARGET * 100, color="black", ls="--", lw=1, label=f"target {TARGET:.0%}")
+    ax.set_xscale("log")
+    ax.set_xlabel("members' training per merge, ms (actors' CPU ÷ cores)")
+    ax.set_ylabel("wall time outside member training, %")
+    last = results[-1]
+    ax.set_title(
+        f"Round overhead, pop_grpo K = {last['k']} on {last['cores']} cores: 1×, 4×, 16× the preset's training"
+    )
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+FIGURE = Path(__file__).resolve().parent.parent / "docs" / "img" / "round_overhead.png"
+
+
+def section(sizes: dict[int, dict]) -> str:
+    """Section 3's text: the preset's tables, then every larger size's, then the fit across sizes."""
+    factors = sorted(sizes)
+    text = markdown(sizes[factors[0]])
+    for factor in factors[1:]:
+        text += f"\n\n{size_heading(factor)}\n\n{markdown(sizes[factor])}"
+    if len(factors) > 1:
+        text += (
+            "\n\n#### All sizes together\n\nThe shares against the training per merge as a figure: "
+            f"`docs/img/{FIGURE.name}` (shown in docs/guides/scale.md)."
+        )
+        text += f"\n\n{fit_note([sizes[f] for f in factors], factors)}"
+    return text
+
+
+def write(path: Path, sizes: dict[int, dict]) -> None:
     """Section 3 of ``path`` (between its heading and section 4's) and its headline row, replaced."""
-    text = markdown(r)
-    if heavier is not None:
-        text += f"\n\n{HEAVIER_HEADING}\n\n{markdown(heavier)}\n\n{fit_note(r, heavier)}"
+    text = section(sizes)
     from benchmarks import transport_cost
 
     if transport_cost.DEFAULT_OUT.is_file():  # how the states and weights of a round travel
@@ -580,12 +683,20 @@ def write(path: Path, r: dict, heavier: dict | None = None) -> None:
         text += f"\n\n{TRANSPORT_HEADING}\n\n{transport_cost.markdown(saved)}"
     write_between(path, text, SECTION + "\n", "\n" + NEXT_SECTION)
     doc = path.read_text()
-    path.write_text(HEADLINE.sub(lambda _: headline_row(r, heavier), doc, count=1))
+    path.write_text(HEADLINE.sub(lambda _: headline_row(sizes), doc, count=1))
+
+
+def load_sizes(saved: dict) -> dict[int, dict]:
+    """The results of a saved ``--json``: ``{"sizes": {factor: result}}``, or the earlier
+    ``{"preset": result, "heavier": result}`` (the preset and 4×)."""
+    if "sizes" in saved:
+        return {int(k): v for k, v in saved["sizes"].items()}
+    return {1: saved["preset"], **({4: saved["heavier"]} if saved.get("heavier") else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m benchmarks.round_overhead [--quick] [--repeats N] [--write]``: section 3, printed as Markdown:
-    the preset, then (not with ``--quick``) the heavier member (:data:`HEAVIER`)."""
+    """``python -m benchmarks.round_overhead [--quick] [--repeats N] [--write]``: section 3, printed as
+    Markdown: the preset, then (not with ``--quick``) each larger size of :data:`SIZES`."""
     import argparse
 
     from benchmarks.common import local_ray
@@ -595,32 +706,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="runs per mode, alternated (default 1)")
     parser.add_argument("--write", type=Path, metavar="MD", help="replace section 3 and its headline row in MD")
     parser.add_argument(
-        "--json", type=Path, metavar="JSON", help="save both results (default: benchmarks/data/round_overhead.json)"
+        "--json", type=Path, metavar="JSON", help="save the results (default: benchmarks/data/round_overhead.json)"
     )
     parser.add_argument("--render", type=Path, metavar="JSON", help="the tables from a saved --json, run nothing")
     args = parser.parse_args(argv)
     if args.render:
-        saved = json.loads(args.render.read_text())
-        result, heavier = saved["preset"], saved["heavier"]
-        print(markdown(result))
-        if heavier is not None:
-            print(f"\n{HEAVIER_HEADING}\n\n{markdown(heavier)}\n\n{fit_note(result, heavier)}")
-        if args.write:
-            write(args.write, result, heavier)
-        return 0
-    cfg = default_config(args.quick)
-    # As the suite starts Ray for this section: 3 × cores logical CPUs, at least one per member.
-    with local_ray(num_cpus=max(3 * CORES, cfg.population.size)):
-        result = run(args.quick, CORES, args.repeats)
-        heavier = None if args.quick else run(args.quick, CORES, args.repeats, extra=HEAVIER)
-    print(markdown(result))
-    if heavier is not None:
-        print(f"\n{HEAVIER_HEADING}\n\n{markdown(heavier)}\n\n{fit_note(r=result, heavier=heavier)}")
-    print(headline_row(result, heavier))
-    json_path = args.json or Path(__file__).resolve().parent / "data" / "round_overhead.json"
-    json_path.write_text(json.dumps({"preset": result, "heavier": heavier}, indent=1) + "\n")
+        sizes = load_sizes(json.loads(args.render.read_text()))
+    else:
+        cfg = default_config(args.quick)
+        factors = [1] if args.quick else sorted(SIZES)
+        sizes = {}
+        # As the suite starts Ray for this section: 3 × cores logical CPUs, at least one per member.
+        with local_ray(num_cpus=max(3 * CORES, cfg.population.size)):
+            for factor in factors:
+                sizes[factor] = run(args.quick, CORES, args.repeats, extra=SIZES[factor], warm_up=not sizes)
+                print(f"{factor}×: {' / '.join(f'{s:.1%}' for s in sizes[factor]['shares'].values())}", flush=True)
+        json_path = args.json or Path(__file__).resolve().parent / "data" / "round_overhead.json"
+        json_path.write_text(json.dumps({"sizes": {str(k): v for k, v in sizes.items()}}, indent=1) + "\n")
+    print(section(sizes))
+    print(headline_row(sizes))
+    if len(sizes) > 1 and (args.write or not args.render):
+        plot(sizes, FIGURE)
     if args.write:
-        write(args.write, result, heavier)
+        write(args.write, sizes)
     return 0
 
 

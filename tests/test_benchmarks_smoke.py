@@ -118,16 +118,23 @@ def test_transport_cost_moves_the_same_states_both_ways_and_reports_them(tmp_pat
 
 
 def test_round_overhead_splits_the_outside_time_into_a_fixed_and_a_proportional_part():
-    from benchmarks.round_overhead import fit_note, fixed_and_proportional
+    from benchmarks.round_overhead import fit_note, fixed_and_proportional, predicted_share
 
-    def result(training_per_merge: float) -> dict:
-        # outside = 0.05 s + 6% of the training, for every mode; 4 merges, 2 runs
-        outside = 0.05 + 0.06 * training_per_merge
+    def result(training_per_merge: float, noise: float = 0.0) -> dict:
+        # outside = 0.05 s + 6% of the training (+ noise), for every mode; 4 merges, 2 runs
+        outside = 0.05 + 0.06 * training_per_merge + noise
         run = {"members": 4 * training_per_merge, "window": 4 * (training_per_merge + outside), "merges": 4}
-        return {"arms": {"sync": [run, run], "async": [run, run]}}
+        share = 1 - run["members"] / run["window"]
+        return {"arms": {"sync": [run, run], "async": [run, run]}, "shares": {"sync": share, "async": share},
+                "cores": 2}  # fmt: skip
 
-    preset, heavier = result(0.4), result(1.6)
-    fits = fixed_and_proportional(preset, heavier)
-    for a, b in fits.values():
+    sizes = [result(0.4), result(1.6), result(6.4)]
+    for a, b in fixed_and_proportional(sizes).values():
         assert a == pytest.approx(0.05) and b == pytest.approx(0.06)
-    assert "50 ms + 6.0% of the training, tending to 5.7%" in fit_note(preset, heavier)
+    assert predicted_share(0.05, 0.06, 0.4) == pytest.approx(sizes[0]["shares"]["sync"])
+    note = fit_note(sizes, [1, 4, 16])
+    assert "50 ms + 6.0% of the training, tending to 5.7%" in note
+    assert "16×: 6.4% vs 6.4%" in note  # the line's share at the largest size against the one measured
+    # A point off the line moves the least-squares fit: it is not the line through the first two.
+    a, b = fixed_and_proportional([result(0.4), result(1.6), result(6.4, noise=0.1)])["sync"]
+    assert b > 0.06 and a < 0.05

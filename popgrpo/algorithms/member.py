@@ -54,6 +54,7 @@ from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.merge import Mutation
 from popgrpo.core.repulsion import group_best, repulsion_penalty
 from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
+from popgrpo.core.trees import map_leaves
 from popgrpo.envs import Environment, TextEnvironment
 from popgrpo.registry import REWARD_SOURCES
 from popgrpo.schema import CONTROL_COLUMNS, REASONS_COLUMN
@@ -445,15 +446,7 @@ def _to_cpu(obj: object) -> object:
     and Adam updates its moments and step counter in place, so a state that shared them would
     change as training goes on (a snapshot must not).
     """
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    # isinstance cannot bind a container's item types: the casts say what any item is.
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in cast("dict[object, object]", obj).items()}
-    if isinstance(obj, list | tuple):
-        items = cast("list[object] | tuple[object, ...]", obj)
-        return type(items)(_to_cpu(v) for v in items)
-    return obj
+    return map_leaves(obj, torch.Tensor, lambda t: t.detach().to("cpu", copy=True))
 
 
 def resolve_device(setting: str, has_gpu: bool) -> tuple[torch.device, str | None]:

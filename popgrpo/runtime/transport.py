@@ -21,12 +21,13 @@ states already are.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+
+from popgrpo.core.trees import map_leaves
 
 __all__ = ["Packed", "pack", "unpack"]
 
@@ -61,25 +62,11 @@ def _unpack_tensor(packed: Packed) -> torch.Tensor:
     return tensor.view(packed.dtype) if packed.dtype in _CARRIERS else tensor
 
 
-def _map_leaves(obj: Any, leaf: type, fn: Callable[[Any], Any]) -> Any:
-    """``obj`` with ``fn`` applied to every ``leaf`` in nested dicts, lists and plain tuples (named
-    tuples and everything else are left as they are)."""
-    if isinstance(obj, leaf):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return {k: _map_leaves(v, leaf, fn) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_map_leaves(v, leaf, fn) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_map_leaves(v, leaf, fn) for v in obj)
-    return obj
-
-
 def pack(obj: Any) -> Any:
     """``obj`` with every tensor (in nested dicts, lists and tuples) replaced by a :class:`Packed`."""
-    return _map_leaves(obj, torch.Tensor, _pack_tensor)
+    return map_leaves(obj, torch.Tensor, _pack_tensor)
 
 
 def unpack(obj: Any) -> Any:
     """What :func:`pack` packed, with each :class:`Packed` a tensor again (of its own memory)."""
-    return _map_leaves(obj, Packed, _unpack_tensor)
+    return map_leaves(obj, Packed, _unpack_tensor)

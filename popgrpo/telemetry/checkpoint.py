@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from popgrpo.core.trees import map_leaves
 from popgrpo.telemetry.atomic import atomic_path, atomic_write
 
 __all__ = ["CheckpointError", "Checkpointer", "elites_table"]
@@ -59,13 +60,7 @@ def _tensorise(obj: Any) -> Any:
     Each array is copied: arrays that arrive from Ray share one read-only buffer, and
     ``torch.save`` refuses tensors that view the same memory as different dtypes.
     """
-    if isinstance(obj, np.ndarray):
-        return {_NDARRAY: torch.from_numpy(np.array(obj, order="C", copy=True))}
-    if isinstance(obj, dict):
-        return {k: _tensorise(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_tensorise(v) for v in obj)
-    return obj
+    return map_leaves(obj, np.ndarray, lambda a: {_NDARRAY: torch.from_numpy(np.array(a, order="C", copy=True))})
 
 
 def _untensorise(obj: Any) -> Any:
