@@ -154,28 +154,31 @@ def complexity_histogram(rows: Sequence[dict], bins: int = 24) -> tuple[np.ndarr
     the rows are summed on common bins. The 20 % outside [p10, p90] are left out: nothing
     says how far they reach. None when no row has finite quantiles.
     """
-    pieces = []  # (lo, hi, ideas in [lo, hi])
+    fractions = np.diff([f for _, f in _QUANTILES])  # the share of a row's ideas in each interval
+    quantiles, ideas = [], []
     for row in rows:
         q = [row.get(col) for col, _ in _QUANTILES]
         if not all(_finite(x) for x in q) or not _finite(row.get("ideas")) or row["ideas"] <= 0:
             continue
-        values = [float(x) for x in q if x is not None]  # every x is finite: checked above
-        fractions = [f for _, f in _QUANTILES]
-        for i in range(len(values) - 1):
-            pieces.append((values[i], values[i + 1], (fractions[i + 1] - fractions[i]) * float(row["ideas"])))
-    if not pieces:
+        quantiles.append([float(x) for x in q if x is not None])  # every x is finite: checked above
+        ideas.append(float(row["ideas"]))
+    if not quantiles:
         return None
-    lo, hi = min(p[0] for p in pieces), max(p[1] for p in pieces)
+    # One piece per (row, interval): ideas spread uniformly over [a, b].
+    values = np.asarray(quantiles)
+    a, b = values[:, :-1].ravel(), values[:, 1:].ravel()
+    n = (np.asarray(ideas)[:, None] * fractions).ravel()
+    lo, hi = float(a.min()), float(b.max())
     if hi <= lo:
         hi = lo + 1e-6
     edges = np.linspace(lo, hi, bins + 1)
-    counts = np.zeros(bins)
-    for a, b, n in pieces:
-        if b <= a:  # every idea at one value
-            counts[min(np.searchsorted(edges, a, side="right") - 1, bins - 1)] += n
-            continue
-        overlap = np.clip(np.minimum(edges[1:], b) - np.maximum(edges[:-1], a), 0, None)
-        counts += n * overlap / (b - a)
+    spread = b > a
+    width = np.where(spread, b - a, 1.0)
+    overlap = np.clip(np.minimum(edges[1:], b[:, None]) - np.maximum(edges[:-1], a[:, None]), 0, None)
+    counts = (np.where(spread, n / width, 0.0) @ overlap).astype(float)
+    # Every idea of a zero-width interval at one value: in that value's bin.
+    at = np.minimum(np.searchsorted(edges, a[~spread], side="right") - 1, bins - 1)
+    np.add.at(counts, at, n[~spread])
     return edges, counts
 
 
