@@ -565,12 +565,28 @@ def predicted_share(a: float, b: float, training: float) -> float:
     return outside / (outside + training)
 
 
+def crossing(a: float, b: float, target: float = TARGET) -> float | None:
+    """The training per merge (s) from which the line's share is at most ``target``: the ``t`` of
+    ``(a + b·t) / (a + (1 + b)·t) = target``; 0 when it is already there, None when it never gets there."""
+    if a <= 0:
+        return 0.0 if b / (1 + b) <= target else None
+    slope = target * (1 + b) - b
+    return None if slope <= 0 else a * (1 - target) / slope
+
+
 def fit_note(results: list[dict], factors: list[int]) -> str:
     """What the sizes say together: the fixed and the proportional part per mode, the share the
     line predicts at each measured size against the share measured, and the share as rounds grow
     long (``b / (1 + b)``)."""
     fits = fixed_and_proportional(results)
     limits = [b / (1 + b) for _, b in fits.values()]
+    preset = [_points(results[0], label)[0] for label in fits]
+    crossings = "; ".join(
+        f"{label}: never (it tends to {b / (1 + b):.1%})"
+        if (t := crossing(a, b)) is None
+        else f"{label}: {t:.1f} s of training per merge, {t / p:.0f}× the preset's"
+        for (label, (a, b)), p in zip(fits.items(), preset, strict=True)
+    )
     parts = []
     for label, (a, b) in fits.items():
         checks = ", ".join(
@@ -591,8 +607,8 @@ def fit_note(results: list[dict], factors: list[int]) -> str:
         f"Outside member training per merge, as a least-squares line through the {len(results)} sizes (medians; "
         f"`outside = a + b · training`): {'; '.join(parts)}.{rest_said} So on this "
         f"{last['cores']}-core machine the share outside member training tends to "
-        f"{min(limits):.1%}–{max(limits):.1%} as the rounds grow long, against the {TARGET:.0%} target, "
-        "whatever the round's length: most of that limit is Ray and the idle actors, not the rounds."
+        f"{min(limits):.1%}–{max(limits):.1%} as the rounds grow long; most of that limit is Ray and the idle "
+        f"actors, not the rounds. The lines cross the {TARGET:.0%} target at {crossings}."
         + (
             f" Where those cores go, with {factors[-1]}× the training per merge (tables above; % of the cores): "
             + "; ".join(split_summary(last, label) for label in last["arms"])

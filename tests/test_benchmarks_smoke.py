@@ -118,7 +118,7 @@ def test_transport_cost_moves_the_same_states_both_ways_and_reports_them(tmp_pat
 
 
 def test_round_overhead_splits_the_outside_time_into_a_fixed_and_a_proportional_part():
-    from benchmarks.round_overhead import fit_note, fixed_and_proportional, predicted_share
+    from benchmarks.round_overhead import crossing, fit_note, fixed_and_proportional, predicted_share
 
     def result(training_per_merge: float, noise: float = 0.0) -> dict:
         # outside = 0.05 s + 6% of the training (+ noise), for every mode; 4 merges, 2 runs
@@ -135,6 +135,12 @@ def test_round_overhead_splits_the_outside_time_into_a_fixed_and_a_proportional_
     note = fit_note(sizes, [1, 4, 16])
     assert "50 ms + 6.0% of the training, tending to 5.7%" in note
     assert "16×: 6.4% vs 6.4%" in note  # the line's share at the largest size against the one measured
+    # 50 ms + 6% never gets under 5%; 50 ms + 3% crosses it where (0.05 + 0.03 t) / (0.05 + 1.03 t) = 5%.
+    assert crossing(0.05, 0.06) is None and "never (it tends to 5.7%)" in note
+    t = crossing(0.05, 0.03)
+    assert t == pytest.approx(0.05 * 0.95 / (0.05 * 1.03 - 0.03)) and predicted_share(0.05, 0.03, t) == pytest.approx(
+        0.05
+    )
     # A point off the line moves the least-squares fit: it is not the line through the first two.
     a, b = fixed_and_proportional([result(0.4), result(1.6), result(6.4, noise=0.1)])["sync"]
     assert b > 0.06 and a < 0.05
