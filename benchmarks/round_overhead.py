@@ -672,6 +672,8 @@ def plot(sizes: dict[int, dict], path: Path) -> None:
 
 
 FIGURE = Path(__file__).resolve().parent.parent / "docs" / "img" / "round_overhead.png"
+DEFAULT_JSON = Path(__file__).resolve().parent / "data" / "round_overhead.json"
+CALL_COST_HEADING = "#### What one Ray call costs, against the budget (`benchmarks/ray_call_cost.py`)"
 
 
 def section(sizes: dict[int, dict]) -> str:
@@ -692,8 +694,13 @@ def section(sizes: dict[int, dict]) -> str:
 def write(path: Path, sizes: dict[int, dict]) -> None:
     """Section 3 of ``path`` (between its heading and section 4's) and its headline row, replaced."""
     text = section(sizes)
-    from benchmarks import transport_cost
+    from benchmarks import ray_call_cost, transport_cost
 
+    if ray_call_cost.DEFAULT_OUT.is_file():  # the least a merge's calls cost, against the budget
+        calls = json.loads(ray_call_cost.DEFAULT_OUT.read_text())
+        overhead = {"sizes": {str(k): v for k, v in sizes.items()}}
+        moved = json.loads(transport_cost.DEFAULT_OUT.read_text()) if transport_cost.DEFAULT_OUT.is_file() else None
+        text += f"\n\n{CALL_COST_HEADING}\n\n{ray_call_cost.markdown(calls, overhead, moved)}"
     if transport_cost.DEFAULT_OUT.is_file():  # how the states and weights of a round travel
         saved = json.loads(transport_cost.DEFAULT_OUT.read_text())
         text += f"\n\n{TRANSPORT_HEADING}\n\n{transport_cost.markdown(saved)}"
@@ -737,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
             for factor in factors:
                 sizes[factor] = run(args.quick, CORES, args.repeats, extra=SIZES[factor], warm_up=not sizes)
                 print(f"{factor}×: {' / '.join(f'{s:.1%}' for s in sizes[factor]['shares'].values())}", flush=True)
-        json_path = args.json or Path(__file__).resolve().parent / "data" / "round_overhead.json"
+        json_path = args.json or DEFAULT_JSON
         json_path.write_text(json.dumps({"sizes": {str(k): v for k, v in sizes.items()}}, indent=1) + "\n")
     print(section(sizes))
     print(headline_row(sizes))

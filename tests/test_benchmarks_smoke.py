@@ -144,3 +144,33 @@ def test_round_overhead_splits_the_outside_time_into_a_fixed_and_a_proportional_
     # A point off the line moves the least-squares fit: it is not the line through the first two.
     a, b = fixed_and_proportional([result(0.4), result(1.6), result(6.4, noise=0.1)])["sync"]
     assert b > 0.06 and a < 0.05
+
+
+def test_ray_call_cost_sets_the_least_calls_of_a_merge_against_the_5_percent_budget():
+    from benchmarks.ray_call_cost import budget, markdown
+
+    calls = {"started": "t", "actors": 5, "seconds": 8, "repeats": 3, "cores": 2, "calls": [100, 120, 110],
+             "rest_cpu_per_s": [0.06, 0.07, 0.065], "cpu_per_call_s": [0.001, 0.002, 0.0015]}  # fmt: skip
+    run = {"window": 10.0, "merges": 20}  # 0.5 s of wall per merge: 1,000 core-ms on 2 cores
+    preset = {"arms": {"sync": [run]}, "cores": 2, "actors": 5,
+              "at_rest": {"raylet": 0.02, "member actors, outside epochs": 0.01, "other processes": 0.005}}  # fmt: skip
+    transport = {"members": 5, "times": {"packed": {"put": [0.004, 0.003], "get": [0.001, 0.002]}}}
+    b = budget(calls, {"sizes": {"1": preset}}, transport)
+    assert b["merge_core_ms"] == pytest.approx(1000) and b["budget_core_ms"] == pytest.approx(50)
+    assert b["rest_core_ms"] == pytest.approx(30) and b["others_core_ms"] == pytest.approx(5)
+    assert b["left_core_ms"] == pytest.approx(15)
+    assert b["calls_core_ms"] == pytest.approx(5 * 2 * 1.5)  # 5 actors × train and adopt × the median call
+    assert b["states_ms"] == pytest.approx(5.0)
+    text = markdown(calls, {"sizes": {"1": preset}}, transport)
+    assert "| one no-op actor call, driver + actor + Ray: CPU ms | 1.50 (1.00–2.00) |" in text
+    assert "leaves 15 core-ms" in text and "cost 15 core-ms as no-op calls" in text and "takes 5.0 ms more" in text
+
+
+@pytest.mark.ray
+def test_ray_call_cost_measures_a_positive_cost_per_call_on_a_real_ray():
+    from benchmarks.ray_call_cost import measure
+
+    r = measure(actors=2, seconds=2.0, repeats=1)  # long enough that clock ticks are noise
+    assert r["calls"][0] >= 2 and r["calls"][0] % 2 == 0  # one call per actor per batch
+    assert r["rest_cpu_per_s"][0] > 0  # Ray's processes do some work at rest
+    assert 0 < r["cpu_per_call_s"][0] < 0.1  # a call costs CPU, far less than 100 ms of it

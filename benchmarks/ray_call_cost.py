@@ -1,0 +1,196 @@
+"""What one Ray actor call costs in CPU on this machine, and what that leaves of section 3's 5% budget.
+
+``python -m benchmarks.ray_call_cost [--actors 5] [--seconds 8] [--repeats 3] [--out JSON]``
+
+On an embedded Ray started as section 3 starts it (:func:`benchmarks.common.local_ray`,
+3 × cores logical CPUs), ``--actors`` actors of a class with one method that returns at once
+are made and left to settle. Each repeat then watches, for ``--seconds`` each, alternating:
+
+* **at rest**: nobody calls; the CPU seconds of this process and every process under it
+  (raylet, GCS, Ray's agents, the actors) per second are Ray's floor with that many actors;
+* **calls**: batches of one call per actor, each batch's answers awaited, 20 ms apart (a round
+  loop's shape, not a tight loop); the same CPU seconds, less the floor over the same time,
+  divided by the calls made: the CPU one call costs across the driver, the actor and Ray.
+
+CPU seconds are psutil's user + system of the processes (:func:`benchmarks.cpu_split.cpu_by_pid`),
+so the cost counts every process a call touches, not just this one. The JSON holds every repeat;
+``--report JSON`` prints the text again from it.
+
+:func:`budget` sets that cost against a merge of section 3 (``benchmarks/data/round_overhead.json``,
+the preset's sync runs): 5% of the merge's core-seconds, less what the run's Ray and actors take at
+rest and the machine's other processes, against the two calls (``train``, ``adopt``) every member
+actor takes per merge at the least.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks.common import md_table
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "benchmarks" / "data" / "ray_call_cost.json"
+CORES = os.cpu_count() or 1
+GAP_S = 0.02  # between batches of calls
+CALLS_PER_MERGE = 2  # train and adopt: every member actor's least per merge
+
+
+def _ours_cpu() -> float:
+    """CPU seconds of this process and its descendants (an embedded Ray's processes, its actors)."""
+    from benchmarks.cpu_split import cpu_by_pid
+
+    return sum(seconds for seconds, group in cpu_by_pid(set()).values() if group != "other processes")
+
+
+def measure(actors: int = 5, seconds: float = 8.0, repeats: int = 3) -> dict:
+    import ray
+
+    from benchmarks.common import local_ray
+
+    @ray.remote
+    class Echo:
+        def ping(self) -> None:
+            return None
+
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rest_rates: list[float] = []
+    per_call: list[float] = []
+    calls_made: list[int] = []
+    with local_ray(num_cpus=max(3 * CORES, actors)):
+        handles = [Echo.remote() for _ in range(actors)]
+        ray.get([h.ping.remote() for h in handles])
+        time.sleep(2.0)  # the actors' start-up settles
+        for _ in range(repeats):
+            cpu0, t0 = _ours_cpu(), time.perf_counter()
+            time.sleep(seconds)
+            rest = (_ours_cpu() - cpu0) / (time.perf_counter() - t0)
+            cpu0, t0, n = _ours_cpu(), time.perf_counter(), 0
+            while time.perf_counter() - t0 < seconds:
+                ray.get([h.ping.remote() for h in handles])
+                n += actors
+                time.sleep(GAP_S)
+            span = time.perf_counter() - t0
+            used = _ours_cpu() - cpu0
+            rest_rates.append(rest)
+            per_call.append((used - rest * span) / n)
+            calls_made.append(n)
+    return {
+        "started": started,
+        "actors": actors,
+        "seconds": seconds,
+        "repeats": repeats,
+        "cores": CORES,
+        "rest_cpu_per_s": rest_rates,
+        "cpu_per_call_s": per_call,
+        "calls": calls_made,
+    }
+
+
+def budget(calls: dict, overhead: dict, transport: dict | None = None) -> dict[str, float]:
+    """Core-milliseconds of one sync merge at the preset of section 3 (``overhead``: its saved
+    JSON): the 5% budget, what Ray and the actors at rest and the machine's other processes take of
+    it, what is left, the calls every member actor must take per merge, and (``transport``:
+    :mod:`benchmarks.transport_cost`'s JSON) moving the members' states once, packed, put and get
+    (wall ms of one process, the serialising and deserialising both)."""
+    sizes = overhead.get("sizes") or {"1": overhead["preset"]}
+    preset = sizes["1"] if "1" in sizes else sizes[min(sizes, key=int)]
+    runs = preset["arms"]["sync"]
+    cores = preset["cores"]
+    merge_core_ms = statistics.median(x["window"] / max(x["merges"], 1) for x in runs) * cores * 1e3
+    rest = preset.get("at_rest") or {}
+    from benchmarks.round_overhead import NOT_THE_RUN
+
+    rest_share = sum(v for k, v in rest.items() if k not in NOT_THE_RUN)
+    others = rest.get("other processes", 0.0)
+    target = 0.05
+    calls_ms = preset["actors"] * CALLS_PER_MERGE * statistics.median(calls["cpu_per_call_s"]) * 1e3
+    states_ms = float("nan")
+    if transport is not None:
+        packed = transport["times"]["packed"]
+        states_ms = statistics.median(p + g for p, g in zip(packed["put"], packed["get"], strict=True)) * 1e3
+    return {
+        "states_ms": states_ms,
+        "merge_core_ms": merge_core_ms,
+        "budget_core_ms": target * merge_core_ms,
+        "rest_core_ms": rest_share * merge_core_ms,
+        "others_core_ms": others * merge_core_ms,
+        "left_core_ms": (target - rest_share - others) * merge_core_ms,
+        "calls_core_ms": calls_ms,
+        "actors": preset["actors"],
+    }
+
+
+def _spread(values: list[float], fmt) -> str:
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))})"
+
+
+def markdown(r: dict, overhead: dict | None = None, transport: dict | None = None) -> str:
+    table = md_table(
+        ["what", "median (min–max)"],
+        [
+            [
+                f"Ray with {r['actors']} idle actors, at rest: % of the {r['cores']} cores",
+                _spread(r["rest_cpu_per_s"], lambda v: f"{100 * v / r['cores']:.1f}%"),
+            ],
+            [
+                "one no-op actor call, driver + actor + Ray: CPU ms",
+                _spread(r["cpu_per_call_s"], lambda v: f"{v * 1e3:.2f}"),
+            ],
+        ],
+    )
+    text = (
+        f"`python -m benchmarks.ray_call_cost --actors {r['actors']} --seconds {r['seconds']:g} --repeats "
+        f"{r['repeats']}`, {r['started']}: an embedded Ray as section 3 starts it, {r['actors']} actors with a "
+        f"method that returns at once; {r['repeats']} alternated repeats of {r['seconds']:g} s at rest and "
+        f"{r['seconds']:g} s of one call per actor every {GAP_S * 1e3:.0f} ms ({min(r['calls']):,}–"
+        f"{max(r['calls']):,} calls); CPU of this process and every process under it (module docstring).\n\n" + table
+    )
+    if overhead is not None:
+        b = budget(r, overhead, transport)
+        text += (
+            f"\n\nAgainst a sync merge at the preset (section 3's first table: {b['merge_core_ms']:,.0f} core-ms, the wall "
+            f"time per merge × the cores): the 5% target allows {b['budget_core_ms']:.0f} core-ms outside member "
+            f"training. Ray and the run's actors at rest take {b['rest_core_ms']:.0f} of them and the machine's "
+            f"other processes {b['others_core_ms']:.0f}, which leaves {b['left_core_ms']:.0f} core-ms for "
+            f"everything a merge does; the {CALLS_PER_MERGE} calls each of the {b['actors']} member actors takes "
+            f"per merge at the least (`train`, `adopt`) cost {b['calls_core_ms']:.0f} core-ms as no-op calls, "
+            "before any weights move, any merge is made or any file is written"
+            + (
+                f"; moving the {transport['members']} members' states once through the object store (what the "
+                f"`adopt` answers carry for the checkpoint; put + get, packed: `benchmarks/transport_cost.py`) "
+                f"takes {b['states_ms']:.1f} ms more."
+                if transport is not None
+                else "."
+            )
+        )
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ray_call_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--actors", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=8.0, help="each window, at rest and calling (default 8)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--report", type=Path, metavar="JSON", help="print the text from a saved JSON, run nothing")
+    args = parser.parse_args(argv)
+    if args.report:
+        r = json.loads(args.report.read_text())
+    else:
+        r = measure(args.actors, args.seconds, args.repeats)
+        args.out.write_text(json.dumps(r, indent=1) + "\n")
+    from benchmarks import round_overhead, transport_cost
+
+    saved, moved = round_overhead.DEFAULT_JSON, transport_cost.DEFAULT_OUT
+    overhead = json.loads(saved.read_text()) if saved.is_file() else None
+    print(markdown(r, overhead, json.loads(moved.read_text()) if moved.is_file() else None))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
