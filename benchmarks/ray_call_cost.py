@@ -12,6 +12,10 @@ are made and left to settle. Each repeat then watches, for ``--seconds`` each, a
   loop's shape, not a tight loop); the same CPU seconds, less the floor over the same time,
   divided by the calls made: the CPU one call costs across the driver, the actor and Ray.
 
+Then, on a second embedded Ray started as ``popgrpo train`` starts its own (the dashboard on, the
+workers' logs forwarded to the driver), the same actors are watched at rest only: what the
+dashboard adds to the floor that section 3's runs (on the first kind of Ray) do not show.
+
 CPU seconds are psutil's user + system of the processes (:func:`benchmarks.cpu_split.cpu_by_pid`),
 so the cost counts every process a call touches, not just this one. The JSON holds every repeat;
 ``--report JSON`` prints the text again from it.
@@ -25,9 +29,13 @@ actor takes per merge at the least.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
+import socket
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,14 +69,18 @@ def measure(actors: int = 5, seconds: float = 8.0, repeats: int = 3) -> dict:
     rest_rates: list[float] = []
     per_call: list[float] = []
     calls_made: list[int] = []
+
+    def at_rest() -> float:
+        cpu0, t0 = _ours_cpu(), time.perf_counter()
+        time.sleep(seconds)
+        return (_ours_cpu() - cpu0) / (time.perf_counter() - t0)
+
     with local_ray(num_cpus=max(3 * CORES, actors)):
         handles = [Echo.remote() for _ in range(actors)]
         ray.get([h.ping.remote() for h in handles])
         time.sleep(2.0)  # the actors' start-up settles
         for _ in range(repeats):
-            cpu0, t0 = _ours_cpu(), time.perf_counter()
-            time.sleep(seconds)
-            rest = (_ours_cpu() - cpu0) / (time.perf_counter() - t0)
+            rest = at_rest()
             cpu0, t0, n = _ours_cpu(), time.perf_counter(), 0
             while time.perf_counter() - t0 < seconds:
                 ray.get([h.ping.remote() for h in handles])
@@ -79,7 +91,13 @@ def measure(actors: int = 5, seconds: float = 8.0, repeats: int = 3) -> dict:
             rest_rates.append(rest)
             per_call.append((used - rest * span) / n)
             calls_made.append(n)
+    with _ray_as_train_starts_it(max(3 * CORES, actors)):
+        handles = [Echo.remote() for _ in range(actors)]
+        ray.get([h.ping.remote() for h in handles])
+        time.sleep(2.0)
+        dashboard_rates = [at_rest() for _ in range(repeats)]
     return {
+        "rest_with_dashboard_cpu_per_s": dashboard_rates,
         "started": started,
         "actors": actors,
         "seconds": seconds,
@@ -89,6 +107,26 @@ def measure(actors: int = 5, seconds: float = 8.0, repeats: int = 3) -> dict:
         "cpu_per_call_s": per_call,
         "calls": calls_made,
     }
+
+
+@contextlib.contextmanager
+def _ray_as_train_starts_it(num_cpus: int):
+    """An embedded Ray as ``popgrpo train`` starts one (:func:`popgrpo.runtime.cluster.start_local_ray`'s
+    defaults: the dashboard on, logs to the driver), on a free loopback port, shut down on exit."""
+    import ray
+
+    from popgrpo.runtime.cluster import start_local_ray
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    temp_dir = tempfile.mkdtemp(prefix="pgbdash-", dir="/tmp")
+    start_local_ray(num_cpus=num_cpus, temp_dir=temp_dir, dashboard_port=port)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def budget(calls: dict, overhead: dict, transport: dict | None = None) -> dict[str, float]:
@@ -137,6 +175,17 @@ def markdown(r: dict, overhead: dict | None = None, transport: dict | None = Non
                 f"Ray with {r['actors']} idle actors, at rest: % of the {r['cores']} cores",
                 _spread(r["rest_cpu_per_s"], lambda v: f"{100 * v / r['cores']:.1f}%"),
             ],
+            *(
+                [
+                    [
+                        f"the same on a Ray as `popgrpo train` starts it (dashboard on, logs to the driver): % of the "
+                        f"{r['cores']} cores",
+                        _spread(r["rest_with_dashboard_cpu_per_s"], lambda v: f"{100 * v / r['cores']:.1f}%"),
+                    ]
+                ]
+                if r.get("rest_with_dashboard_cpu_per_s")
+                else []
+            ),
             [
                 "one no-op actor call, driver + actor + Ray: CPU ms",
                 _spread(r["cpu_per_call_s"], lambda v: f"{v * 1e3:.2f}"),
@@ -148,7 +197,8 @@ def markdown(r: dict, overhead: dict | None = None, transport: dict | None = Non
         f"{r['repeats']}`, {r['started']}: an embedded Ray as section 3 starts it, {r['actors']} actors with a "
         f"method that returns at once; {r['repeats']} alternated repeats of {r['seconds']:g} s at rest and "
         f"{r['seconds']:g} s of one call per actor every {GAP_S * 1e3:.0f} ms ({min(r['calls']):,}–"
-        f"{max(r['calls']):,} calls); CPU of this process and every process under it (module docstring).\n\n" + table
+        f"{max(r['calls']):,} calls); then the same actors at rest on a second Ray, started as `popgrpo train` "
+        "starts its own; CPU of this process and every process under it (module docstring).\n\n" + table
     )
     if overhead is not None:
         b = budget(r, overhead, transport)

@@ -406,7 +406,9 @@ def markdown(r: dict) -> str:
             f"{r['repeats']} run(s), alternated; median (min–max). Ray workers at nice {r['niceness']}; load "
             f"average (1 min) at the start, after the rest measurement and after each run: {loads}. Training time: the actors' CPU seconds inside "
             "their members' epochs ÷ the cores they can use; wall: first train call to last report "
-            "(module docstring).",
+            "(module docstring). Ray as `benchmarks.common.local_ray` starts it: no dashboard, the workers' logs "
+            "not forwarded to the driver (the Ray `popgrpo train` embeds has both; what the dashboard adds at "
+            "rest: the call-cost table below).",
             *tables,
         ]
     )
@@ -445,7 +447,7 @@ SPLIT_ROWS = {
     "driver: threads that ended": "driver: threads that ended in the span",
     "raylet": "raylet",
     "gcs": "GCS",
-    "ray agents": "Ray's agents (log monitor, runtime env, dashboard and its agent)",
+    "ray agents": "Ray's agents (log monitor, runtime-env and dashboard agents)",
     "other ray workers": "Ray's other workers (idle, not the run's actors)",
     "other processes": "other processes on the machine",
     "idle cores": "idle cores",

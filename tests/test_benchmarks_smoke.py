@@ -173,4 +173,5 @@ def test_ray_call_cost_measures_a_positive_cost_per_call_on_a_real_ray():
     r = measure(actors=2, seconds=2.0, repeats=1)  # long enough that clock ticks are noise
     assert r["calls"][0] >= 2 and r["calls"][0] % 2 == 0  # one call per actor per batch
     assert r["rest_cpu_per_s"][0] > 0  # Ray's processes do some work at rest
+    assert r["rest_with_dashboard_cpu_per_s"][0] > 0  # and on a Ray as `popgrpo train` starts it
     assert 0 < r["cpu_per_call_s"][0] < 0.1  # a call costs CPU, far less than 100 ms of it
