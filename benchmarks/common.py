@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -165,14 +166,23 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
 
 # ---- Ray, loopback only, own temp dir, stopped by its own handle ------------------------
 @contextlib.contextmanager
-def local_ray(num_cpus: int, prefix: str = "pgbench-"):
-    """An embedded single-node Ray on 127.0.0.1 (no dashboard), shut down on exit."""
+def local_ray(num_cpus: int, prefix: str = "pgbench-", as_train: bool = False):
+    """An embedded single-node Ray on 127.0.0.1, shut down on exit: without the dashboard and
+    without forwarding the workers' logs to the driver, or (``as_train``) as ``popgrpo train``
+    embeds one (:func:`~popgrpo.runtime.cluster.start_local_ray`'s defaults: both on), its
+    dashboard on a free loopback port."""
     import ray
 
     from popgrpo.runtime.cluster import start_local_ray
 
     temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")  # short: Ray's socket paths are length-limited
-    start_local_ray(num_cpus=num_cpus, temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
+    if as_train:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        start_local_ray(num_cpus=num_cpus, temp_dir=temp_dir, dashboard_port=port)
+    else:
+        start_local_ray(num_cpus=num_cpus, temp_dir=temp_dir, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:

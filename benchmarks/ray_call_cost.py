@@ -29,17 +29,14 @@ actor takes per merge at the least.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import shutil
-import socket
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import md_table
+from benchmarks.common import local_ray, md_table
+from benchmarks.round_overhead import TARGET, _spread, load_sizes, rest_share
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "data" / "ray_call_cost.json"
@@ -48,37 +45,46 @@ GAP_S = 0.02  # between batches of calls
 CALLS_PER_MERGE = 2  # train and adopt: every member actor's least per merge
 
 
-def _ours_cpu() -> float:
-    """CPU seconds of this process and its descendants (an embedded Ray's processes, its actors)."""
+def _ours_cpu() -> dict[int, float]:
+    """CPU seconds of this process and each of its descendants (an embedded Ray's processes, its
+    actors), by pid."""
     from benchmarks.cpu_split import cpu_by_pid
 
-    return sum(seconds for seconds, group in cpu_by_pid(set()).values() if group != "other processes")
+    return {pid: seconds for pid, (seconds, group) in cpu_by_pid(set()).items() if group != "other processes"}
+
+
+def _used_since(before: dict[int, float]) -> float:
+    """CPU seconds our processes used since ``before``: per pid, so that a process that ended
+    in between (a previous Ray's last worker going away) takes nothing off the sum, and one that
+    started counts whole."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in _ours_cpu().items())
 
 
 def measure(actors: int = 5, seconds: float = 8.0, repeats: int = 3) -> dict:
     import ray
-
-    from benchmarks.common import local_ray
 
     @ray.remote
     class Echo:
         def ping(self) -> None:
             return None
 
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    rest_rates: list[float] = []
-    per_call: list[float] = []
-    calls_made: list[int] = []
+    def settled() -> list:
+        handles = [Echo.remote() for _ in range(actors)]
+        ray.get([h.ping.remote() for h in handles])
+        time.sleep(2.0)  # the actors' start-up settles
+        return handles
 
     def at_rest() -> float:
         cpu0, t0 = _ours_cpu(), time.perf_counter()
         time.sleep(seconds)
-        return (_ours_cpu() - cpu0) / (time.perf_counter() - t0)
+        return _used_since(cpu0) / (time.perf_counter() - t0)
 
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rest_rates: list[float] = []
+    per_call: list[float] = []
+    calls_made: list[int] = []
     with local_ray(num_cpus=max(3 * CORES, actors)):
-        handles = [Echo.remote() for _ in range(actors)]
-        ray.get([h.ping.remote() for h in handles])
-        time.sleep(2.0)  # the actors' start-up settles
+        handles = settled()
         for _ in range(repeats):
             rest = at_rest()
             cpu0, t0, n = _ours_cpu(), time.perf_counter(), 0
@@ -87,14 +93,12 @@ def measure(actors: int = 5, seconds: float = 8.0, repeats: int = 3) -> dict:
                 n += actors
                 time.sleep(GAP_S)
             span = time.perf_counter() - t0
-            used = _ours_cpu() - cpu0
+            used = _used_since(cpu0)
             rest_rates.append(rest)
             per_call.append((used - rest * span) / n)
             calls_made.append(n)
-    with _ray_as_train_starts_it(max(3 * CORES, actors)):
-        handles = [Echo.remote() for _ in range(actors)]
-        ray.get([h.ping.remote() for h in handles])
-        time.sleep(2.0)
+    with local_ray(num_cpus=max(3 * CORES, actors), as_train=True):
+        settled()
         dashboard_rates = [at_rest() for _ in range(repeats)]
     return {
         "rest_with_dashboard_cpu_per_s": dashboard_rates,
@@ -109,43 +113,18 @@ def measure(actors: int = 5, seconds: float = 8.0, repeats: int = 3) -> dict:
     }
 
 
-@contextlib.contextmanager
-def _ray_as_train_starts_it(num_cpus: int):
-    """An embedded Ray as ``popgrpo train`` starts one (:func:`popgrpo.runtime.cluster.start_local_ray`'s
-    defaults: the dashboard on, logs to the driver), on a free loopback port, shut down on exit."""
-    import ray
-
-    from popgrpo.runtime.cluster import start_local_ray
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    temp_dir = tempfile.mkdtemp(prefix="pgbdash-", dir="/tmp")
-    start_local_ray(num_cpus=num_cpus, temp_dir=temp_dir, dashboard_port=port)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
 def budget(calls: dict, overhead: dict, transport: dict | None = None) -> dict[str, float]:
     """Core-milliseconds of one sync merge at the preset of section 3 (``overhead``: its saved
     JSON): the 5% budget, what Ray and the actors at rest and the machine's other processes take of
     it, what is left, the calls every member actor must take per merge, and (``transport``:
     :mod:`benchmarks.transport_cost`'s JSON) moving the members' states once, packed, put and get
     (wall ms of one process, the serialising and deserialising both)."""
-    sizes = overhead.get("sizes") or {"1": overhead["preset"]}
-    preset = sizes["1"] if "1" in sizes else sizes[min(sizes, key=int)]
+    sizes = load_sizes(overhead)
+    preset = sizes[min(sizes)]
     runs = preset["arms"]["sync"]
-    cores = preset["cores"]
-    merge_core_ms = statistics.median(x["window"] / max(x["merges"], 1) for x in runs) * cores * 1e3
-    rest = preset.get("at_rest") or {}
-    from benchmarks.round_overhead import NOT_THE_RUN
-
-    rest_share = sum(v for k, v in rest.items() if k not in NOT_THE_RUN)
-    others = rest.get("other processes", 0.0)
-    target = 0.05
+    merge_core_ms = statistics.median(x["window"] / max(x["merges"], 1) for x in runs) * preset["cores"] * 1e3
+    at_rest = rest_share(preset) or 0.0
+    others = (preset.get("at_rest") or {}).get("other processes", 0.0)
     calls_ms = preset["actors"] * CALLS_PER_MERGE * statistics.median(calls["cpu_per_call_s"]) * 1e3
     states_ms = float("nan")
     if transport is not None:
@@ -154,33 +133,32 @@ def budget(calls: dict, overhead: dict, transport: dict | None = None) -> dict[s
     return {
         "states_ms": states_ms,
         "merge_core_ms": merge_core_ms,
-        "budget_core_ms": target * merge_core_ms,
-        "rest_core_ms": rest_share * merge_core_ms,
+        "budget_core_ms": TARGET * merge_core_ms,
+        "rest_core_ms": at_rest * merge_core_ms,
         "others_core_ms": others * merge_core_ms,
-        "left_core_ms": (target - rest_share - others) * merge_core_ms,
+        "left_core_ms": (TARGET - at_rest - others) * merge_core_ms,
         "calls_core_ms": calls_ms,
         "actors": preset["actors"],
     }
 
 
-def _spread(values: list[float], fmt) -> str:
-    return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))})"
-
-
 def markdown(r: dict, overhead: dict | None = None, transport: dict | None = None) -> str:
+    def of_cores(rate: float) -> str:
+        return f"{100 * rate / r['cores']:.1f}%"
+
     table = md_table(
         ["what", "median (min–max)"],
         [
             [
                 f"Ray with {r['actors']} idle actors, at rest: % of the {r['cores']} cores",
-                _spread(r["rest_cpu_per_s"], lambda v: f"{100 * v / r['cores']:.1f}%"),
+                _spread(r["rest_cpu_per_s"], of_cores),
             ],
             *(
                 [
                     [
                         f"the same on a Ray as `popgrpo train` starts it (dashboard on, logs to the driver): % of the "
                         f"{r['cores']} cores",
-                        _spread(r["rest_with_dashboard_cpu_per_s"], lambda v: f"{100 * v / r['cores']:.1f}%"),
+                        _spread(r["rest_with_dashboard_cpu_per_s"], of_cores),
                     ]
                 ]
                 if r.get("rest_with_dashboard_cpu_per_s")

@@ -698,14 +698,13 @@ def write(path: Path, sizes: dict[int, dict]) -> None:
     text = section(sizes)
     from benchmarks import ray_call_cost, transport_cost
 
+    moved = json.loads(transport_cost.DEFAULT_OUT.read_text()) if transport_cost.DEFAULT_OUT.is_file() else None
     if ray_call_cost.DEFAULT_OUT.is_file():  # the least a merge's calls cost, against the budget
         calls = json.loads(ray_call_cost.DEFAULT_OUT.read_text())
         overhead = {"sizes": {str(k): v for k, v in sizes.items()}}
-        moved = json.loads(transport_cost.DEFAULT_OUT.read_text()) if transport_cost.DEFAULT_OUT.is_file() else None
         text += f"\n\n{CALL_COST_HEADING}\n\n{ray_call_cost.markdown(calls, overhead, moved)}"
-    if transport_cost.DEFAULT_OUT.is_file():  # how the states and weights of a round travel
-        saved = json.loads(transport_cost.DEFAULT_OUT.read_text())
-        text += f"\n\n{TRANSPORT_HEADING}\n\n{transport_cost.markdown(saved)}"
+    if moved is not None:  # how the states and weights of a round travel
+        text += f"\n\n{TRANSPORT_HEADING}\n\n{transport_cost.markdown(moved)}"
     write_between(path, text, SECTION + "\n", "\n" + NEXT_SECTION)
     doc = path.read_text()
     path.write_text(HEADLINE.sub(lambda _: headline_row(sizes), doc, count=1))
