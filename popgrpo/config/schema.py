@@ -538,12 +538,17 @@ class PopulationConfig(Section):
     hang_deadline_factor: float = Field(
         default=10.0,
         ge=1,
-        description="A member actor that has not answered a `train` call within this many times the median time per epoch of the calls answered so far (times the call's epochs) is taken as hung (a stopped process, a frozen node) and replaced like a lost one: rebuilt from its restore point, its call made again. No deadline until some call has been answered.",
+        description="A member actor (or the archive actor) that has not answered a call within this many times the median time of the calls of its kind answered so far is taken as hung (a stopped process, a frozen node): its process is ended with SIGKILL and it is replaced like a lost one, rebuilt from its restore point, its call made again. A `train` call's time counts per epoch (times the call's epochs); an actor's construction is measured up to the answer of its first call. A false positive costs one rebuild; docs/guides/resume.md.",
     )
     hang_deadline_min_s: float = Field(
-        default=300.0,
+        default=30.0,
         gt=0,
-        description="No call is taken as hung sooner than this many seconds; it is also the deadline of the short calls (adopt, weights, states).",
+        description="No call is taken as hung sooner than this many seconds (the floor of every measured deadline). Raise it where rounds are short but the machine stalls now and then (a loaded host, a garbage collection).",
+    )
+    first_call_deadline_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="The deadline of a call with nothing measured to go by: the run's first constructions (a language model loading) and first round (compilation), and the first call of its kind after that. A short call of a kind not yet answered (a rebuild's load_states) is allowed a round's training time instead, once one is measured.",
     )
     max_restarts: int = Field(
         default=3,

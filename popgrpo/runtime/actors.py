@@ -34,6 +34,12 @@ __all__ = ["ArchiveActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
 
 log = logging.getLogger(__name__)
 
+# How long a member waits for another actor (the archive actor's answer to a step, a base the
+# driver put): a backstop, never reached in a run whose driver watches: the driver takes a call
+# that stalls as hung long before (its deadlines, popgrpo.runtime.deadlines) and restarts the
+# archive actor, or replaces this one. Past it the member's call fails with GetTimeoutError.
+MEMBER_WAIT_S = 600.0
+
 
 class RestoreInfo(TypedDict):
     """What :class:`ArchiveActor` brought back when it started: the snapshot's round (None: no
@@ -166,10 +172,10 @@ class RemoteArchive:
         return self.handle.step.remote(self.archive_id, behaviours, rewards, ideas, keep, novelty)
 
     def result(self, handle: ArchiveHandle) -> StepResult:
-        return ray.get(handle)
+        return ray.get(handle, timeout=MEMBER_WAIT_S)
 
     def stats(self) -> dict[str, float]:
-        return ray.get(self.handle.stats.remote(self.archive_id))
+        return ray.get(self.handle.stats.remote(self.archive_id), timeout=MEMBER_WAIT_S)
 
 
 class GroupSnapshot(TypedDict):
@@ -298,7 +304,10 @@ class MemberGroup:
         once each). The round's checkpoint is taken right after, so the states come back with
         the answer: one round of actor calls less per round.
         """
-        fetched = {key: unpack(ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref) for key, ref in bases.items()}
+        fetched = {
+            key: unpack(ray.get(ref, timeout=MEMBER_WAIT_S) if isinstance(ref, ray.ObjectRef) else ref)
+            for key, ref in bases.items()
+        }
         infos = {k: adopt_one(self.members[k], fetched, a, round_index) for k, a in adoptions.items()}
         return {"infos": infos, **self.snapshot()}
 

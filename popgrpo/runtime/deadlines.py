@@ -1,42 +1,90 @@
-"""When a member actor that has not answered is taken as hung, from the times of the calls answered.
+"""How long the driver waits for an actor's answer before it takes the actor as hung.
 
 A stopped process (SIGSTOP, a frozen VM, a node swapping to a halt) does not die, so Ray
-never reports it lost and a driver that waits for it waits forever. :class:`CallDeadlines`
-derives a deadline from the measured round time instead: a ``train`` call of ``n`` epochs
-is hung once it has taken more than ``factor × median seconds per epoch × n`` of the calls
-answered so far (and never sooner than ``min_s``); any other call once it has taken ``min_s``,
-except an actor's first call (:data:`UNTIMED`), which waits for its construction. Until some
-``train`` call has been answered there is nothing to measure and no deadline.
+never reports it lost and a driver that waits for it waits forever. Every call the driver
+waits for therefore has a deadline, derived from the measured time of the calls of its kind
+answered so far (:class:`CallDeadlines`):
+
+* a ``train`` call of ``n`` epochs: ``factor × median seconds per epoch × n``;
+* an actor's construction (measured up to the answer of its first call, ``placement``) and
+  any other call (``adopt``, ``get_weights``, ``snapshot``, the calls that replay a round into
+  a rebuilt actor…): ``factor ×`` the median of that kind's answers;
+* a short call of a kind not answered yet (the ``load_states`` of a rebuild): what a whole
+  round of training is allowed (``factor × median seconds per epoch × round_epochs``), a
+  state transfer being cheaper than the training that produced it;
+
+never less than ``min_s``. A kind with nothing measured to go by (the run's first
+construction and first round, when model loading and compilation happen) waits
+``first_call_s`` instead.
+
+A false positive (a healthy call taken as hung) costs one rebuild of that actor from its
+restore point; the numbers of a deterministic run do not change. Raise
+``population.hang_deadline_factor`` or ``population.hang_deadline_min_s`` to widen the margin
+(docs/guides/resume.md).
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 
-__all__ = ["UNTIMED", "CallDeadlines"]
+__all__ = ["CONSTRUCTION", "CallDeadlines", "CallTimeout"]
 
-# An actor's first call waits for its construction (a language model loading, a node being
-# provisioned): how long that takes says nothing about a hang.
-UNTIMED = frozenset({"placement"})
+# The kind a construction is measured as: the time from creating an actor to the answer of
+# its first call (which waits for the constructor).
+CONSTRUCTION = "placement"
+
+
+class CallTimeout(TimeoutError):
+    """An actor did not answer a call within its deadline (one line: which call, how long)."""
 
 
 class CallDeadlines:
-    def __init__(self, factor: float, min_s: float) -> None:
+    """Deadlines of the driver's calls from the measured times of those answered (module docstring).
+
+    Args:
+        factor: multiple of the measured median that a call may take.
+        min_s: the floor of every deadline, in seconds.
+        first_call_s: the deadline of a call of a kind that has nothing measured to go by.
+        round_epochs: epochs of a round (``scheduler.interval_epochs``), for the deadline of
+            a short call of a kind not answered yet.
+    """
+
+    def __init__(self, factor: float, min_s: float, first_call_s: float = 600.0, round_epochs: int = 1) -> None:
         self.factor = factor
         self.min_s = min_s
-        self.per_epoch: list[float] = []
+        self.first_call_s = first_call_s
+        self.round_epochs = max(1, round_epochs)
+        self.seconds: defaultdict[str, list[float]] = defaultdict(list)  # kind → seconds per unit
+
+    @property
+    def per_epoch(self) -> list[float]:
+        """Seconds per epoch of the ``train`` calls answered so far."""
+        return self.seconds["train"]
 
     def answered(self, method: str, seconds: float, n_epochs: int = 1) -> None:
-        """A call answered after ``seconds``; ``train`` calls set the measured time per epoch."""
-        if method == "train" and n_epochs > 0:
-            self.per_epoch.append(seconds / n_epochs)
+        """A call answered after ``seconds``; a ``train`` call's time counts per epoch."""
+        if method == "train":
+            if n_epochs > 0:
+                self.seconds["train"].append(seconds / n_epochs)
+        else:
+            self.seconds[method].append(seconds)
 
-    def limit(self, method: str, n_epochs: int = 1) -> float | None:
-        """Seconds after which a call of ``method`` is hung; None: no deadline (yet)."""
-        if method in UNTIMED:
-            return None
-        if method != "train":
-            return self.min_s
-        if not self.per_epoch:
-            return None
-        return max(self.min_s, self.factor * statistics.median(self.per_epoch) * n_epochs)
+    def limit(self, method: str, n_epochs: int = 1) -> float:
+        """Seconds after which a call of ``method`` (``n_epochs`` epochs for ``train``) is hung."""
+        measured = self.seconds.get(method)
+        if measured:
+            units = n_epochs if method == "train" else 1
+            return max(self.min_s, self.factor * statistics.median(measured) * units)
+        per_epoch = self.seconds.get("train")
+        if method not in ("train", CONSTRUCTION) and per_epoch:
+            return max(self.min_s, self.factor * statistics.median(per_epoch) * self.round_epochs)
+        return max(self.min_s, self.first_call_s)
+
+    def describe(self) -> str:
+        """One line: what each kind's deadline is now (logged with a replacement)."""
+        kinds = sorted(set(self.seconds) | {"train", CONSTRUCTION})
+        return ", ".join(
+            f"{k} {self.limit(k, self.round_epochs):.0f} s" + ("" if self.seconds.get(k) else " (unmeasured)")
+            for k in kinds
+        )

@@ -43,8 +43,13 @@ from typing import Any, cast
 
 import ray
 import torch
-from ray.exceptions import ObjectLostError, RayActorError
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
+from ray.util.scheduling_strategies import (
+    LabelMatchExpressionsT,
+    NodeAffinitySchedulingStrategy,
+    NodeLabelSchedulingStrategy,
+    NotIn,
+)
 
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
 from popgrpo.algorithms.population import Adoption
@@ -52,7 +57,7 @@ from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
-from popgrpo.runtime.deadlines import CallDeadlines
+from popgrpo.runtime.deadlines import CallDeadlines, CallTimeout
 from popgrpo.runtime.executor import make_archives
 from popgrpo.runtime.naming import (
     archive_actor_name,
@@ -61,6 +66,7 @@ from popgrpo.runtime.naming import (
     run_namespace,
     wait_until_free,
 )
+from popgrpo.runtime.reaper import Ending, end_actor, end_actors
 from popgrpo.runtime.recovery import RecoveryLog
 from popgrpo.runtime.rollout_worker import RolloutWorker
 from popgrpo.runtime.transport import pack, unpack
@@ -68,7 +74,7 @@ from popgrpo.telemetry.live import LiveMetrics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RayExecutor"]
+__all__ = ["RayExecutor", "RebuildFailed"]
 
 
 # What a lost member actor's answer raises: the actor died or its node is gone (RayActorError),
@@ -76,6 +82,13 @@ __all__ = ["RayExecutor"]
 # to travel inline (ObjectLostError: a member call's result is never reconstructed, since a
 # state-changing actor call must not run twice on its own).
 LOST_ANSWER = (RayActorError, ObjectLostError)
+
+# What the archive actor's construction (and a restart by Ray) is measured as, for its deadline.
+ARCHIVE_CONSTRUCTION = "archive.construction"
+
+
+class RebuildFailed(RuntimeError):
+    """A lost or hung actor could not be replaced: one line saying which, how often it was tried and why not."""
 
 
 def _loss_reason(exc: BaseException) -> str:
@@ -85,6 +98,8 @@ def _loss_reason(exc: BaseException) -> str:
         raise exc
     if isinstance(exc, ObjectLostError):
         return f"its answer was lost with the node that held it ({type(exc).__name__})"
+    if isinstance(exc, CallTimeout):
+        return f"{exc} (hung)"
     return str(exc).splitlines()[0]
 
 
@@ -101,7 +116,14 @@ def _check_sent(sent: tuple[Any, ...], n_epochs: int) -> None:
 class RayExecutor:
     """Members on Ray actors; the same interface as :class:`LocalExecutor`."""
 
-    def __init__(self, config: Config, run_dir: str | Path | None = None, address: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        run_dir: str | Path | None = None,
+        address: str | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        """``say``: told when Ray is up and the member actors are being placed (a start-up line)."""
         self.config = config
         self.n_members = config.population.size
         per_actor = config.population.members_per_actor
@@ -116,6 +138,9 @@ class RayExecutor:
             if self._started_ray:
                 ray.shutdown()
             raise
+        if say is not None:
+            each = f", {per_actor} members each" if per_actor > 1 else ""
+            say(f"Ray is up; placing {len(self._groups)} member actor(s){each}")
         config_json = config.model_dump_json()
         self.run_id = uuid.uuid4().hex[:8]
         self.run_tag = Path(run_dir).name if run_dir else f"{config.run.name}-{self.run_id}"  # metrics tag
@@ -132,6 +157,17 @@ class RayExecutor:
         # Actor handles are Any here: Ray types an actor method's .remote as the method itself.
         self.archive_actor: Any = None
         self._archive_pid: int | None = None
+        pop = config.population
+        self._deadlines = CallDeadlines(
+            pop.hang_deadline_factor,
+            pop.hang_deadline_min_s,
+            pop.first_call_deadline_s,
+            config.scheduler.interval_epochs,
+        )
+        self._lost_nodes: set[str] = set()  # nodes that did not answer: no actor is placed there again
+        self.restarts = 0
+        self.events: list[dict] = []
+        self.metrics_restarts: dict[str, int] = {}  # restarts by cause, as popgrpo_restarts_total counts them
         if not self._in_groups:
             self.archive_actor = ArchiveActor.options(
                 name=archive_actor_name(self.run_tag),
@@ -139,14 +175,10 @@ class RayExecutor:
                 # On the driver's node: a restarted archive actor reads the run directory's snapshot.
                 scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
             ).remote(config_json, str(run_dir) if run_dir else None, run_key, redis_password)
-            self._archive_pid = ray.get(self.archive_actor.pid.remote())
+            self._archive_pid = self._archive_get("pid", kind=ARCHIVE_CONSTRUCTION)
         self._config_json = config_json
         self.recovery = RecoveryLog([a.state_dict() for a in make_archives(config)])
         self._adopted: list[list[Any]] | None = None  # [members, archives] sent back by the last adopt
-        self.restarts = 0
-        self.events: list[dict] = []
-        pop = config.population
-        self._deadlines = CallDeadlines(pop.hang_deadline_factor, pop.hang_deadline_min_s)
         # Asynchronous rounds: per actor, the calls made since its members last adopted a merge.
         self._since_adopt: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
         # train_after_adopt: actor → epochs of the train call to send right after its adopt call,
@@ -176,9 +208,12 @@ class RayExecutor:
         worker: Any = RolloutWorker.options(
             name=rollout_worker_name(self.run_tag), namespace=self.namespace, num_cpus=0, num_gpus=rollout.worker_gpus()
         ).remote(self._config_json)
-        problem = ray.get(worker.ready.remote())
+        try:
+            problem = self._wait_for(worker.ready.remote(), "rollout_worker.construction")
+        except (CallTimeout, RayActorError) as exc:
+            problem = f"the rollout worker did not start: {_loss_reason(exc)}"
         if problem is not None:
-            ray.kill(worker)
+            end_actor(worker, "RolloutWorker")
             if self._started_ray:
                 ray.shutdown()
             raise SetupError(problem)
@@ -206,11 +241,20 @@ class RayExecutor:
         res = self.config.population.resources
         name = member_actor_name(self.run_tag, group)
         wait_until_free(name, self.namespace)
+        # Never on a node that did not answer (a frozen node Ray has not yet found dead).
+        strategy = None
+        if self._lost_nodes:
+            avoid: LabelMatchExpressionsT = {"ray.io/node-id": NotIn(*sorted(self._lost_nodes))}
+            strategy = NodeLabelSchedulingStrategy(hard=avoid)
         return MemberGroup.options(
-            name=name, namespace=self.namespace, num_cpus=res.num_cpus, num_gpus=res.num_gpus
+            name=name,
+            namespace=self.namespace,
+            num_cpus=res.num_cpus,
+            num_gpus=res.num_gpus,
+            scheduling_strategy=strategy,
         ).remote(self._config_json, group, self.archive_actor, self.run_tag, build, self.rollout_worker)
 
-    # ---- calls that survive lost actors ----------------------------------------------------
+    # ---- calls that survive lost and hung actors ------------------------------------------
     def _call(
         self,
         method: str,
@@ -219,14 +263,16 @@ class RayExecutor:
         replayable: bool = False,
         after_sent: Callable[[], None] | None = None,
     ) -> dict[int, Any]:
-        """Call ``method`` on the given groups' actors; rebuild and retry any that are lost.
+        """Call ``method`` on the given groups' actors; rebuild and retry any that are lost or hung.
 
         Every call the driver makes on a member actor goes through here, from the first
         (``placement``, right after construction) to the last of a round (``train``,
         ``get_weights``, ``adopt``, ``snapshot``), so an actor lost at any point of its life —
         while being constructed, mid-call or idle between calls — is rebuilt from the restore
         point (the last :meth:`snapshot`, or its own initial state before the first) with the
-        calls made since replayed (:class:`RecoveryLog`), and the call is retried.
+        calls made since replayed (:class:`RecoveryLog`), and the call is retried. An actor
+        that does not answer within the call's deadline (:class:`CallDeadlines`) is taken as
+        hung and replaced the same way, its process ended for real (:func:`end_actor`).
         ``replayable`` (state-changing) calls are recorded for later replays. Returns each
         group's answer, whose type is the one ``method`` returns. ``after_sent()`` runs once
         every first call is sent, before any answer is awaited.
@@ -250,7 +296,11 @@ class RayExecutor:
             waiting = {g: started[g] for g in refs}
             ready, _ = ray.wait(list(refs.values()), num_returns=1, timeout=self._wait_s(method, waiting, epochs))
             if not ready:  # some call is past its deadline: that actor is hung
-                for g in self._hung(method, waiting, epochs):
+                hung = self._hung(method, waiting, epochs)
+                if hung and self._archive_stalled():  # they were waiting for the archive actor
+                    started.update(dict.fromkeys(hung, time.monotonic()))
+                    continue
+                for g in hung:
                     del refs[g]
                     self._lost(
                         g, attempts, f"no answer to {method} within {time.monotonic() - started[g]:.0f} s (hung)"
@@ -261,9 +311,8 @@ class RayExecutor:
             g = next(g for g, ref in refs.items() if ref == ready[0])
             del refs[g]
             try:
-                results[g] = ray.get(ready[0])
-                self._deadlines.answered(method, time.monotonic() - started[g], epochs(g))
-            except LOST_ANSWER as exc:
+                results[g] = self._fetch(ready[0], method, started[g], epochs(g))
+            except (*LOST_ANSWER, CallTimeout) as exc:
                 self._lost(g, attempts, _loss_reason(exc), exc)
                 refs[g] = getattr(self._actors[g], method).remote(*args_for(g))
                 started[g] = time.monotonic()
@@ -271,64 +320,191 @@ class RayExecutor:
             self.recovery.record(method, args_for)
         return results
 
-    def _wait_s(self, method: str, started: Mapping[int, float], epochs: Callable[[int], int]) -> float | None:
+    def _wait_s(self, method: str, started: Mapping[int, float], epochs: Callable[[int], int]) -> float:
         """Seconds until the first of the calls started at ``started`` is past its deadline."""
-        limits = [
-            started[g] + limit for g in started if (limit := self._deadlines.limit(method, epochs(g))) is not None
-        ]
-        return max(0.0, min(limits) - time.monotonic()) if limits else None
+        limits = [started[g] + self._deadlines.limit(method, epochs(g)) for g in started]
+        return max(0.0, min(limits) - time.monotonic())
 
     def _hung(self, method: str, started: Mapping[int, float], epochs: Callable[[int], int]) -> list[int]:
+        """The actors whose call started at ``started`` is past its deadline."""
         now = time.monotonic()
-        return [
-            g
-            for g in started
-            if (limit := self._deadlines.limit(method, epochs(g))) is not None and now - started[g] >= limit
-        ]
+        return [g for g in started if now - started[g] >= self._deadlines.limit(method, epochs(g))]
+
+    def _fetch(self, ref: Any, method: str, start: float, n_epochs: int) -> Any:
+        """The answer of a call started at ``start`` that ``ray.wait`` found ready.
+
+        Fetching it may still wait (a large answer on a node that froze since): within the
+        call's deadline, else :class:`CallTimeout`. Its time is measured for the deadlines.
+        """
+        limit = self._deadlines.limit(method, n_epochs)
+        try:
+            answer = ray.get(ref, timeout=limit)
+        except GetTimeoutError:
+            raise CallTimeout(f"its answer to {method} could not be fetched within {limit:.0f} s") from None
+        self._deadlines.answered(method, time.monotonic() - start, n_epochs)
+        return answer
+
+    def _wait_for(self, ref: Any, kind: str, n_epochs: int = 1) -> Any:
+        """The answer of the call behind ``ref`` (a call of ``kind``), within its deadline; else
+        :class:`CallTimeout`. Ray's actor errors pass through."""
+        limit = self._deadlines.limit(kind, n_epochs)
+        start = time.monotonic()
+        try:
+            answer = ray.get(ref, timeout=limit)
+        except GetTimeoutError:
+            raise CallTimeout(f"no answer to {kind} within {limit:.0f} s") from None
+        self._deadlines.answered(kind, time.monotonic() - start, n_epochs)
+        return answer
 
     def _lost(self, g: int, attempts: dict[int, int], reason: str, cause: BaseException | None = None) -> None:
         """Actor ``g`` died or hung during a call: rebuild it, unless it has been lost too often."""
         attempts[g] = attempts.get(g, 0) + 1
         limit = self.config.population.max_restarts
         if attempts[g] > limit:
-            raise RuntimeError(
+            raise RebuildFailed(
                 f"member actor {g} (members {self._groups[g]}) was lost {attempts[g]} times in one call "
                 f"(population.max_restarts={limit}; last: {reason}); giving up"
             ) from cause
         self._rebuild_group(g, reason=reason)
 
+    def _end(self, actor: Any, class_name: str, restart: bool = False) -> Ending:
+        """End ``actor``'s process for real (:func:`end_actor`); remember a node that did not answer."""
+        ending = end_actor(actor, class_name, restart=restart, lost_nodes=self._lost_nodes)
+        if ending.node_lost and ending.node_id is not None:
+            self._lost_nodes.add(ending.node_id)
+        return ending
+
     def _rebuild_group(self, g: int, reason: str) -> None:
+        """Replace actor ``g``: end its process for real, then build a new actor and bring it to
+        where the lost one was, every call within its deadline. A try that fails (the new actor
+        lost or hung too, or placed on a node Ray has not yet found dead) is ended and retried
+        with backoff, ``population.max_restarts`` times; then :class:`RebuildFailed`."""
         group = self._groups[g]
-        self.restarts += 1
-        self.metrics.record_restart()
-        self.events.append({"event": "member_actor_restarted", "actor": g, "members": group, "reason": reason})
-        log.warning("member actor %d (members %s) lost: %s; rebuilding it from the last round", g, group, reason)
-        ray.kill(self._actors[g], no_restart=True)
+        start = time.monotonic()
+        ended = self._end(self._actors[g], "MemberGroup")
         self._sent_train.pop(g, None)  # sent to the lost actor: the round loop's call goes to the new one
-        # Until Ray has noticed a lost node, a new actor may still be placed on it and die
-        # there too: retry with backoff until one comes up on a live node.
-        delay = 0.5
-        for attempt in range(self.config.population.max_restarts + 1):
-            actor = self._new_group(group, build=self.restarts)
+        self.restarts += 1
+        log.warning(
+            "member actor %d (members %s) lost: %s; its process: %s; rebuilding it from its restore point",
+            g,
+            group,
+            reason,
+            ended.describe(),
+        )
+        tries = self.config.population.max_restarts + 1
+        delay, last = 0.5, ""
+        for attempt in range(1, tries + 1):
+            actor = None
             try:
-                self.recovery.replay_into(actor, g, group, self._archive_home())
+                actor = self._new_group(group, build=self.restarts)
+                self.recovery.replay_into(actor, g, group, self._archive_home(), self._wait_for)
                 self._redo_since_adopt(actor, g)
-            except LOST_ANSWER as exc:
-                ray.kill(actor, no_restart=True)
-                init_failed = isinstance(exc, RayActorError) and exc.actor_init_failed
-                if init_failed or attempt == self.config.population.max_restarts:
-                    raise
-                time.sleep(delay)
-                delay *= 2
+            except (*LOST_ANSWER, TimeoutError) as exc:  # TimeoutError: CallTimeout, or the name still held
+                last = str(exc) if type(exc) is TimeoutError else _loss_reason(exc)
+                if actor is not None:
+                    self._end(actor, "MemberGroup")
+                if isinstance(exc, CallTimeout):
+                    self._archive_stalled()  # a replay into a private archive on the archive actor
+                log.warning("member actor %d: rebuild try %d of %d failed: %s", g, attempt, tries, last)
+                if attempt < tries:
+                    time.sleep(delay)
+                    delay *= 2
                 continue
             self._actors[g] = actor
+            seconds = time.monotonic() - start
+            cause = "hung" if reason.endswith("(hung)") else "lost"
+            self._count_restart(cause)
+            line = f"{reason}; replaced in {seconds:.1f} s ({attempt} {'try' if attempt == 1 else 'tries'}); old process: {ended.describe()}"
+            self.events.append(
+                {
+                    "event": "member_actor_restarted",
+                    "actor": g,
+                    "members": group,
+                    "reason": line,
+                    "cause": cause,
+                    "seconds": round(seconds, 3),
+                    "tries": attempt,
+                }
+            )
+            log.warning("member actor %d (members %s) replaced: %s", g, group, line)
             return
+        raise RebuildFailed(
+            f"member actor {g} (members {group}) could not be rebuilt in {tries} tries "
+            f"(population.max_restarts={tries - 1}) after it was lost ({reason}); last try: {last}"
+        )
+
+    def _count_restart(self, cause: str) -> None:
+        self.metrics.record_restart(cause)
+        self.metrics_restarts[cause] = self.metrics_restarts.get(cause, 0) + 1
 
     def _redo_since_adopt(self, actor: Any, g: int) -> None:
         """Asynchronous rounds: replay into a rebuilt actor the calls its members made since they
         last adopted (their restore point): the rounds they reported but have not yet merged."""
         for method, args in self._since_adopt.get(g, []):
-            ray.get(getattr(actor, method).remote(*args))
+            self._wait_for(getattr(actor, method).remote(*args), method, int(args[0]) if method == "train" else 1)
+
+    # ---- the archive actor: every call within a deadline; a stopped one is restarted -------
+    def _archive_get(self, method: str, *args: Any, kind: str | None = None) -> Any:
+        """The archive actor's answer to ``method(*args)``, within the deadline of ``kind``
+        (default ``archive.<method>``). An archive actor that does not answer is ended for real
+        and restarted by Ray (:meth:`_restart_archive`), and the call made again."""
+        kind = kind or f"archive.{method}"
+        tries = self.config.population.max_restarts + 1
+        last = ""
+        for attempt in range(tries):
+            try:
+                return self._wait_for(getattr(self.archive_actor, method).remote(*args), kind)
+            except CallTimeout as exc:
+                last = str(exc)
+                if attempt + 1 < tries:
+                    self._restart_archive(f"{exc} (hung)")
+        raise RebuildFailed(f"the archive actor did not answer {method} in {tries} tries ({last}); giving up")
+
+    def _archive_stalled(self) -> bool:
+        """Whether the archive actor is what the members wait for: with one (shared archive or
+        Redis), members call it at every step, so a stopped archive actor stalls every member.
+        It is probed (``pid``, within ``population.hang_deadline_min_s``); one that does not
+        answer is restarted (:meth:`_restart_archive`) and True returned."""
+        if self.archive_actor is None:
+            return False
+        seconds = self._deadlines.min_s
+        ready, _ = ray.wait([self.archive_actor.pid.remote()], timeout=seconds)
+        if ready:
+            return False
+        self._restart_archive(f"no answer to a probe within {seconds:.0f} s (hung)")
+        return True
+
+    def _restart_archive(self, reason: str) -> None:
+        """End the archive actor's process for real and wait until Ray has restarted it (it
+        restores the last snapshot, and Redis's elites); :class:`RebuildFailed` when it does
+        not come back in ``population.max_restarts + 1`` tries."""
+        start = time.monotonic()
+        tries = self.config.population.max_restarts + 1
+        last = ""
+        for attempt in range(1, tries + 1):
+            ended = self._end(self.archive_actor, "ArchiveActor", restart=True)
+            log.warning("archive actor lost: %s; its process: %s; Ray restarts it", reason, ended.describe())
+            try:
+                self._archive_pid = self._wait_for(self.archive_actor.pid.remote(), ARCHIVE_CONSTRUCTION)
+                info = cast(
+                    RestoreInfo, self._wait_for(self.archive_actor.restore_info.remote(), "archive.restore_info")
+                )
+            except CallTimeout as exc:
+                last = str(exc)
+                continue
+            seconds = time.monotonic() - start
+            self._count_restart("hung")
+            line = (
+                f"{reason}; restarted in {seconds:.1f} s ({attempt} {'try' if attempt == 1 else 'tries'}), "
+                f"restored from round {info['snapshot_round']} snapshot and {info['redis_elites']} Redis elites; "
+                f"old process: {ended.describe()}"
+            )
+            self.events.append(
+                {"event": "archive_actor_restarted", "reason": line, "cause": "hung", "seconds": round(seconds, 3)}
+            )
+            log.warning("archive actor replaced: %s", line)
+            return
+        raise RebuildFailed(f"the archive actor did not come back in {tries} tries after {reason}; last: {last}")
 
     def _archive_home(self) -> Any:
         """Where a rebuilt actor's private archives are rolled back (:meth:`RecoveryLog.replay_into`)."""
@@ -437,7 +613,11 @@ class RayExecutor:
             started = {h[0]: h[3] for h in handles}
             ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=self._wait_s("train", started, epochs.__getitem__))
             if not ready:  # some actor is past its deadline: hung
-                for g in self._hung("train", started, epochs.__getitem__):
+                hung = self._hung("train", started, epochs.__getitem__)
+                if hung and self._archive_stalled():  # they were waiting for the archive actor
+                    handles[:] = [(*h[:3], time.monotonic()) if h[0] in hung else h for h in handles]
+                    continue
+                for g in hung:
                     i = next(i for i, h in enumerate(handles) if h[0] == g)
                     self._lost(g, attempts, f"no answer to train within {time.monotonic() - started[g]:.0f} s (hung)")
                     handles[i] = self.submit_train(g, epochs[g])
@@ -445,11 +625,10 @@ class RayExecutor:
             handle = by_ref[ready[0]]
             g, n_epochs, ref, start = handle
             try:
-                rows = cast(dict[int, list[dict]], ray.get(ref))  # see _archive_states
-                self._deadlines.answered("train", time.monotonic() - start, n_epochs)
+                rows = cast(dict[int, list[dict]], self._fetch(ref, "train", start, n_epochs))  # see _archive_states
                 self._since_adopt.setdefault(g, []).append(("train", (n_epochs,)))
                 return handle, rows
-            except LOST_ANSWER as exc:
+            except (*LOST_ANSWER, CallTimeout) as exc:
                 self._lost(g, attempts, _loss_reason(exc), exc)
                 handles[handles.index(handle)] = self.submit_train(g, n_epochs)
 
@@ -459,7 +638,7 @@ class RayExecutor:
             self.recovery.set_restore_point(*self.snapshot())  # every actor is idle: their states now
         members = [state for state in self.recovery.members or [] if state is not None]
         if not self._in_groups:  # a shared archive (or Redis): the archive actor's states now
-            return members, cast(list[LocalArchiveState], ray.get(self.archive_actor.state_dicts.remote()))
+            return members, cast(list[LocalArchiveState], self._archive_get("state_dicts"))
         return members, list(self.recovery.archives)
 
     def _merge_parts(self, parts: Iterable[Mapping[str, Mapping[int, Any]]], keys: Sequence[str]) -> list[list[Any]]:
@@ -472,8 +651,7 @@ class RayExecutor:
 
     def _archive_states(self) -> list[LocalArchiveState]:
         if not self._in_groups:
-            # cast: on an untyped ObjectRef, Ray's overloads of ray.get answer a list of Any.
-            return cast(list[LocalArchiveState], ray.get(self.archive_actor.state_dicts.remote()))
+            return cast(list[LocalArchiveState], self._archive_get("state_dicts"))
         states: dict[int, LocalArchiveState] = {}
         for part in self._call("archive_states", lambda g: ()).values():
             states.update(unpack(part))
@@ -507,24 +685,23 @@ class RayExecutor:
                 map(unpack, self._call("snapshot", lambda g: ()).values()), ("members", "archives")
             )
         if not self._in_groups:
-            archives = cast(
-                list[LocalArchiveState], ray.get(self.archive_actor.state_dicts.remote())
-            )  # see _archive_states
+            archives = cast(list[LocalArchiveState], self._archive_get("state_dicts"))
             self._note_archive_restart()
         self.recovery.set_restore_point(members, archives)
         return members, self.recovery.archives
 
     def _note_archive_restart(self) -> None:
         """Report a restart of the archive actor that Ray performed during the round."""
-        pid = cast(int, ray.get(self.archive_actor.pid.remote()))  # see _archive_states
+        pid = cast(int, self._archive_get("pid"))
         if pid != self._archive_pid:
             self._archive_pid = pid
-            self.metrics.record_restart()
-            info = cast(RestoreInfo, ray.get(self.archive_actor.restore_info.remote()))
+            self._count_restart("lost")
+            info = cast(RestoreInfo, self._archive_get("restore_info"))
             self.events.append(
                 {
                     "event": "archive_actor_restarted",
                     "reason": f"restored from round {info['snapshot_round']} snapshot and {info['redis_elites']} Redis elites",
+                    "cause": "lost",
                 }
             )
 
@@ -539,12 +716,12 @@ class RayExecutor:
         if self._in_groups:
             self._call("load_archive_states", lambda g: (pack({k: states[k] for k in self._groups[g]}),))
         else:
-            ray.get(self.archive_actor.load_state_dicts.remote(list(states)))
+            self._archive_get("load_state_dicts", list(states))
 
     def close(self) -> None:
         self.metrics.close()  # a finished run's gauges may expire now
-        for actor in [*self._actors, self.archive_actor, self.rollout_worker]:
-            if actor is not None:
-                ray.kill(actor)
+        # For real: ray.kill alone leaves a stopped process (and its lease) behind.
+        actors = [*((a, "MemberGroup") for a in self._actors), (self.archive_actor, "ArchiveActor")]
+        end_actors([(a, name) for a, name in [*actors, (self.rollout_worker, "RolloutWorker")] if a is not None])
         if self._started_ray:
             ray.shutdown()

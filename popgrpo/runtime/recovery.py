@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import ray
-
 from popgrpo.algorithms.archive_service import LocalArchiveState
+from popgrpo.runtime.deadlines import CONSTRUCTION
 from popgrpo.runtime.transport import pack
 
 __all__ = ["RecoveryLog"]
 
 ArgsFor = Callable[[int], tuple[Any, ...]]  # actor index → the call's arguments for that actor
+# (object ref, method, epochs) → the answer, waited for within the call's deadline
+Wait = Callable[[Any, str, int], Any]
 
 
 class RecoveryLog:
@@ -70,23 +71,27 @@ class RecoveryLog:
         """A state-changing call made on every actor since the restore point, to replay."""
         self.calls.append((method, args_for))
 
-    def replay_into(self, actor: Any, index: int, members: Sequence[int], archive_home: Any) -> None:
+    def replay_into(self, actor: Any, index: int, members: Sequence[int], archive_home: Any, wait: Wait) -> None:
         """Bring a new ``actor`` (actor ``index``, holding ``members``) to where the lost one was.
 
         ``archive_home`` says where its members' private archives are rolled back: ``"actor"``
         (they live in the member actor), an archive-actor handle, or None (a shared archive,
-        which is not rolled back). Raises Ray's actor errors if the new actor dies too. The
-        handles are ``Any``: Ray types an actor method's ``.remote`` as the method itself.
+        which is not rolled back). ``wait(ref, method, n_epochs)`` waits for each call's answer
+        within that call's deadline (:class:`~popgrpo.runtime.deadlines.CallDeadlines`): the
+        first waits for the actor's construction. It raises what ``wait`` raises: Ray's actor
+        errors if the new actor dies too, a :class:`~popgrpo.runtime.deadlines.CallTimeout`
+        if it stops answering. The handles are ``Any``: Ray types an actor method's
+        ``.remote`` as the method itself.
         """
+        wait(actor.pid.remote(), CONSTRUCTION, 1)  # up: its constructor has returned
         saved = {} if self.members is None else {k: self.members[k] for k in members if self.members[k] is not None}
         if saved:  # members without a restore point start from the new actor's own initial state
-            ray.get(actor.load_states.remote(pack(saved)))
-        else:
-            ray.get(actor.pid.remote())  # wait until it is up
+            wait(actor.load_states.remote(pack(saved)), "load_states", 1)
         own_archives = {k: self.archives[k] for k in members}
         if archive_home == "actor":
-            ray.get(actor.load_archive_states.remote(pack(own_archives)))
+            wait(actor.load_archive_states.remote(pack(own_archives)), "load_archive_states", 1)
         elif archive_home is not None:
-            ray.get(archive_home.load_states.remote(own_archives))
+            wait(archive_home.load_states.remote(own_archives), "archive.load_states", 1)
         for method, args_for in self.calls:
-            ray.get(getattr(actor, method).remote(*args_for(index)))
+            args = args_for(index)
+            wait(getattr(actor, method).remote(*args), method, int(args[0]) if method == "train" else 1)

@@ -68,16 +68,22 @@ class RolloutWorker:
 
 
 class RemoteRolloutService:
-    """A member's view of a :class:`RolloutWorker`: each call waits for the worker's answer."""
+    """A member's view of a :class:`RolloutWorker`: each call waits for the worker's answer.
 
-    def __init__(self, handle: Any) -> None:
+    At most ``timeout_s`` (then ``GetTimeoutError``): a backstop, as for the archive actor's
+    answers (:data:`popgrpo.runtime.actors.MEMBER_WAIT_S`); the driver takes a member that
+    stalls as hung long before.
+    """
+
+    def __init__(self, handle: Any, timeout_s: float = 600.0) -> None:
         self.handle = handle
+        self.timeout_s = timeout_s
 
     def push_adapter(self, member_id: int, version: int, adapter_state: Mapping[str, torch.Tensor]) -> bool:
-        return ray.get(self.handle.push_adapter.remote(member_id, version, dict(adapter_state)))
+        return ray.get(self.handle.push_adapter.remote(member_id, version, dict(adapter_state)), timeout=self.timeout_s)
 
     def generate(self, member_id: int, prompts: list[list[int]], sampling: Sampling) -> Generation:
-        return ray.get(self.handle.generate.remote(member_id, prompts, sampling))
+        return ray.get(self.handle.generate.remote(member_id, prompts, sampling), timeout=self.timeout_s)
 
     def latest_version(self, member_id: int) -> int:
-        return ray.get(self.handle.latest_version.remote(member_id))
+        return ray.get(self.handle.latest_version.remote(member_id), timeout=self.timeout_s)

@@ -70,7 +70,9 @@ METRICS: dict[str, MetricSpec] = {
     ),
     "popgrpo_round": MetricSpec("gauge", "Scheduler round in progress (0-based).", ("run",)),
     "popgrpo_restarts_total": MetricSpec(
-        "counter", "Actors rebuilt or restarted after a failure (member actors, archive actor).", ("run",)
+        "counter",
+        "Actors rebuilt or restarted after a failure (member actors, archive actor); cause `lost` (its process or node died) or `hung` (no answer within its deadline: its process was ended and it was replaced).",
+        ("run", "cause"),
     ),
 }
 
@@ -136,8 +138,9 @@ class LiveMetrics:
     def record_round(self, round_index: int) -> None:
         self._set("popgrpo_round", round_index, {"run": self.run})
 
-    def record_restart(self) -> None:
-        self._counters["popgrpo_restarts_total"].inc(1, tags={"run": self.run})
+    def record_restart(self, cause: str = "lost") -> None:
+        """One actor rebuilt or restarted; ``cause``: ``lost`` or ``hung``."""
+        self._counters["popgrpo_restarts_total"].inc(1, tags={"run": self.run, "cause": cause})
 
 
 def metrics_markdown() -> str:

@@ -24,17 +24,26 @@ from popgrpo.train import train
 
 
 def test_deadline_from_the_measured_time_per_epoch():
-    deadlines = CallDeadlines(factor=4.0, min_s=1.0)
-    assert deadlines.limit("train", 10) is None  # nothing measured yet
-    assert deadlines.limit("adopt") == 1.0
-    assert deadlines.limit("placement") is None  # waits for the actor's construction
+    deadlines = CallDeadlines(factor=4.0, min_s=1.0, first_call_s=50.0, round_epochs=10)
+    # Nothing measured: every kind waits the first-call allowance (model loading, compilation).
+    assert deadlines.limit("train", 10) == deadlines.limit("adopt") == deadlines.limit("placement") == 50.0
     for seconds in (2.0, 3.0, 100.0):  # 0.2, 0.3 and 10 s per epoch over 10 epochs
         deadlines.answered("train", seconds, 10)
-    deadlines.answered("adopt", 50.0)  # only train calls measure the round
     assert deadlines.limit("train", 10) == pytest.approx(4.0 * 0.3 * 10)  # the median, not the mean
-    floor = CallDeadlines(factor=4.0, min_s=2.0)
+    assert deadlines.limit("train", 1) == pytest.approx(1.2)
+    # A short call of a kind not answered yet (a rebuild's load_states): a round's training time.
+    assert deadlines.limit("load_states") == pytest.approx(4.0 * 0.3 * 10)
+    assert deadlines.limit("placement") == 50.0  # a construction is not a round: still unmeasured
+    deadlines.answered("adopt", 0.5)
+    deadlines.answered("placement", 2.0)
+    assert deadlines.limit("adopt") == pytest.approx(2.0)  # its own measure from now on
+    assert deadlines.limit("placement") == pytest.approx(8.0)
+    floor = CallDeadlines(factor=4.0, min_s=2.0, first_call_s=1.0)
+    assert floor.limit("train", 10) == 2.0  # nothing is sooner than the floor, not even the allowance
     floor.answered("train", 3.0, 10)
-    assert floor.limit("train", 1) == 2.0  # 4 × 0.3 s is sooner than min_s
+    floor.answered("snapshot", 0.01)
+    assert floor.limit("train", 1) == floor.limit("snapshot") == 2.0  # 4 × 0.3 s, 4 × 0.01 s: below min_s
+    assert "train" in deadlines.describe() and "unmeasured" in floor.describe()
 
 
 SETS = [
