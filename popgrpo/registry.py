@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 __all__ = [
     "ENVIRONMENTS",
+    "GROUP_TRAINERS",
     "LOGGERS",
     "MERGES",
     "MUTATIONS",
@@ -48,15 +49,19 @@ __all__ = [
     "REWARD_SOURCES",
     "ROLLOUT_ENGINES",
     "SELECTION_STATISTICS",
+    "TEXT_IDEAS",
+    "VECTOR_IDEAS",
     "DuplicateChoice",
     "MetricColumn",
     "Registry",
     "UnknownChoice",
     "failed_plugins",
+    "ideas_of",
     "load_plugins",
 ]
 
 T = TypeVar("T")
+VECTOR_IDEAS, TEXT_IDEAS = "vector", "text"  # the values of the ``ideas`` trait (Registry.trait)
 _SHOWN_CHARS = 80  # of an unknown name, in the error that names it
 PLUGIN_GROUP = "popgrpo.plugins"
 
@@ -74,6 +79,7 @@ class _Entry:
     target: object  # the registered object, or a "module:attr" string imported on first use
     origin: str  # where it came from: "module:attr", plus the plugin that registered it
     builtin: bool
+    traits: Mapping[str, str] = field(default_factory=dict)  # light facts, read without importing target
 
 
 @dataclass
@@ -107,11 +113,14 @@ class Registry(Generic[T]):
         return f"Registry({self.kind!r}, {self.field!r}, {sorted(self._entries)})"
 
     @overload
-    def register(self, name: str, obj: None = None, *, replace: bool = False) -> Callable[[T], T]: ...
+    def register(self, name: str, obj: None = None, *, replace: bool = False, **traits: str) -> Callable[[T], T]: ...
     @overload
-    def register(self, name: str, obj: T | str, *, replace: bool = False) -> T | str: ...
-    def register(self, name: str, obj: T | str | None = None, *, replace: bool = False) -> Any:
+    def register(self, name: str, obj: T | str, *, replace: bool = False, **traits: str) -> T | str: ...
+    def register(self, name: str, obj: T | str | None = None, *, replace: bool = False, **traits: str) -> Any:
         """Register ``obj`` (or a lazy ``"module:attr"``) under ``name``; without ``obj``, a decorator.
+
+        ``traits`` are string facts about the entry that the config reads without importing it
+        (:meth:`trait`): e.g. ``ideas="text"`` for a policy or environment of completions.
 
         Raises:
             DuplicateChoice: ``name`` is registered already and ``replace`` is false.
@@ -119,7 +128,7 @@ class Registry(Generic[T]):
         if obj is None:
 
             def decorator(target: T) -> T:
-                self.register(name, target, replace=replace)
+                self.register(name, target, replace=replace, **traits)
                 return target
 
             return decorator
@@ -127,7 +136,7 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} names are non-empty strings, got {name!r}")
         if isinstance(obj, str) and obj.count(":") != 1:
             raise ValueError(f"{self.kind} {name!r}: a lazy target is 'module:attr', got {obj!r}")
-        entry = _Entry(obj, _origin(obj), _state.builtin)
+        entry = _Entry(obj, _origin(obj), _state.builtin, dict(traits))
         old = self._entries.get(name)
         if old is not None and not replace:
             raise DuplicateChoice(
@@ -151,6 +160,11 @@ class Registry(Generic[T]):
         """Where ``name``'s entry comes from (``"module:attr"``, and the plugin)."""
         self.check(name)
         return self._entries[name].origin
+
+    def trait(self, name: str, trait: str, default: str) -> str:
+        """The ``trait`` ``name`` was registered with, else ``default`` (the target is not imported)."""
+        self.check(name)
+        return self._entries[name].traits.get(trait, default)
 
     def check(self, name: str) -> str:
         """``name`` itself when registered; else :class:`UnknownChoice` (what the config validates with)."""
@@ -250,7 +264,10 @@ ENVIRONMENTS: Registry[Callable[..., Any]] = Registry(
     "environment", "env.kind", "(env: EnvConfig, device) -> Environment | TextEnvironment"
 )
 POLICIES: Registry[Callable[..., Any]] = Registry(
-    "policy", "policy.kind", "(policy: PolicyConfig, idea_dim: int, generator: torch.Generator | None) -> Policy"
+    "policy",
+    "policy.kind",
+    "(policy: PolicyConfig, idea_dim: int, generator: torch.Generator | None) -> Policy; a PolicyKind "
+    "(popgrpo.algorithms.policy_kinds) also says how its members sample, start and train together",
 )
 REWARD_SOURCES: Registry[Callable[..., Any]] = Registry(
     "reward source", "reward.source", "(config: Config, execution: RewardSource) -> RewardSource"
@@ -278,6 +295,11 @@ ROLLOUT_ENGINES: Registry[Callable[..., Any]] = Registry(
     "policy.causal_lm.rollout.engine",
     "(cfg: CausalLMConfig, device: torch.device) -> RolloutEngine (popgrpo.policies.engines)",
 )
+# Not a config field's choices: the name a PolicyKind gives for how one actor's members train
+# together (popgrpo.algorithms.policy_kinds.PolicyKind.trainer).
+GROUP_TRAINERS: Registry[Callable[..., Any]] = Registry(
+    "group trainer", "PolicyKind.trainer", "(members: Sequence[Member]) -> GroupTrainer (train_epochs)"
+)
 REGISTRIES: tuple[Registry[Any], ...] = (
     ENVIRONMENTS,
     POLICIES,
@@ -290,6 +312,11 @@ REGISTRIES: tuple[Registry[Any], ...] = (
     PROXY_COMBINES,
     ROLLOUT_ENGINES,
 )
+
+
+def ideas_of(registry: Registry[Any], name: str) -> str:
+    """What the ``registry`` entry ``name`` samples or scores: :data:`VECTOR_IDEAS` (the default) or :data:`TEXT_IDEAS`."""
+    return registry.trait(name, "ideas", VECTOR_IDEAS)
 
 
 @dataclass(frozen=True)
@@ -310,9 +337,11 @@ def _execution_reward(config: object, execution: T) -> T:
 
 # ---- built-ins: registered like any plugin's, with lazy targets for torch-heavy modules --------
 ENVIRONMENTS.register("idea", "popgrpo.envs:idea_env")
-ENVIRONMENTS.register("text", "popgrpo.envs:text_env")
-POLICIES.register("gaussian", "popgrpo.policies:gaussian_policy")
-POLICIES.register("causal_lm", "popgrpo.policies:causal_lm_policy")
+# ``ideas``: what a policy samples and an environment scores, "vector" (R^d ideas, the default of
+# a plugin's entry) or "text" (completions); a run's policy and environment must agree.
+ENVIRONMENTS.register("text", "popgrpo.envs:text_env", ideas=TEXT_IDEAS)
+POLICIES.register("gaussian", "popgrpo.algorithms.policy_kinds:GAUSSIAN", ideas=VECTOR_IDEAS)
+POLICIES.register("causal_lm", "popgrpo.algorithms.policy_kinds:CAUSAL_LM", ideas=TEXT_IDEAS)
 REWARD_SOURCES.register("execution", _execution_reward)
 REWARD_SOURCES.register("proxy", "popgrpo.reward_models.proxy:proxy_reward_source")
 LOGGERS.register("tensorboard", "popgrpo.telemetry.loggers:tensorboard_logger")
@@ -332,6 +361,8 @@ for _name in ("reward_max", "reward_mean", "diversity", "complexity", "entropy",
     SELECTION_STATISTICS.register(_name, MetricColumn(_name))
 for _name in ("single", "ens", "warm"):
     PROXY_COMBINES.register(_name, f"popgrpo.reward_models.proxy:{_name}_models")
+GROUP_TRAINERS.register("packed", "popgrpo.algorithms.packed:PackedMembers")
+GROUP_TRAINERS.register("shared_base", "popgrpo.algorithms.shared_members:SharedBaseMembers")
 ROLLOUT_ENGINES.register("hf", "popgrpo.policies.engines:hf_engine")
 ROLLOUT_ENGINES.register("vllm", "popgrpo.policies.vllm_engine:vllm_engine")
 _state.builtin = False

@@ -24,7 +24,7 @@ import torch
 
 from popgrpo.config import Config
 from popgrpo.core.tensor_lists import int_list
-from popgrpo.policies.causal_lm import CausalLMPolicy, Rollout
+from popgrpo.policies.causal_lm import CausalLMPolicy, Rollout, draw_seed
 from popgrpo.policies.engines import Generation, RolloutEngine, Sampling
 from popgrpo.registry import ROLLOUT_ENGINES
 
@@ -81,10 +81,11 @@ class RolloutServer:
 
 def rollout_server(config: Config, device: str | torch.device = "cpu") -> RolloutServer | None:
     """The rollout worker's server for ``config``: its engine built from ``policy.causal_lm.rollout.engine``
-    (:data:`~popgrpo.registry.ROLLOUT_ENGINES`); None when the members generate with their own
-    models (not a language model, or no worker configured)."""
+    (:data:`~popgrpo.registry.ROLLOUT_ENGINES`); None when no worker is configured. Only a policy
+    kind that generates on a worker asks (:meth:`PolicyKind.uses_rollout_worker
+    <popgrpo.algorithms.policy_kinds.PolicyKind.uses_rollout_worker>`)."""
     cfg = config.policy.causal_lm
-    if config.policy.kind != "causal_lm" or not cfg.rollout.on_worker():
+    if not cfg.rollout.on_worker():
         return None
     return RolloutServer(ROLLOUT_ENGINES.get(cfg.rollout.engine)(cfg, torch.device(device)))
 
@@ -149,7 +150,7 @@ class EngineSampler:
         policy, cfg = self.policy, self.policy.cfg
         input_ids, attention = policy.encode(prompts)
         rows = [int_list(ids[mask.bool()]) for ids, mask in zip(input_ids, attention, strict=True)]
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        seed = draw_seed(generator)
         sampling = Sampling(n=group_size, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
         generation = self.service.generate(self.member_id, rows, sampling)
         if len(generation.token_ids) != len(prompts) * group_size:

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from popgrpo.algorithms.rollouts import Rollouts, make_rollouts
+from popgrpo.algorithms.policy_kinds import make_rollouts
+from popgrpo.algorithms.rollouts import Rollouts
 from popgrpo.config import Config, EvalConfig
 from popgrpo.core.metrics import group_pass_best_at_k, pairwise_diversity
 from popgrpo.core.seeding import STREAM_EVAL, torch_generator

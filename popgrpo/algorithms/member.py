@@ -36,7 +36,8 @@ import torch
 from popgrpo.algorithms.archive_service import ArchiveService, EpochInserts
 from popgrpo.algorithms.discovery import epoch_discovery
 from popgrpo.algorithms.merges import WeightMutation
-from popgrpo.algorithms.rollouts import RewardSource, Rollouts, TextRollouts, make_rollouts
+from popgrpo.algorithms.policy_kinds import make_rollouts
+from popgrpo.algorithms.rollouts import RewardSource, Rollouts, TextRollouts
 from popgrpo.algorithms.step import (
     NO_ARCHIVE_ANSWER,
     Samples,
@@ -117,6 +118,8 @@ class Member:
             (the factory :data:`popgrpo.registry.REWARD_SOURCES` registers under that name).
         rollout_service: the shared rollout worker a language-model member generates on
             (``policy.causal_lm.rollout``); None: its own model.
+        shared: what this member holds with the other members of its actor
+            (:meth:`popgrpo.algorithms.policy_kinds.PolicyKind.shared`: a shared base model); None: nothing.
     """
 
     def __init__(
@@ -128,11 +131,12 @@ class Member:
         device: str | torch.device = "cpu",
         reward_source: RewardSource | None = None,
         rollout_service: RolloutService | None = None,
+        shared: object | None = None,
     ) -> None:
         self.member_id = member_id
         self.config = config
         self.device = torch.device(device)
-        self.rollouts: Rollouts[Any] = make_rollouts(config, member_id, env, self.device, rollout_service)
+        self.rollouts: Rollouts[Any] = make_rollouts(config, member_id, env, self.device, rollout_service, shared)
         self.env = self.rollouts.env
         self.policy = self.rollouts.policy
         if reward_source is None:

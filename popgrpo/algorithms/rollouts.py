@@ -38,18 +38,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_ch
 
 import torch
 
-from popgrpo.algorithms.initial_weights import init_generator, initial_weights
 from popgrpo.algorithms.step import Identities, Samples
 from popgrpo.config import Config
 from popgrpo.core.grpo import masked_aggregate
+from popgrpo.core.seeding import STREAM_INIT, torch_generator
 from popgrpo.core.tensor_lists import int_list
-from popgrpo.envs import Environment, TextEnvironment, make_env
+from popgrpo.envs import Environment, TextEnvironment
 from popgrpo.envs.text import embedding_thread
 from popgrpo.policies import make_policy
 
 if TYPE_CHECKING:
     from popgrpo.algorithms.engine_rollouts import RolloutService
-    from popgrpo.policies.causal_lm import Rollout
+    from popgrpo.policies.causal_lm import CausalLMPolicy, Rollout
 
 __all__ = [
     "EnvironmentReward",
@@ -62,13 +62,19 @@ __all__ = [
     "TrainablePolicy",
     "VectorPolicy",
     "VectorRollouts",
-    "make_rollouts",
+    "init_generator",
 ]
 
 IdeasT = TypeVar("IdeasT")  # what a step's ideas are: a [P, G, d] tensor, or a Rollout of completions
 IdeasT_co = TypeVar("IdeasT_co", covariant=True)
 
 _NO_LOGP = torch.empty(0)  # samples drawn for evaluation carry no log-probs
+
+
+def init_generator(config: Config, member_id: int) -> torch.Generator:
+    """The stream a member's initial weights are drawn from: shared unless ``population.shared_init`` is off."""
+    key = (STREAM_INIT,) if config.population.shared_init else (STREAM_INIT, member_id)
+    return torch_generator(config.run.seed, *key)
 
 
 class Rewards(NamedTuple):
@@ -378,8 +384,23 @@ class IdeaRollouts:
 
     def round0(self) -> dict[str, torch.Tensor]:
         if self._round0 is None:  # built on first use: only the svd mutation needs it
-            self._round0 = initial_weights(self.config, self.member_id)
+            policy = make_policy(self.config.policy, self.env.idea_dim, init_generator(self.config, self.member_id))
+            self._round0 = {k: v.detach().clone() for k, v in policy.state_dict().items()}
         return self._round0
+
+
+def _text_policy(config: Config, member_id: int, device: torch.device, shared: object | None) -> CausalLMPolicy:
+    """Member ``member_id``'s language model: its own, or its adapter on ``shared`` (a
+    :class:`~popgrpo.policies.shared_base.SharedBase`), seeded from its init stream."""
+    from popgrpo.policies.causal_lm import CausalLMPolicy
+    from popgrpo.policies.shared_base import SharedBase
+
+    generator = init_generator(config, member_id)
+    if shared is None:
+        return CausalLMPolicy(config.policy.causal_lm, device, generator)
+    if not isinstance(shared, SharedBase):
+        raise TypeError(f"text members share a SharedBase, got {type(shared).__name__}")
+    return shared.member_policy(member_id, generator)
 
 
 class TextRollouts:
@@ -400,12 +421,11 @@ class TextRollouts:
         env: TextEnvironment,
         device: torch.device,
         rollout_service: RolloutService | None = None,
+        shared: object | None = None,
     ) -> None:
-        from popgrpo.policies.causal_lm import CausalLMPolicy
-
         self.config = config
         self.env: TextEnvironment = env
-        self.policy = CausalLMPolicy(config.policy.causal_lm, device, init_generator(config, member_id))
+        self.policy = _text_policy(config, member_id, device, shared)
         self._round0 = self.policy.state_dict()
         self.normalisation = config.policy.causal_lm.loss_normalisation
         self.engine = None
@@ -423,7 +443,8 @@ class TextRollouts:
         self.prefetch_rewards = False
         self._embedding: dict[int, Future[torch.Tensor]] = {}  # id(rollout) → its embeddings
 
-    def _draw_prompts(self, generator: torch.Generator) -> list[str]:
+    def draw_prompts(self, generator: torch.Generator) -> list[str]:
+        """A step's prompts: the schedule's next, or drawn from ``generator`` (the member's stream)."""
         if self.prompt_schedule is not None:
             return list(next(self.prompt_schedule))
         pool = self.env.prompts
@@ -435,7 +456,7 @@ class TextRollouts:
         return [pool[i] for i in int_list(index)]
 
     def sample(self, generator: torch.Generator) -> Samples[Rollout]:
-        prompts = self._draw_prompts(generator)
+        prompts = self.draw_prompts(generator)
         G = self.config.grpo.group_size
         rollout_logp = None
         if self.engine is None:
@@ -524,26 +545,3 @@ class TextRollouts:
 
     def round0(self) -> dict[str, torch.Tensor]:
         return self._round0
-
-
-def make_rollouts(
-    config: Config,
-    member_id: int,
-    env: Environment | TextEnvironment | None = None,
-    device: str | torch.device = "cpu",
-    rollout_service: RolloutService | None = None,
-) -> IdeaRollouts | TextRollouts:
-    """The rollouts ``policy.kind`` needs, over ``env`` (built from ``config.env`` when None);
-    ``rollout_service``: the shared rollout worker text members generate on (None: their own model)."""
-    device = torch.device(device)
-    if env is None:
-        env = make_env(config.env, device) if config.policy.kind == "causal_lm" else make_env(config.env)
-    if config.policy.kind == "causal_lm":
-        if not isinstance(env, TextEnvironment):
-            raise TypeError(f"policy.kind=causal_lm needs a TextEnvironment, got {type(env).__name__}")
-        return TextRollouts(config, member_id, env, device, rollout_service)
-    if not isinstance(env, Environment):
-        raise TypeError(
-            f"policy.kind={config.policy.kind} needs an Environment of vector ideas, got {type(env).__name__}"
-        )
-    return IdeaRollouts(config, member_id, env, device)

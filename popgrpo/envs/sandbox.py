@@ -107,7 +107,7 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from popgrpo.envs import sandbox_child
 from popgrpo.envs.sandbox_child import FORBIDDEN_EXIT, MEMORY_EXIT
@@ -116,6 +116,8 @@ __all__ = [
     "ISOLATIONS",
     "REASONS",
     "ExecutionResult",
+    "Interpret",
+    "Outcome",
     "Sandbox",
     "SandboxChild",
     "SandboxLimits",
@@ -530,7 +532,7 @@ def _signal_name(returncode: int) -> str:
 
 
 @dataclass(frozen=True)
-class _Outcome:
+class Outcome:
     """What the parent observed about one finished (reaped) program."""
 
     returncode: int
@@ -540,6 +542,25 @@ class _Outcome:
     stdout: str
     stderr: str
     leftover: int = 0  # processes of the program's session still alive after it exited
+    status_text: str = ""  # the whole status file, read only for a run that asked for it (a test run)
+
+
+_Outcome = Outcome
+R = TypeVar("R")
+
+
+class Interpret(Generic[R]):
+    """How a run's :class:`Outcome` becomes its result, for a run that is not a scored program.
+
+    :mod:`popgrpo.envs.harness` gives one for a test run: ``interpret(outcome, nonce, limits)``
+    reads the harness's reports from ``outcome.status_text``. ``status_bytes`` is how much of the
+    status file to read (its end is kept when it is longer).
+    """
+
+    status_bytes: int = 1 << 24
+
+    def __call__(self, outcome: Outcome, nonce: str, limits: SandboxLimits) -> R:
+        raise NotImplementedError
 
 
 def _score_of(status: dict[str, str]) -> float | None:
@@ -550,7 +571,7 @@ def _score_of(status: dict[str, str]) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _classify(o: _Outcome, limits: SandboxLimits, score_range: tuple[float, float]) -> ExecutionResult:
+def _classify(o: Outcome, limits: SandboxLimits, score_range: tuple[float, float]) -> ExecutionResult:
     """Map an outcome to a reason, in the precedence documented in the module docstring."""
     rc, err_line = o.returncode, _last_line(o.stderr)
     if "forbidden" in o.status or rc == FORBIDDEN_EXIT:
@@ -710,9 +731,17 @@ class SandboxChild:
         return True
 
     def finish(
-        self, nonce: str, limits: SandboxLimits, score_range: tuple[float, float], deadline: float
-    ) -> ExecutionResult:
-        """Wait until the program ends or ``deadline``; always kills its group, reaps it, cleans up."""
+        self,
+        nonce: str,
+        limits: SandboxLimits,
+        score_range: tuple[float, float],
+        deadline: float,
+        interpret: Interpret[R] | None = None,
+    ) -> ExecutionResult | R:
+        """Wait until the program ends or ``deadline``; always kills its group, reaps it, cleans up.
+
+        The result is the classified :class:`ExecutionResult`, or what ``interpret`` makes of the
+        outcome (a test run's)."""
         pid = self.proc.pid
         exited, leftover = False, 0
         try:
@@ -735,17 +764,21 @@ class SandboxChild:
         if self.bwrap and 128 < returncode < 128 + signal.NSIG:
             returncode = -(returncode - 128)  # bubblewrap reports a signal as 128 + its number
         try:
-            outcome = _Outcome(
+            status_path = os.path.join(self.base, "status")
+            outcome = Outcome(
                 returncode=returncode,
                 wall_timeout=not exited or self.late,
                 cpu_time_s=usage.ru_utime + usage.ru_stime,
-                status=_read_status(os.path.join(self.base, "status"), nonce),
+                status=_read_status(status_path, nonce),
                 stdout=_tail(os.path.join(self.base, "stdout"), limits.max_output_bytes),
                 stderr=_tail(os.path.join(self.base, "stderr"), _STDERR_TAIL_BYTES),
                 leftover=leftover,
+                status_text="" if interpret is None else _tail(status_path, interpret.status_bytes),
             )
         finally:
             shutil.rmtree(self.base, ignore_errors=True)
+        if interpret is not None:
+            return interpret(outcome, nonce, limits)
         return _classify(outcome, limits, score_range)
 
     def discard(self) -> None:
@@ -843,7 +876,8 @@ def _execute(
     isolation: str,
     audit_hook: bool = True,
     temp_dir: str | None = None,
-) -> ExecutionResult:
+    interpret: Interpret[R] | None = None,
+) -> ExecutionResult | R:
     """Run one program in a fresh sandbox started for it (the one-shot, cold path)."""
     child = spawn_child(limits, python, site_packages, isolation, audit_hook, temp_dir)
     try:
@@ -854,7 +888,7 @@ def _execute(
     except BaseException:
         child.discard()
         raise
-    return child.finish(nonce, limits, score_range, deadline)
+    return child.finish(nonce, limits, score_range, deadline, interpret)
 
 
 _SandboxT = TypeVar("_SandboxT", bound="Sandbox")
@@ -959,7 +993,7 @@ class Sandbox:
                 except (InvalidStateError, CancelledError):
                     pass  # the batch already failed or was cancelled by the caller
 
-        items = [self._pool.submit(self._run_one, code) for _, code in pending]
+        items = [self._pool.submit(self._run_program, code) for _, code in pending]
         batch.add_done_callback(lambda b: [f.cancel() for f in items] if b.cancelled() else None)
         for (index, _), fut in zip(pending, items, strict=True):
             fut.add_done_callback(functools.partial(item_done, index))
@@ -976,9 +1010,23 @@ class Sandbox:
             return done
         if not isinstance(code, str):
             raise TypeError(f"code must be str or None, got {type(code).__name__}")
-        return self._pool.submit(self._run_one, code)
+        return self._pool.submit(self._run_program, code)
 
-    def _run_one(self, code: str) -> ExecutionResult:
+    def submit_run(self, payload: str, interpret: Interpret[R]) -> Future[R]:
+        """Start one run whose outcome ``interpret`` reads (a test run of :mod:`popgrpo.envs.harness`).
+
+        ``payload`` is what the child reads after the nonce (a program, or a test run's spec); the
+        run has this sandbox's limits, isolation and pool, exactly as a program has.
+        """
+        return self._pool.submit(self._run_one, payload, interpret)  # pyright: ignore[reportReturnType]
+
+    def _run_program(self, code: str) -> ExecutionResult:
+        """Run one scored program on the calling (worker) thread."""
+        result = self._run_one(code)
+        assert isinstance(result, ExecutionResult)  # without ``interpret``, the classified result
+        return result
+
+    def _run_one(self, code: str, interpret: Interpret[R] | None = None) -> ExecutionResult | R:
         """Run one program on the calling (worker) thread: a fresh sandbox started for it."""
         return _execute(
             code,
@@ -989,6 +1037,7 @@ class Sandbox:
             isolation=self.isolation,
             audit_hook=self._audit_hook,
             temp_dir=self.temp_dir,
+            interpret=interpret,
         )
 
     def close(self) -> None:

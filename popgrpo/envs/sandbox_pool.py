@@ -47,10 +47,13 @@ import threading
 import time
 import weakref
 from collections import deque
+from typing import TypeVar
 
-from popgrpo.envs.sandbox import ExecutionResult, Sandbox, SandboxChild, SandboxLimits, spawn_child
+from popgrpo.envs.sandbox import ExecutionResult, Interpret, Sandbox, SandboxChild, SandboxLimits, spawn_child
 
 __all__ = ["SandboxPool", "default_pool_size", "shared_pool"]
+
+R = TypeVar("R")
 
 _HANDOUT_TRIES = 3  # sandboxes found dead at the write before a program falls back to a cold start
 _BOOT_FAILURES = 3  # sandboxes in a row that died starting before programs run cold meanwhile
@@ -239,12 +242,12 @@ class SandboxPool(Sandbox):
                     return None
             self._discard(dead)
 
-    def _run_one(self, code: str) -> ExecutionResult:
+    def _run_one(self, code: str, interpret: Interpret[R] | None = None) -> ExecutionResult | R:
         """Run one program in a warm sandbox; the wall clock starts as the program is written."""
         with self._cond:
             self._running += 1
         try:
-            return self._run_in_pool(code)
+            return self._run_in_pool(code, interpret)
         finally:
             with self._cond:
                 self._running -= 1
@@ -252,7 +255,7 @@ class SandboxPool(Sandbox):
             if idle:
                 self._wake()  # the pool thread refills now
 
-    def _run_in_pool(self, code: str) -> ExecutionResult:
+    def _run_in_pool(self, code: str, interpret: Interpret[R] | None = None) -> ExecutionResult | R:
         for _ in range(_HANDOUT_TRIES):
             child = self._take()
             if child is None:
@@ -265,9 +268,9 @@ class SandboxPool(Sandbox):
                 self._discard(child)
                 raise
             if sent:
-                return child.finish(nonce, self.limits, self.score_range, deadline)
+                return child.finish(nonce, self.limits, self.score_range, deadline, interpret)
             self._discard(child)  # it died after the check: the program never reached it
-        return super()._run_one(code)
+        return super()._run_one(code, interpret)
 
     @property
     def warm(self) -> int:

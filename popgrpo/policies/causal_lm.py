@@ -34,7 +34,15 @@ import torch
 if TYPE_CHECKING:
     from popgrpo.config import CausalLMConfig
 
-__all__ = ["CausalLMPolicy", "Rollout", "build_tiny_causal_lm", "completion_mask"]
+__all__ = [
+    "CausalLMPolicy",
+    "Rollout",
+    "build_tiny_causal_lm",
+    "completion_mask",
+    "draw_seed",
+    "load_base",
+    "lora_config",
+]
 
 # Characters of the toy tokenizer (build_tiny_causal_lm): enough for prompts, arithmetic and
 # short code. Special tokens come first.
@@ -76,6 +84,55 @@ def _dtype(setting: str, device: torch.device) -> torch.dtype:
     return getattr(torch, setting)
 
 
+def draw_seed(generator: torch.Generator) -> int:
+    """The torch seed of one ``generate`` call, drawn from a member's stream."""
+    return int(torch.randint(0, 2**62, (1,), generator=generator))
+
+
+def load_base(cfg: CausalLMConfig, device: torch.device) -> tuple[Any, Any]:
+    """The tokenizer (left padding and truncation, a pad token) and the base model ``cfg.model`` names.
+
+    Raises:
+        FileNotFoundError: the model cannot be loaded (a missing directory, or a name not cached
+            while ``local_files_only``).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = cfg.model
+    if model is None:  # the config requires it with policy.kind=causal_lm
+        raise ValueError("policy.causal_lm.model is required")
+    load = {"local_files_only": cfg.local_files_only, "trust_remote_code": cfg.trust_remote_code}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model, **load)
+        base = AutoModelForCausalLM.from_pretrained(model, dtype=_dtype(cfg.dtype, device), **load)
+    except OSError as exc:  # transformers' way of saying "not found" (path or cache)
+        hint = (
+            ""
+            if Path(model).exists()
+            else " (not a local directory; with local_files_only=true a model name must already be cached)"
+        )
+        raise FileNotFoundError(f"policy.causal_lm.model={model!r} could not be loaded{hint}: {exc}") from exc
+    tokenizer.padding_side = "left"  # generation appends to the right end of every row
+    tokenizer.truncation_side = "left"  # a long prompt keeps its end, nearest to the answer
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, base
+
+
+def lora_config(cfg: CausalLMConfig) -> Any:
+    """peft's ``LoraConfig`` of ``cfg.lora``."""
+    from peft import LoraConfig
+
+    lora = cfg.lora
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,  # pyright: ignore[reportArgumentType]  # peft annotates it int; it is the float α of α/r
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
 class CausalLMPolicy:
     """GRPO's view of a causal LM with LoRA adapters.
 
@@ -88,43 +145,15 @@ class CausalLMPolicy:
     def __init__(
         self, cfg: CausalLMConfig, device: str | torch.device = "cpu", generator: torch.Generator | None = None
     ) -> None:
-        from peft import LoraConfig, get_peft_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from peft import get_peft_model
 
-        if cfg.model is None:  # the config requires it with policy.kind=causal_lm
-            raise ValueError("policy.causal_lm.model is required")
-        model = cfg.model
         self.cfg = cfg
         self.device = torch.device(device)
-        load = {"local_files_only": cfg.local_files_only, "trust_remote_code": cfg.trust_remote_code}
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model, **load)
-            base = AutoModelForCausalLM.from_pretrained(model, dtype=_dtype(cfg.dtype, self.device), **load)
-        except OSError as exc:  # transformers' way of saying "not found" (path or cache)
-            hint = (
-                ""
-                if Path(model).exists()
-                else " (not a local directory; with local_files_only=true a model name must already be cached)"
-            )
-            raise FileNotFoundError(f"policy.causal_lm.model={cfg.model!r} could not be loaded{hint}: {exc}") from exc
-        self.tokenizer.padding_side = "left"  # generation appends to the right end of every row
-        self.tokenizer.truncation_side = "left"  # a long prompt keeps its end, nearest to the answer
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        lora = cfg.lora
+        self.tokenizer, base = load_base(cfg, self.device)
         # Taken before get_peft_model puts the LoRA layers into ``base`` (in place): the modules
         # are copied, every parameter is ``base``'s own tensor (the memo maps each to itself).
         plain = copy.deepcopy(base, {id(p): p for p in base.parameters()}) if cfg.merged_generation else None
-        self.model = get_peft_model(
-            base,
-            LoraConfig(
-                r=lora.r,
-                lora_alpha=lora.alpha,  # pyright: ignore[reportArgumentType]  # peft annotates it int; it is the float α of α/r
-                lora_dropout=lora.dropout,
-                target_modules=lora.target_modules,
-                task_type="CAUSAL_LM",
-            ),
-        )
+        self.model = get_peft_model(base, lora_config(cfg))
         if generator is not None:
             self.reset_adapters(generator)
         self.model.to(self.device)
@@ -200,7 +229,7 @@ class CausalLMPolicy:
         input_ids, attention = self.encode(prompts)
         input_ids = input_ids.repeat_interleave(group_size, dim=0).to(self.device)
         attention = attention.repeat_interleave(group_size, dim=0).to(self.device)
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        seed = draw_seed(generator)
         watch = None if on_row_done is None else _RowsDone(input_ids.shape[1], self.tokenizer, on_row_done)
         completion, _ = self.generate_tokens(input_ids, attention, seed, watch=watch)
         mask = completion_mask(completion, self.tokenizer.eos_token_id)
@@ -234,25 +263,18 @@ class CausalLMPolicy:
         with ``with_log_probs``, ``[N, T]`` log-probs of each at the sampling temperature, from
         the logits ``generate`` sampled from. ``watch`` sees every decoding step (it stops
         nothing) and reports each row as it ends."""
-        from transformers import GenerationConfig, StoppingCriteriaList
 
-        tok = self.tokenizer
+        from transformers import StoppingCriteriaList
+
+        routing: dict[str, Any] = {}
         if self.merged is None:
             model = self.model
+            routing = self._routing(input_ids.shape[0])
         else:
             self.merged.refresh()
             model = self.merged.model
         extra = {"return_dict_in_generate": True, "output_logits": True} if with_log_probs else {}
-        generation = GenerationConfig(
-            do_sample=True,
-            temperature=self.cfg.temperature,
-            top_k=0,
-            top_p=1.0,
-            max_new_tokens=self.cfg.max_new_tokens,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-            **extra,
-        )
+        generation = self.generation_config(**extra)
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices, device_type=self.device.type):
             torch.manual_seed(seed)
@@ -261,6 +283,7 @@ class CausalLMPolicy:
                 attention_mask=attention,
                 generation_config=generation,
                 stopping_criteria=StoppingCriteriaList([] if watch is None else [watch]),
+                **routing,
             )
         if not with_log_probs:
             return out[:, input_ids.shape[1] :], None
@@ -268,6 +291,28 @@ class CausalLMPolicy:
         logits = torch.stack(out.logits, dim=1).float() / self.cfg.temperature  # [N, T, V]
         logp = torch.log_softmax(logits, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
         return completion, logp
+
+    def generation_config(self, **extra: Any) -> Any:
+        """``generate``'s settings: sampling at the temperature with no top-k / top-p, the length limits."""
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
+        if self.cfg.min_new_tokens:
+            extra["min_new_tokens"] = self.cfg.min_new_tokens
+        sampling = {"do_sample": True, "temperature": self.cfg.temperature, "top_k": 0, "top_p": 1.0}
+        return GenerationConfig(
+            **{**sampling, **extra},
+            max_new_tokens=self.cfg.max_new_tokens,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+
+    def _routing(self, n_rows: int) -> dict[str, Any]:
+        """Keyword arguments that route a forward or ``generate`` of ``n_rows`` rows through this
+        policy's adapters: none for a model of its own (:class:`~popgrpo.policies.shared_base.AdapterPolicy`
+        names its adapter)."""
+        del n_rows
+        return {}
 
     def rollout_of(
         self,
@@ -307,7 +352,12 @@ class CausalLMPolicy:
         """Float32 logits ``[N, T, V]`` that predicted each completion token, divided by the temperature."""
         attention = rollout.attention_mask
         positions = (attention.long().cumsum(dim=1) - 1).clamp_min(0)  # as generate numbers left-padded rows
-        out = self.model(input_ids=rollout.sequences, attention_mask=attention, position_ids=positions)
+        out = self.model(
+            input_ids=rollout.sequences,
+            attention_mask=attention,
+            position_ids=positions,
+            **self._routing(rollout.sequences.shape[0]),
+        )
         start = rollout.prompt_length - 1  # logits at position i predict token i + 1
         logits = out.logits[:, start:-1, :].float()
         return logits / self.cfg.temperature

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import torch
 
-from popgrpo.algorithms.initial_weights import init_generator
+from popgrpo.algorithms.rollouts import init_generator
 from popgrpo.config import Config
 from popgrpo.core.reward_model import PreferencePairs, corrupt_labels, make_pairs
 from popgrpo.core.seeding import torch_generator
@@ -36,6 +36,7 @@ from popgrpo.envs import TextEnvironment, make_env
 from popgrpo.envs.idea import IdeaEnv
 from popgrpo.policies import make_policy
 from popgrpo.policies.gaussian import PromptGaussianPolicy
+from popgrpo.registry import POLICIES, TEXT_IDEAS, ideas_of
 
 __all__ = [
     "STREAM_RM",
@@ -220,8 +221,8 @@ class TextReference:
 
 
 def reference_data(config: Config) -> ReferenceData:
-    """The :class:`ReferenceData` of ``config``: text completions for a causal LM, else ideas."""
-    return TextReference(config) if config.policy.kind == "causal_lm" else IdeaReference(config)
+    """The :class:`ReferenceData` of ``config``: completions for a policy of text ideas, else vector ideas."""
+    return TextReference(config) if ideas_of(POLICIES, config.policy.kind) == TEXT_IDEAS else IdeaReference(config)
 
 
 def _pairs(features: torch.Tensor, rewards: torch.Tensor, n: int, generator: torch.Generator) -> PreferencePairs:

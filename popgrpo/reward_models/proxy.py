@@ -23,7 +23,7 @@ import torch
 
 from popgrpo.algorithms.rollouts import EnvironmentReward, Rewards, RewardSource
 from popgrpo.core.reward_model import RewardModel, ensemble_scores, weight_average
-from popgrpo.registry import PROXY_COMBINES
+from popgrpo.registry import POLICIES, PROXY_COMBINES, TEXT_IDEAS, ideas_of
 from popgrpo.reward_models.store import RMDirError, build_model, load_manifest, load_states
 
 __all__ = [
@@ -144,7 +144,8 @@ def check_proxy(config) -> None:
     models = load_proxy_models(proxy.dir, proxy.combine, proxy.n_models, proxy.index)
     del models
     features = manifest.get("features", "idea")
-    wanted = "idea" if config.policy.kind == "gaussian" else f"embedding:{config.env.text.embedding_model}"
+    text = ideas_of(POLICIES, config.policy.kind) == TEXT_IDEAS
+    wanted = f"embedding:{config.env.text.embedding_model}" if text else "idea"
     if features != wanted:
         raise RMDirError(f"RM directory {proxy.dir}: its RMs score {features}; this run's members need {wanted}")
     if features == "idea" and manifest["in_dim"] != config.env.dim:

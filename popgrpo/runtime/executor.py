@@ -16,6 +16,7 @@ import torch
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
 from popgrpo.algorithms.engine_rollouts import rollout_server
 from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.algorithms.policy_kinds import group_trainer, policy_kind
 from popgrpo.algorithms.population import OWN, Adoption
 from popgrpo.config import Config
 from popgrpo.envs import make_env
@@ -112,7 +113,9 @@ class LocalExecutor:
         if warning:
             self.events.append({"event": "device_fallback", "reason": warning})
         # policy.causal_lm.rollout on a worker: one engine in this process serves every member.
-        self.rollout_server = rollout_server(config, device)
+        self.kind = policy_kind(config.policy.kind)
+        self.rollout_server = rollout_server(config, device) if self.kind.uses_rollout_worker(config) else None
+        shared = self.kind.shared(config, range(self.n_members), device)  # e.g. one base model for all
         self.members = [
             Member(
                 k,
@@ -121,16 +124,20 @@ class LocalExecutor:
                 env,
                 device,
                 rollout_service=self.rollout_server,
+                shared=shared,
             )
             for k in range(self.n_members)
         ]
 
-    def train(self, n_epochs: int, round_index: int = 0) -> list[list[dict]]:
-        if self.config.population.vectorize:
-            from popgrpo.algorithms.packed import PackedMembers
+    def _train(self, members: Sequence[Member], n_epochs: int) -> list[list[dict]]:
+        """``members`` train together as their policy kind says (packed, one mixed batch), or one after another."""
+        trainer = group_trainer(self.config, members)
+        if trainer is None:
+            return [member.train_epochs(n_epochs) for member in members]
+        return trainer.train_epochs(n_epochs)
 
-            return PackedMembers(self.members).train_epochs(n_epochs)
-        return [member.train_epochs(n_epochs) for member in self.members]
+    def train(self, n_epochs: int, round_index: int = 0) -> list[list[dict]]:
+        return self._train(self.members, n_epochs)
 
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         return [self.members[k].get_weights() for k in member_ids]
@@ -165,12 +172,8 @@ class LocalExecutor:
         handle = handles[0]
         g, n_epochs = handle
         group = self.groups[g]
-        if self.config.population.vectorize:
-            from popgrpo.algorithms.packed import PackedMembers
-
-            rows = PackedMembers(self.members).train_epochs(n_epochs)
-            return handle, dict(zip(group, rows, strict=True))
-        return handle, {k: self.members[k].train_epochs(n_epochs) for k in group}
+        rows = self._train([self.members[k] for k in group], n_epochs)
+        return handle, dict(zip(group, rows, strict=True))
 
     def restore_points(self) -> tuple[list[dict], list[LocalArchiveState]]:
         """In this process a member trains only inside :meth:`wait_train`, so between calls every

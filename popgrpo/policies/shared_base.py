@@ -1,0 +1,289 @@
+"""Members on one base model: one frozen copy of the weights, one LoRA adapter per member.
+
+``policy.causal_lm.share_base`` puts the members of one actor on a :class:`SharedBase`: the
+base model is loaded once and wrapped by peft with one named adapter per member
+(:func:`adapter_name`). Every call names the adapter of each row (peft's ``adapter_names``),
+so one batch can hold rows of several members: each row's LoRA delta comes from its own
+member's ``A`` and ``B``, and in a backward pass each member's gradient lands in its own
+adapter only. The reference policy of the KL term is the base with no adapter (``__base__``),
+computed once for all members.
+
+* :class:`AdapterPolicy` is one member's view: a :class:`~popgrpo.policies.causal_lm.CausalLMPolicy`
+  whose weights are its adapter (same state-dict keys as a member with a model of its own, so
+  soups, checkpoints and the rollout engine see no difference).
+* :meth:`SharedBase.mixed_rollouts` generates for several members in one batched ``generate``:
+  every step draws each member's tokens with that member's own seeded generator
+  (:class:`_SegmentSampler`), as the member would draw them alone, so a member's completions are
+  its own up to float rounding of the logits (a token whose draw falls within rounding of a
+  boundary between two tokens may differ).
+* :meth:`SharedBase.mixed_log_probs` computes several members' token log-probs (and entropies)
+  in one forward, with gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from popgrpo.policies.causal_lm import CausalLMPolicy, Rollout, completion_mask, load_base, lora_config
+
+if TYPE_CHECKING:
+    from popgrpo.config import CausalLMConfig
+
+__all__ = ["BASE", "AdapterPolicy", "MixedBatch", "SharedBase", "adapter_name"]
+
+BASE = "__base__"  # peft's name for "no adapter" in adapter_names
+
+
+def adapter_name(member_id: int) -> str:
+    """Member ``member_id``'s peft adapter name. No name is a substring of another's (peft picks an
+    adapter's state-dict keys by substring), hence the closing underscore: ``member1_``, ``member11_``."""
+    return f"member{member_id}_"
+
+
+@dataclass
+class MixedBatch:
+    """Several members' rollouts as one ``[N, L + T]`` batch; member ``i`` holds ``rows[i]``.
+
+    ``L`` is the longest prompt (shorter ones are left-padded further), ``T`` the longest
+    completion; member ``i``'s own completion tokens are the first ``lengths[i]`` columns after
+    ``L`` (its :class:`Rollout` holds exactly those).
+    """
+
+    sequences: torch.Tensor  # [N, L + T]
+    attention_mask: torch.Tensor  # [N, L + T]
+    prompt_length: int  # L
+    rows: list[slice]
+    lengths: list[int]  # T_i
+    adapters: list[str]  # [N] each row's adapter
+
+    @classmethod
+    def of(cls, policies: Sequence[AdapterPolicy], rollouts: Sequence[Rollout]) -> MixedBatch:
+        """The batch of ``rollouts`` (member ``i``'s by ``policies[i]``), re-padded to a common shape."""
+        pad = policies[0].pad_token_id
+        width_l = max(r.prompt_length for r in rollouts)
+        width_t = max(r.completion_mask.shape[1] for r in rollouts)
+        sequences, attention, rows, adapters = [], [], [], []
+        start = 0
+        for policy, r in zip(policies, rollouts, strict=True):
+            left, right = width_l - r.prompt_length, width_t - r.completion_mask.shape[1]
+            n = r.sequences.shape[0]
+            sequences.append(torch.nn.functional.pad(r.sequences, (left, right), value=pad))
+            attention.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
+            rows.append(slice(start, start + n))
+            adapters += [policy.adapter] * n
+            start += n
+        return cls(
+            torch.cat(sequences),
+            torch.cat(attention),
+            width_l,
+            rows,
+            [r.completion_mask.shape[1] for r in rollouts],
+            adapters,
+        )
+
+
+class SharedBase:
+    """One frozen base model with a LoRA adapter for each of ``member_ids``.
+
+    Args:
+        cfg: :class:`popgrpo.config.CausalLMConfig` (its ``model``, ``dtype``, ``lora``, sampling).
+        member_ids: the members whose adapters it holds.
+        device: where the model computes.
+    """
+
+    def __init__(self, cfg: CausalLMConfig, member_ids: Sequence[int], device: str | torch.device = "cpu") -> None:
+        from peft import get_peft_model
+
+        if not member_ids:
+            raise ValueError("a shared base needs at least one member")
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.member_ids = list(member_ids)
+        self.tokenizer, base = load_base(cfg, self.device)
+        names = [adapter_name(k) for k in self.member_ids]
+        self.model = get_peft_model(base, lora_config(cfg), adapter_name=names[0])
+        for name in names[1:]:
+            self.model.add_adapter(name, lora_config(cfg))
+        # peft marks only its active adapter trainable; here every member's adapter is, and no
+        # call runs without naming each row's adapter, so which one peft calls active never matters.
+        for name, param in self.model.named_parameters():
+            param.requires_grad_(any(f".{n}." in name for n in names))
+        self.model.to(self.device)
+        self.model.eval()  # no dropout in the base model: log-probs must be reproducible
+
+    def member_policy(self, member_id: int, generator: torch.Generator | None = None) -> AdapterPolicy:
+        """Member ``member_id``'s view, its adapter redrawn from ``generator`` (None: left as it is)."""
+        if member_id not in self.member_ids:
+            raise KeyError(f"member {member_id} has no adapter on this base (members {self.member_ids})")
+        return AdapterPolicy(self, member_id, generator)
+
+    # ---- several members in one batch ----------------------------------------------------
+    @torch.no_grad()
+    def mixed_rollouts(
+        self,
+        policies: Sequence[AdapterPolicy],
+        prompts: Sequence[list[str]],
+        group_size: int,
+        seeds: Sequence[int],
+    ) -> list[Rollout]:
+        """Member ``i`` (``policies[i]``) samples ``group_size`` completions of each of ``prompts[i]``
+        with the torch seed ``seeds[i]``, all in one ``generate``; rows are prompt-major per member."""
+        from transformers import LogitsProcessorList
+
+        encoded = [p.encode(list(ps)) for p, ps in zip(policies, prompts, strict=True)]
+        width = max(ids.shape[1] for ids, _ in encoded)
+        pad = policies[0].pad_token_id
+        ids_parts, att_parts, adapters, segments = [], [], [], []
+        start = 0
+        for policy, (ids, att), seed in zip(policies, encoded, seeds, strict=True):
+            ids, att = ids.repeat_interleave(group_size, dim=0), att.repeat_interleave(group_size, dim=0)
+            left = width - ids.shape[1]
+            ids_parts.append(torch.nn.functional.pad(ids, (left, 0), value=pad))
+            att_parts.append(torch.nn.functional.pad(att, (left, 0), value=0))
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(seed)
+            segments.append((start, start + ids.shape[0], generator))
+            adapters += [policy.adapter] * ids.shape[0]
+            start += ids.shape[0]
+        input_ids, attention = torch.cat(ids_parts).to(self.device), torch.cat(att_parts).to(self.device)
+        sampler = _SegmentSampler(segments, self.cfg.temperature)
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention,
+            generation_config=policies[0].generation_config(do_sample=False, temperature=None, top_k=None, top_p=None),
+            logits_processor=LogitsProcessorList([sampler]),
+            adapter_names=adapters,
+        )
+        completion = out[:, width:]
+        rollouts: list[Rollout] = []
+        for policy, (ids, _), ps, (lo, hi, _) in zip(policies, encoded, prompts, segments, strict=True):
+            own = completion[lo:hi]
+            mask = completion_mask(own, self.tokenizer.eos_token_id)
+            # generate stops when every row has ended: alone, this member's rows would have
+            # stopped at its own longest completion.
+            length = int(mask.sum(dim=1).max())
+            keep = slice(width - ids.shape[1], width)
+            rollouts.append(
+                policy.rollout_of(
+                    list(ps),
+                    input_ids[lo:hi, keep],
+                    attention[lo:hi, keep],
+                    own[:, :length],
+                    mask[:, :length],
+                    group_size,
+                )
+            )
+        return rollouts
+
+    def mixed_log_probs(
+        self, batch: MixedBatch, with_entropy: bool = False, reference: bool = False
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """Each member's ``[N_i, T_i]`` token log-probs (and entropies) from one forward of ``batch``,
+        with gradient; ``reference``: under the base model, no adapter (call it without gradient)."""
+        attention = batch.attention_mask
+        positions = (attention.long().cumsum(dim=1) - 1).clamp_min(0)  # as generate numbers left-padded rows
+        adapters = [BASE] * len(batch.adapters) if reference else batch.adapters
+        out = self.model(
+            input_ids=batch.sequences, attention_mask=attention, position_ids=positions, adapter_names=adapters
+        )
+        start = batch.prompt_length - 1  # logits at position i predict token i + 1
+        logits = out.logits[:, start:-1, :].float() / self.cfg.temperature
+        tokens = batch.sequences[:, batch.prompt_length :]
+        results: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        for rows, length in zip(batch.rows, batch.lengths, strict=True):
+            logp_all = torch.log_softmax(logits[rows, :length], dim=-1)
+            logp = logp_all.gather(-1, tokens[rows, :length].unsqueeze(-1)).squeeze(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(dim=-1) if with_entropy else None
+            results.append((logp, entropy))
+        return results
+
+
+class AdapterPolicy(CausalLMPolicy):
+    """One member's :class:`CausalLMPolicy` on a :class:`SharedBase`: its weights are its adapter.
+
+    It loads nothing: tokenizer and model are the base's. Every forward and ``generate`` names
+    its adapter for each row, and its reference pass names none.
+    """
+
+    def __init__(self, base: SharedBase, member_id: int, generator: torch.Generator | None = None) -> None:
+        # CausalLMPolicy.__init__ would load a model; the base holds the one model.
+        self.cfg = base.cfg
+        self.device = base.device
+        self.tokenizer = base.tokenizer
+        self.model = base.model
+        self.merged = None
+        self.n_prompts = base.cfg.prompts_per_step
+        self.base = base
+        self.member_id = member_id
+        self.adapter = adapter_name(member_id)
+        if generator is not None:
+            self.reset_adapters(generator)
+
+    def _adapters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        marker = f".{self.adapter}."
+        return [(n, p) for n, p in self.model.named_parameters() if marker in n]
+
+    def _routing(self, n_rows: int) -> dict[str, Any]:
+        return {"adapter_names": [self.adapter] * n_rows}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """This member's adapter, keyed as a member with its own model keys it (float32 CPU copies)."""
+        from peft import get_peft_model_state_dict
+
+        state = get_peft_model_state_dict(self.model, adapter_name=self.adapter)
+        return {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in state.items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load this member's adapter; every adapter weight must be given, and nothing else."""
+        from peft import set_peft_model_state_dict
+
+        expected = set(self.state_dict())
+        if set(state) != expected:
+            missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
+            raise KeyError(f"adapter weights do not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
+        set_peft_model_state_dict(self.model, dict(state), adapter_name=self.adapter)
+
+    @torch.no_grad()
+    def reference_log_probs(self, rollout: Rollout) -> torch.Tensor:
+        """Token log-probs ``[N, T]`` under the base model (no adapter): GRPO's reference."""
+        saved = self.adapter
+        self.adapter = BASE
+        try:
+            return self.token_log_probs(rollout)[0]
+        finally:
+            self.adapter = saved
+
+    def to(self, device: str | torch.device) -> AdapterPolicy:
+        """Moves the shared model, and so every member on it."""
+        self.base.device = self.device = torch.device(device)
+        self.model.to(self.device)
+        return self
+
+
+class _SegmentSampler:
+    """A logits processor that draws each member's next tokens with that member's own generator.
+
+    Rows ``lo:hi`` of a segment are one member's; their tokens are drawn as ``generate`` draws a
+    sample (temperature, softmax, one multinomial draw per row) but from the segment's
+    generator. It returns scores that put all mass on the drawn tokens, for greedy decoding to
+    pick.
+    """
+
+    def __init__(self, segments: Sequence[tuple[int, int, torch.Generator]], temperature: float) -> None:
+        self.segments = list(segments)
+        self.temperature = temperature
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        probs = torch.softmax(scores, dim=-1)
+        chosen = torch.empty(scores.shape[0], dtype=torch.long, device=scores.device)
+        for lo, hi, generator in self.segments:
+            chosen[lo:hi] = torch.multinomial(probs[lo:hi], num_samples=1, generator=generator).squeeze(1)
+        picked = torch.full_like(scores, -float("inf"))
+        picked.scatter_(1, chosen.unsqueeze(1), 0.0)
+        return picked
