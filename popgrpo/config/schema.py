@@ -30,6 +30,8 @@ from popgrpo.registry import (
     REWARD_SOURCES,
     ROLLOUT_ENGINES,
     SELECTION_STATISTICS,
+    TEXT_IDEAS,
+    ideas_of,
 )
 from popgrpo.schema import POP_SCORE
 
@@ -325,6 +327,15 @@ class CausalLMConfig(Section):
         default=4, ge=1, description="Prompts P per GRPO step, drawn without replacement from the member's stream."
     )
     max_new_tokens: int = Field(default=64, ge=1, description="Completion length limit in tokens.")
+    min_new_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Tokens generated before the end-of-sequence token may be sampled (0: none). Benchmarks set it to max_new_tokens so that throughput does not depend on what the weights say.",
+    )
+    share_base: bool = Field(
+        default=False,
+        description="The members of one actor (population.members_per_actor; every member with --executor local) hold one frozen base model and one LoRA adapter each, and generate and update in one mixed-adapter batch: a member's numbers are what it would get alone up to float rounding. Needs merged_generation and overlap off and no rollout worker. See docs/guides/lm.md for what it saves.",
+    )
     overlap: bool = Field(
         default=False,
         description="Overlap a step's phases (same results as one after another, tested): each completion's reward starts as soon as its row finishes generating (reward callables with `submit_one`, e.g. program_reward, with reward.source=execution), the reference log-probs are computed while the programs run, and the embeddings of the completions run on a background thread (one per process, shared by its members) when nothing needs them before the update. Pays where a core is free for the work beside the main thread: on the quiet 2-core machine 1.25x the sequential step's tokens/s (with merged_generation), under load 0.72x (BENCHMARKS.md), the work beside the main thread slowing its generation and reference pass; off by default.",
@@ -849,13 +860,16 @@ class Config(Section):
         return self
 
     def _check_language_model(self) -> None:
-        """Language-model runs: the text environment and the causal LM go together, and need their inputs."""
-        lm, text = self.policy.kind == "causal_lm", self.env.kind == "text"
-        if lm != text:
+        """Language-model runs: a policy and an environment of the same ideas (vector or text, the
+        registries' ``ideas`` trait), and a text run's inputs."""
+        policy_ideas, env_ideas = ideas_of(POLICIES, self.policy.kind), ideas_of(ENVIRONMENTS, self.env.kind)
+        if policy_ideas != env_ideas:
             raise ValueError(
-                f"env.kind={self.env.kind} with policy.kind={self.policy.kind}: a causal_lm policy needs env.kind=text and a text environment needs policy.kind=causal_lm"
+                f"env.kind={self.env.kind} with policy.kind={self.policy.kind}: the policy samples {policy_ideas} "
+                f"ideas and the environment scores {env_ideas} ones (a causal_lm policy needs env.kind=text and a "
+                "text environment needs policy.kind=causal_lm)"
             )
-        if not lm:
+        if policy_ideas != TEXT_IDEAS:
             return
         if not self.policy.causal_lm.model:
             raise ValueError("policy.causal_lm.model: a model directory or name is required with policy.kind=causal_lm")
@@ -866,6 +880,26 @@ class Config(Section):
         if self.population.vectorize:
             raise ValueError(
                 "population.vectorize packs Gaussian policies only; set it false for policy.kind=causal_lm"
+            )
+        lm = self.policy.causal_lm
+        if lm.share_base:
+            clash = [
+                name
+                for name, on in (
+                    ("policy.causal_lm.merged_generation", lm.merged_generation),
+                    ("policy.causal_lm.overlap", lm.overlap),
+                    ("policy.causal_lm.rollout (a worker)", lm.rollout.on_worker()),
+                )
+                if on
+            ]
+            if clash:
+                raise ValueError(
+                    f"policy.causal_lm.share_base: members on one base generate in one mixed-adapter batch; "
+                    f"turn off {', '.join(clash)}"
+                )
+        if lm.min_new_tokens > lm.max_new_tokens:
+            raise ValueError(
+                f"policy.causal_lm.min_new_tokens={lm.min_new_tokens} is above max_new_tokens={lm.max_new_tokens}"
             )
 
     def to_yaml(self) -> str:

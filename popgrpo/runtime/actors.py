@@ -22,6 +22,7 @@ import torch
 from popgrpo.algorithms.archive_service import ArchiveHandle, LocalArchive, LocalArchiveState, StepResult
 from popgrpo.algorithms.async_rounds import straggler_delay
 from popgrpo.algorithms.member import Member, resolve_device
+from popgrpo.algorithms.policy_kinds import group_trainer, policy_kind
 from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.executor import adopt_one, make_archives, new_archive
@@ -222,6 +223,8 @@ class MemberGroup:
         self.archives: dict[int, LocalArchive] = {}
         if archive_handle is None:
             self.archives = {k: new_archive(config) for k in member_ids}
+        kind = policy_kind(config.policy.kind)
+        shared = kind.shared(config, list(member_ids), self.device)  # e.g. one base model for all members
         self.members = {
             k: Member(
                 k,
@@ -231,15 +234,13 @@ class MemberGroup:
                 else RemoteArchive(archive_handle, 0 if config.archive.shared else k),
                 device=self.device,
                 rollout_service=None if rollout_worker is None else RemoteRolloutService(rollout_worker),
+                shared=shared,
             )
             for k in member_ids
         }
-        self.packed = None
         self.train_cpu_s: list[float] = []
-        if config.population.vectorize:
-            from popgrpo.algorithms.packed import PackedMembers
-
-            self.packed = PackedMembers(list(self.members.values()))
+        # How the members step together (packed, one mixed-adapter batch); None: one after another.
+        self.trainer = group_trainer(config, list(self.members.values()))
 
     def train(self, n_epochs: int) -> dict[int, list[dict]]:
         """Epoch by epoch across the packed members, publishing live metrics after each; then,
@@ -249,8 +250,8 @@ class MemberGroup:
         cpu = 0.0
         for _ in range(n_epochs):
             start = time.thread_time()
-            if self.packed is not None:  # population.vectorize: one batched step for all members
-                epoch = dict(zip(self.members, (r[0] for r in self.packed.train_epochs(1)), strict=True))
+            if self.trainer is not None:
+                epoch = dict(zip(self.members, (r[0] for r in self.trainer.train_epochs(1)), strict=True))
             else:
                 epoch = {k: member.train_epochs(1)[0] for k, member in self.members.items()}
             cpu += time.thread_time() - start

@@ -52,6 +52,7 @@ from ray.util.scheduling_strategies import (
 )
 
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
+from popgrpo.algorithms.policy_kinds import policy_kind
 from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, MemberGroup, RestoreInfo, archives_in_groups
@@ -203,7 +204,7 @@ class RayExecutor:
         An engine that cannot run there (vLLM not installed) is a :class:`SetupError` naming why.
         """
         rollout = config.policy.causal_lm.rollout
-        if config.policy.kind != "causal_lm" or not rollout.on_worker():
+        if not policy_kind(config.policy.kind).uses_rollout_worker(config):
             return None
         worker: Any = RolloutWorker.options(
             name=rollout_worker_name(self.run_tag), namespace=self.namespace, num_cpus=0, num_gpus=rollout.worker_gpus()
