@@ -1,8 +1,9 @@
 """The ``popgrpo`` command.
 
-Exit codes: 0 success; 2 bad input (config, overrides, missing file), one line on stderr
-naming the field; 1 runtime failure (message on stderr, traceback in the run directory's
-``error.log``).
+Exit codes: 0 success (``popgrpo`` alone prints the usage); 2 bad input (config, overrides,
+a missing file, model or reward function), one line on stderr naming the field, found before
+the run directory exists; 1 runtime failure (message on stderr, traceback in the run
+directory's ``error.log``).
 """
 
 from __future__ import annotations
@@ -12,29 +13,69 @@ import json
 import shlex
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from popgrpo.config import ConfigError, config_markdown, load_args_config, load_config, resolve_config_path
+from popgrpo.config import (
+    ConfigError,
+    config_markdown,
+    list_presets,
+    load_args_config,
+    load_config,
+    preset_path,
+    resolve_config_path,
+)
 
 if TYPE_CHECKING:
     from popgrpo.config import Config
     from popgrpo.runtime.executor import Executor
 
 
+# When this module was imported: the start of ``popgrpo``, for the elapsed seconds of the start-up lines.
+_STARTED = time.monotonic()
+
+
+def _say(message: str) -> None:
+    """One start-up line on stderr, with the seconds since ``popgrpo`` started."""
+    print(f"popgrpo: {message} ({time.monotonic() - _STARTED:.1f} s)", file=sys.stderr, flush=True)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
+    from popgrpo.preflight import check_run
+
+    say = None if args.quiet else _say
     if args.resume:
         if args.config or args.set or args.seed is not None or args.out:
-            raise ConfigError("--resume continues a run with its own config.yaml; drop --config/--set/--seed/--out")
+            raise ConfigError(
+                "--resume continues a run with its own config.yaml; drop --config/--set/--seed/--out "
+                "(--epochs N extends it)"
+            )
+        run_dir = Path(args.resume)
+        if (run_dir / "config.yaml").is_file():  # resume() itself says what is wrong with a directory
+            own = load_config(run_dir / "config.yaml")
+            check_run(own)
+            if args.epochs is not None and args.epochs < own.run.epochs:
+                raise ConfigError(
+                    f"--epochs {args.epochs}: the run is set for {own.run.epochs} epochs; --epochs extends a run, "
+                    "it cannot shorten one"
+                )
         config: Config | None = None
     else:
+        if args.epochs is not None:
+            raise ConfigError(f"--epochs extends a run with --resume; for a new run use --set run.epochs={args.epochs}")
         config = load_args_config(args)
         from popgrpo.telemetry.loggers import check_available
 
         check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
         _check_proxy(config)
+        config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
+        check_run(config, config_file)
     # Imported after validation so a bad config fails fast, before torch loads.
+    if config is not None and say is not None:
+        out = args.out or f"runs/{config.run.name}-<timestamp>"
+        say(f"{config.run.name}: {config.population.size} member(s) × {config.run.epochs} epochs into {out}")
     from popgrpo.telemetry.run_dir import writable_directory
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 
@@ -50,8 +91,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         def local_factory(cfg: Config, run_dir: Path) -> Executor:
             _check_executor(cfg, "local")  # a resumed run's own config
+            if say is not None:
+                say(f"building {cfg.population.size} member(s) in this process (--executor local: no Ray)")
             executor = LocalExecutor(cfg, run_dir)
-            _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=False))
+            if say is not None:
+                _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=False))
             return executor
 
         factory = local_factory
@@ -63,14 +107,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         def ray_factory(cfg: Config, run_dir: Path) -> Executor:
             embedded = embeds_ray(args.address)
+            if say is not None:
+                say(
+                    "starting Ray (embedded, on 127.0.0.1 only; Ray's own lines follow)"
+                    if embedded
+                    else f"connecting to Ray at {args.address or 'RAY_ADDRESS'}"
+                )
             try:
-                executor = RayExecutor(cfg, run_dir=run_dir, address=args.address)
+                executor = RayExecutor(cfg, run_dir=run_dir, address=args.address, say=say)
             except SetupError as exc:
                 raise ConfigError(str(exc)) from None
-            lines = watch_lines(run_dir, cfg.run, ray_connected=True)
-            if embedded:  # a cluster's charts are its operator's business (docs/guides/grafana.md)
-                lines.append(charts_hint(ray_session_dir()))
-            _print_watch_lines(lines)
+            if say is not None:
+                lines = watch_lines(run_dir, cfg.run, ray_connected=True)
+                if embedded:  # a cluster's charts are its operator's business (docs/guides/grafana.md)
+                    lines.append(charts_hint(ray_session_dir()))
+                _print_watch_lines(lines)
             return executor
 
         factory = ray_factory
@@ -85,9 +136,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     ) as stop:
         try:
             if config is None:
-                summary = resume(run_dir, executor_factory=factory, progress=not args.quiet)
+                summary = resume(
+                    run_dir, executor_factory=factory, progress=not args.quiet, epochs=args.epochs, say=say
+                )
             else:
-                summary = train(config, run_dir, executor_factory=factory, progress=not args.quiet)
+                summary = train(config, run_dir, executor_factory=factory, progress=not args.quiet, say=say)
         except KeyboardInterrupt:  # RunInterrupted, or the plain one Ray turns it into
             signum = stop.received or signal.SIGINT
             _disconnect_ray()  # when the stop came before the executor could close it
@@ -100,6 +153,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
             (run_dir / "error.log").write_text(traceback.format_exc())
             print(f"popgrpo: run failed: {exc} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
             return 1
+    # An earlier failed run in this directory left its traceback: this run succeeded.
+    (run_dir / "error.log").unlink(missing_ok=True)
     print(json.dumps(summary, indent=2))
     print(f"run directory: {run_dir}")
     return 0
@@ -167,13 +222,20 @@ def _check_proxy(config: Config) -> None:
 
 
 def _print_watch_lines(lines: list[str]) -> None:
-    """Where to watch the run, on stderr (stdout carries the summary JSON). --quiet keeps them:
-    it silences the progress bar, and a job's log wants these one-time lines."""
+    """Where to watch the run, on stderr (stdout carries the summary JSON); --quiet leaves them out."""
     for line in lines:
         print(f"popgrpo: {line}", file=sys.stderr, flush=True)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
+    if args.list:
+        presets = list_presets()
+        width = max(len(name) for name, _ in presets)
+        for name, what in presets:
+            cfg = load_config(preset_path(name))
+            size = f"{cfg.population.size} member{'s' if cfg.population.size > 1 else ''} × {cfg.run.epochs} epochs"
+            sys.stdout.write(f"{name:<{width}}  {size:<26}  {what}\n")
+        return 0
     if args.markdown:
         sys.stdout.write(config_markdown())
         return 0
@@ -200,15 +262,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train a run (default: the Pop-GRPO preset)")
     train.add_argument(
-        "--config", help="YAML file or preset name (grpo, qd_grpo, maxent_grpo, pop_grpo); default pop_grpo"
+        "--config", help="YAML file or preset name; default pop_grpo (`popgrpo config --list` lists the presets)"
     )
     train.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a field, e.g. --set grpo.lr=1e-3 (repeatable)"
     )
     train.add_argument("--out", help="run directory (default runs/<run.name>-<timestamp>)")
     train.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
-    train.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run from its last complete round")
-    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue an interrupted run from its last complete round, or extend one"
+    )
+    train.add_argument(
+        "--epochs",
+        type=int,
+        metavar="N",
+        help="with --resume: train the run to N epochs in all, continuing a finished run (docs/guides/resume.md)",
+    )
+    train.add_argument(
+        "--quiet", action="store_true", help="no progress bar and no start-up lines; errors and the summary only"
+    )
     train.add_argument(
         "--executor",
         choices=("ray", "local"),
@@ -221,8 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=_cmd_train)
 
-    cfg = sub.add_parser("config", help="print the resolved config, or the field reference")
+    cfg = sub.add_parser("config", help="print the resolved config, list the presets, or the field reference")
     cfg.add_argument("--config", help="YAML file or preset name; default: built-in defaults")
+    cfg.add_argument("--list", action="store_true", help="list the presets, one line each: name, size, what it is")
     cfg.add_argument("--set", action="append", metavar="KEY=VALUE")
     cfg.add_argument("--markdown", action="store_true", help="print the config reference table")
     cfg.set_defaults(func=_cmd_config)
@@ -258,8 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["train", *(argv or [])])
+    if args.command is None:  # `popgrpo` alone: the usage, nothing started (training is `popgrpo train`)
+        parser.print_help()
+        return 0
     try:
         return args.func(args)
     except ConfigError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, checkpoint_due, load_config
 from popgrpo.runtime.async_loop import AsyncExecutor, AsyncState, AsyncStateError, parse_async_state, run_async
 from popgrpo.runtime.executor import Executor, LocalExecutor
-from popgrpo.runtime.scheduler import FrontierStore, PopulationRounds, frontier_store, run_rounds
+from popgrpo.runtime.scheduler import FrontierStore, PopulationRounds, frontier_store, round_lengths, run_rounds
 from popgrpo.runtime.stopping import deferred, deferring
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.telemetry.loggers import Loggers, RoundReport, archive_heatmaps, make_loggers
@@ -26,6 +27,7 @@ from popgrpo.telemetry.writer import BackgroundWriter
 __all__ = ["ResumeError", "default_run_dir", "resume", "train"]
 
 ExecutorFactory = Callable[[Config, Path], Executor]  # (config, run_dir) -> executor
+Say = Callable[[str], None]  # prints one start-up line (the CLI's, with the seconds since it started)
 
 
 class ResumeError(ValueError):
@@ -41,30 +43,53 @@ def train(
     run_dir: str | Path,
     executor_factory: ExecutorFactory = LocalExecutor,
     progress: bool = True,
+    say: Say | None = None,
 ) -> dict:
     """Train ``config`` and write its run directory; return the summary.
 
     After every round the metrics, the lineage line and a checkpoint are written (by a
     background thread, in that order, while the next round trains), so an interrupted run
-    keeps what it finished and :func:`resume` can continue it.
+    keeps what it finished and :func:`resume` can continue it. ``say``: told when the first
+    round begins.
     """
     out = RunDirectory(run_dir).create()
     out.write_config(config)
-    return _run(config, out, executor_factory, progress, start_round=0, rows=[], restore=None)
+    return _run(config, out, executor_factory, progress, start_round=0, rows=[], restore=None, say=say)
 
 
-def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecutor, progress: bool = True) -> dict:
+def resume(
+    run_dir: str | Path,
+    executor_factory: ExecutorFactory = LocalExecutor,
+    progress: bool = True,
+    epochs: int | None = None,
+    say: Say | None = None,
+) -> dict:
     """Continue an interrupted run from its last complete round; finish with the same epochs.
 
     Metrics and lineage written after that round (by the run that died) are dropped and
     recomputed, so the finished run equals an uninterrupted one with the same seed.
+
+    ``epochs``: train to this many epochs in all (at least the run's own ``run.epochs``), which
+    also continues a finished run. The run's ``config.yaml`` is rewritten with the new
+    ``run.epochs`` and its ``summary.json`` removed first, so a run stopped while it is being
+    extended resumes with a plain :func:`resume`. The end of the old last round, which the
+    finished run skipped (nothing is merged once training is over), is carried out first, so
+    a synchronous run extended from E to N epochs equals one asked for N epochs from the
+    start, bit for bit (tested), when E is a multiple of ``scheduler.interval_epochs``. A run
+    whose last round was shorter than the others, or with asynchronous rounds, cannot be
+    extended (:class:`ResumeError`).
     """
     out = RunDirectory(run_dir)
     if not (out.path / "config.yaml").is_file():
         raise ResumeError(f"{out.path} is not a popgrpo run directory (no config.yaml)")
     config = load_config(out.path / "config.yaml")
+    if epochs is not None and epochs != config.run.epochs:
+        config = _extended(out, config, epochs)
     if (out.path / "summary.json").exists():
-        raise ResumeError(f"{out.path} has already finished (summary.json exists)")
+        raise ResumeError(
+            f"{out.path} has already finished (summary.json exists); "
+            f"--epochs N with N above its {config.run.epochs} continues it"
+        )
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     info = checkpointer.latest()
     if checkpointer.fallback is not None:
@@ -108,6 +133,13 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
     if out.has_metrics():
         out.write_metrics(rows)  # the rows after the checkpoint are recomputed: dropped now
     out.truncate_lineage(max_round=info["round"] if info else -1)
+    pending = None
+    if info is not None and _round_end_pending(out, config, info["round"]):
+        ended = info["epoch_end"] - round_lengths(config.run.epochs, config.scheduler.interval_epochs)[info["round"]]
+        pending = [
+            sorted((r for r in rows if r["member"] == k and r["epoch"] >= ended), key=lambda r: r["epoch"])
+            for k in range(config.population.size)
+        ]
     replay: dict[int, list[int]] = {}
     if config.scheduler.mode == "async":
         try:  # merges decided after the checkpoint: the resumed run makes the same ones
@@ -125,7 +157,45 @@ def resume(run_dir: str | Path, executor_factory: ExecutorFactory = LocalExecuto
         async_state=async_state,
         replay=replay,
         store=store,
+        pending=pending,
+        say=say,
     )
+
+
+def _extended(out: RunDirectory, config: Config, epochs: int) -> Config:
+    """``config`` with ``run.epochs = epochs``, written to the run's config.yaml, its summary.json
+    removed (see :func:`resume`); ResumeError where the run cannot be continued that way."""
+    old, interval = config.run.epochs, config.scheduler.interval_epochs
+    if epochs < old:
+        raise ResumeError(f"--epochs {epochs}: the run is set for {old} epochs; a run can be extended, not shortened")
+    if config.scheduler.mode == "async":
+        raise ResumeError(
+            "--epochs: a run with asynchronous rounds (scheduler.mode=async) cannot be extended: its last merges "
+            "depend on which members reported last; start a new run with --set run.epochs=N"
+        )
+    if old % interval:
+        raise ResumeError(
+            f"--epochs: the run's {old} epochs are not a multiple of scheduler.interval_epochs ({interval}), so its "
+            f"last round was shorter than a round of a longer run; start a new run with --set run.epochs={epochs}"
+        )
+    config = config.model_copy(deep=True)
+    config.run.epochs = epochs  # validated on assignment
+    (out.path / "summary.json").unlink(missing_ok=True)  # before the config: see resume()
+    out.write_config(config)
+    return config
+
+
+def _round_end_pending(out: RunDirectory, config: Config, round_index: int) -> bool:
+    """Whether the end of round ``round_index`` (its merge) is still to be carried out: it was
+    the last round of a run since extended. Every other round's end is written to the lineage
+    before that round's checkpoint, so a checkpointed round without a lineage line is one."""
+    if not config.scheduler.enabled or config.scheduler.mode != "sync":
+        return False
+    if round_index + 1 >= len(round_lengths(config.run.epochs, config.scheduler.interval_epochs)):
+        return False  # the last round: nothing is merged after it
+    path = out.path / "lineage.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return not any(json.loads(line)["round"] == round_index for line in lines if line)
 
 
 def _frontier_store(
@@ -189,6 +259,8 @@ def _run(
     async_state: AsyncState | None = None,
     replay: dict[int, list[int]] | None = None,
     store: FrontierStore | None = None,
+    pending: list[list[dict]] | None = None,
+    say: Say | None = None,
 ) -> dict:
     checkpointer = Checkpointer(out.path, config.run.checkpoint_keep)
     done = len({r["epoch"] for r in rows})
@@ -199,6 +271,8 @@ def _run(
     except BaseException:
         loggers.close(failed=True)
         raise
+    if say is not None:
+        say(f"round {start_round} begins (epoch {done} of {config.run.epochs})")
     bar = tqdm(
         total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
     )
@@ -227,6 +301,9 @@ def _run(
         events = list(executor.events)
         executor.events.clear()
         checkpoint = checkpoint_due(round_index, config.run.checkpoint_every, last=epoch_end >= config.run.epochs)
+        # An extended run's first round end replaces the checkpoint its round left before the
+        # merge: that one would not do for a later resume, which reads the lineage line as "merged".
+        checkpoint = checkpoint or (pending is not None and round_index == start_round - 1)
         writer.submit(
             _write_round,
             out,
@@ -257,7 +334,7 @@ def _run(
             executor.load_member_states(restore[0])
             executor.load_archive_states(restore[1])
         if synchronous:
-            run_rounds(config, executor, on_round, start_round=start_round, rounds=rounds)
+            run_rounds(config, executor, on_round, start_round=start_round, rounds=rounds, pending=pending)
         else:
             try:
                 run_async(

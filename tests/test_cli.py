@@ -1,6 +1,8 @@
 import json
+import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -51,6 +53,13 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path):
     assert "seed: 7" in (out / "config.yaml").read_text()
     assert (out / "training_dynamics.png").read_bytes()[:4] == b"\x89PNG"
     assert "epoch" in res.stderr  # progress bar
+    # The start says what it is doing, a line a step, each with its elapsed seconds.
+    said = [line for line in res.stderr.splitlines() if re.fullmatch(r"popgrpo: .* \(\d+\.\d s\)", line)]
+    assert [re.sub(r" \(\d+\.\d s\)$", "", line) for line in said] == [
+        f"popgrpo: pop_grpo: 5 member(s) × 4 epochs into {out}",
+        "popgrpo: building 5 member(s) in this process (--executor local: no Ray)",
+        "popgrpo: round 0 begins (epoch 0 of 4)",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +113,86 @@ def test_runtime_failure_exits_1_and_keeps_a_log(tmp_path: Path):
     assert "run failed" in res.stderr and "max_bad_reward_fraction" in res.stderr
     assert "BadRewardError" in (out / "error.log").read_text()
     assert (out / "config.yaml").is_file()
+
+
+def test_quiet_prints_errors_and_the_summary_only(tmp_path: Path):
+    res = popgrpo("train", "--config", "grpo", *SHORT, "--out", str(tmp_path / "r"), "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""  # no bar, no start-up lines, no TensorBoard line
+    assert json.loads(res.stdout[: res.stdout.rindex("}") + 1])["epochs"] == 4
+
+
+def test_popgrpo_alone_prints_the_usage_and_starts_nothing(tmp_path: Path):
+    res = popgrpo(cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("usage: popgrpo") and "train" in res.stdout
+    assert list(tmp_path.iterdir()) == []  # no runs/, nothing started
+    help_text = popgrpo("train", "--help").stdout
+    assert "`popgrpo config --list` lists the presets" in " ".join(help_text.split())
+
+
+def test_config_list_shows_every_preset_on_one_line():
+    from popgrpo.config import list_presets
+
+    res = popgrpo("config", "--list")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [name for name, _ in list_presets()]
+    assert re.fullmatch(r"pop_grpo +5 members × 120 epochs +Pop-GRPO \(main paper §4\.3\)", lines[-3])
+
+
+# The mistakes of a user's first hour (issue 47), each as the bring-your-own guide's files make it.
+FIRST_HOUR_MISTAKES = [
+    (["--set", "run.epoch=3"], "invalid config (--set run.epoch=3): run.epoch: unknown key (did you mean run.epochs?)"),
+    (
+        ["--config", "pop_grp"],
+        "--config pop_grp: not found: no such file and no preset of that name (did you mean pop_grpo",
+    ),
+    (
+        ["--config", "byo.yaml", "--set", "env.text.rewards[0].fn=my_rewards:short_and_numerc"],
+        "env.text.rewards[0].fn: module my_rewards has no function 'short_and_numerc' (did you mean 'short_and_numeric'?)",
+    ),
+    (
+        ["--config", "byo.yaml", "--set", "env.text.rewards[0].fn=my_reward:short_and_numeric"],
+        "env.text.rewards[0].fn: no module named 'my_reward' beside the config",
+    ),
+    (
+        ["--config", "byo.yaml", "--set", "policy.causal_lm.model=runs/tiny_lm"],
+        "policy.causal_lm.model: runs/tiny_lm: no such directory",
+    ),
+]
+
+
+def test_first_hour_mistakes_exit_2_with_one_line_and_leave_no_run_directory(tmp_path: Path):
+    (tmp_path / "runs" / "tiny-lm").mkdir(parents=True)
+    (tmp_path / "runs" / "tiny-lm" / "config.json").write_text("{}")
+    (tmp_path / "my_rewards.py").write_text(
+        "def short_and_numeric(prompts, completions):\n    return [0.0] * len(completions)\n"
+    )
+    (tmp_path / "byo.yaml").write_text(
+        "env:\n  kind: text\n  text:\n    prompts: ['make 24:']\n    rewards:\n      - fn: my_rewards:short_and_numeric\n"
+        "policy:\n  kind: causal_lm\n  causal_lm:\n    model: runs/tiny-lm\n"
+    )
+    for args, message in FIRST_HOUR_MISTAKES:
+        started = time.monotonic()
+        res = popgrpo("train", *args, "--out", str(tmp_path / "r"), cwd=tmp_path)
+        elapsed = time.monotonic() - started
+        assert res.returncode == 2, (args, res.stderr)
+        assert message in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1
+        assert "did you mean" in res.stderr or "`popgrpo lm tiny --out runs/tiny_lm`" in res.stderr
+        assert not (tmp_path / "r").exists(), args
+        print(f"{args}: exit 2 after {elapsed:.2f} s")
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny-lm"]
+
+
+def test_a_successful_run_removes_the_error_log_an_earlier_failure_left(tmp_path: Path):
+    out = tmp_path / "r"
+    failed = popgrpo("train", "--config", "grpo", *SHORT, "--set", "env.noise_std=1e300", "--out", str(out), "--quiet")
+    assert failed.returncode == 1 and (out / "error.log").is_file()
+    res = popgrpo("train", "--config", "grpo", *SHORT, "--out", str(out), "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert not (out / "error.log").exists() and (out / "summary.json").is_file()
 
 
 def test_config_command_prints_resolved_yaml():

@@ -228,3 +228,69 @@ def test_sizes_at_their_bounds_are_accepted():
     cfg = load_config(None, ["population.size=10000", "archive.shared=true", "archive.cells_per_dim=1000"])
     assert cfg.population.size == 10_000 and cfg.archive.cells_per_dim == 1000
     assert load_config(None, ["maxent.novelty.k=512", "maxent.novelty.capacity=512"]).maxent.novelty.k == 512
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["run.epoch=3"], "invalid config (--set run.epoch=3): run.epoch: unknown key (did you mean run.epochs?)"),
+        (["grp.lr=1"], "grp: unknown key (did you mean grpo?)"),
+        (["run.xyz=1"], "run.xyz: unknown key; the keys of run: name, seed, epochs,"),
+        (["scheduler.xyz=1"], "scheduler.xyz: unknown key; `popgrpo config --markdown` lists the keys of scheduler"),
+        (
+            ["env.text.rewards[0].fn=m:f", "env.text.rewards[0].wieght=2"],
+            "env.text.rewards[0].wieght: unknown key (did you mean env.text.rewards[0].weight?)",
+        ),
+    ],
+)
+def test_unknown_keys_get_close_matches_or_the_section_keys(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(preset_path("pop_grpo"), overrides)
+    assert message in str(err.value)
+
+
+def test_an_error_names_the_set_it_came_from_not_the_preset_file(tmp_path: Path):
+    preset = preset_path("pop_grpo")
+    with pytest.raises(ConfigError) as err:
+        load_config(preset, ["run.name=ok", "grpo.lr=fast"])
+    assert str(err.value).startswith("invalid config (--set grpo.lr=fast): grpo.lr: ")
+    assert str(preset) not in str(err.value)
+    # A value from the file names the file; a check across sections names both.
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("grpo:\n  lr: fast\n")
+    with pytest.raises(ConfigError, match=rf"^invalid config \({bad}\): grpo.lr: "):
+        load_config(bad, ["run.name=ok"])
+    with pytest.raises(ConfigError, match=rf"^invalid config \({preset}, --set scheduler.top_m=9\): "):
+        load_config(preset, ["scheduler.top_m=9"])
+
+
+def test_set_indexes_into_lists():
+    cfg = load_config(
+        preset_path("lm_exec"), ["env.text.rewards[0].weight=2.5", "run.loggers[1]=mlflow", "env.text.prompts[0]=x"]
+    )
+    assert cfg.env.text.rewards[0].weight == 2.5 and cfg.env.text.rewards[0].fn.endswith("execution_score")
+    assert cfg.run.loggers == ["tensorboard", "mlflow"]  # the default list, one item appended
+    assert cfg.env.text.prompts[0] == "x"
+    added = load_config(None, ["env.text.rewards[0].fn=m:f", "env.text.rewards[1]={fn: n:g, weight: 0.5}"])
+    assert [(r.fn, r.weight) for r in added.env.text.rewards] == [("m:f", 1.0), ("n:g", 0.5)]
+    for overrides, message in [
+        (["env.text.rewards[3].fn=m:f"], "env.text.rewards has 0 item(s); index 3 is out of range"),
+        (["run.epochs[0]=1"], "--set run.epochs[0]: run.epochs is not a list"),
+        (["run.loggers.x=1"], "run.loggers: Input should be a valid list"),
+        (["run..x=1"], "cannot read the key"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            load_config(None, overrides)
+        assert message in str(err.value), overrides
+
+
+def test_a_typo_in_a_preset_name_suggests_close_ones_and_lists_them():
+    from popgrpo.config import list_presets, resolve_config_path
+
+    with pytest.raises(ConfigError) as err:
+        resolve_config_path("pop_grp")
+    names = [name for name, _ in list_presets()]
+    assert "(did you mean pop_grpo" in str(err.value)
+    assert f"presets: {', '.join(names)} (`popgrpo config --list`" in str(err.value)
+    assert {"grpo", "qd_grpo", "maxent_grpo", "pop_grpo", "lm_exec", "pop_grpo_scale"} <= set(names)
+    assert dict(list_presets())["pop_grpo"] == "Pop-GRPO (main paper §4.3)"

@@ -155,7 +155,7 @@ def test_unknown_choice_exits_2_with_the_choices(field, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("popgrpo: invalid config (")  # (the default preset)
+    assert len(lines) == 1 and lines[0].startswith(f"popgrpo: invalid config (--set {FIELDS[field]}): ")
     hint = r"( \(did you mean [^)]*\))?"  # 'nope' is close to the mutation 'none'
     assert re.search(
         rf": {re.escape(field)}: unknown {reg.kind} 'nope'{hint}; choices: {re.escape(', '.join(reg.names()))}$",
@@ -171,5 +171,5 @@ def test_unknown_environment_exits_2_from_the_command_line(tmp_path):
         text=True,
     )
     assert res.returncode == 2
-    assert res.stderr.endswith("pop_grpo.yaml): env.kind: unknown environment 'nope'; choices: idea, text\n")
+    assert res.stderr.endswith("(--set env.kind=nope): env.kind: unknown environment 'nope'; choices: idea, text\n")
     assert len(res.stderr.splitlines()) == 1

@@ -98,6 +98,61 @@ def test_checkpoints_are_pruned_and_resume_refuses_finished_runs(uninterrupted: 
     assert res.returncode == 2 and "--resume" in res.stderr
 
 
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_a_finished_run_extended_equals_one_asked_for_the_epochs_from_the_start(
+    tmp_path: Path, uninterrupted: Path, executor: str
+):
+    """6 epochs (3 rounds), finished, then extended to 12: the same numbers, lineage, archive,
+    TensorBoard curve and config as the 12-epoch run. The 6-epoch run's last round merged
+    nothing; the extension carries that merge out first."""
+    out = tmp_path / "run"
+    first = subprocess.run(
+        _cmd(*ARGS, "--set", "run.epochs=6", "--executor", "local", "--out", str(out)), capture_output=True, text=True
+    )
+    assert first.returncode == 0, first.stderr
+    assert [json.loads(line)["round"] for line in (out / "lineage.jsonl").read_text().splitlines()] == [0, 1]
+    env = ray_subprocess_env("pgext-")
+    try:
+        res = subprocess.run(
+            _cmd("--resume", str(out), "--epochs", "12", "--executor", executor, "--quiet"),
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert res.returncode == 0, res.stderr
+    for name in ("summary.json", "lineage.jsonl", "config.yaml"):
+        assert (out / name).read_text() == (uninterrupted / name).read_text(), name
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / "metrics.parquet"), pd.read_parquet(uninterrupted / "metrics.parquet")
+    )
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(out / "archive.parquet"), pd.read_parquet(uninterrupted / "archive.parquet")
+    )
+    assert _tensorboard_curve(out, "population", "reward_mean") == _tensorboard_curve(
+        uninterrupted, "population", "reward_mean"
+    )
+
+
+def test_extending_refuses_what_it_cannot_continue(tmp_path: Path, uninterrupted: Path):
+    res = subprocess.run(_cmd("--resume", str(uninterrupted), "--epochs", "8"), capture_output=True, text=True)
+    assert res.returncode == 2 and "cannot shorten" in res.stderr
+    res = subprocess.run(_cmd("--epochs", "8", "--out", str(tmp_path / "new")), capture_output=True, text=True)
+    assert res.returncode == 2 and "--set run.epochs=8" in res.stderr
+    odd = tmp_path / "odd"  # 3 epochs in rounds of 2: its last round was 1 epoch long
+    short = ["--config", "grpo", "--set", "run.epochs=3", "--set", "scheduler.interval_epochs=2"]
+    done = subprocess.run(
+        _cmd(*short, "--set", "grpo.steps_per_epoch=1", "--executor", "local", "--quiet", "--out", str(odd)),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    res = subprocess.run(_cmd("--resume", str(odd), "--epochs", "6"), capture_output=True, text=True)
+    assert res.returncode == 2 and "not a multiple of scheduler.interval_epochs (2)" in res.stderr
+    assert (odd / "summary.json").is_file() and "epochs: 3" in (odd / "config.yaml").read_text()  # untouched
+
+
 def _tensorboard_curve(run_dir: Path, run: str, tag: str) -> list[tuple[int, float]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

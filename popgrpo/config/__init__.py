@@ -14,6 +14,8 @@ from __future__ import annotations
 from popgrpo.config.loader import (
     DEFAULT_PRESET,
     PRESET_DIR,
+    field_name,
+    list_presets,
     load_args_config,
     load_config,
     load_model,
@@ -86,6 +88,8 @@ __all__ = [
     "TextEnvConfig",
     "checkpoint_due",
     "config_markdown",
+    "field_name",
+    "list_presets",
     "load_args_config",
     "load_config",
     "load_model",

@@ -102,8 +102,13 @@ def run_rounds(
     on_round: Callable[[int, int, list[list[dict]], dict | None], None],
     start_round: int = 0,
     rounds: PopulationRounds | None = None,
+    pending: list[list[dict]] | None = None,
 ) -> None:
     """Train rounds ``start_round, …``; after each, ``on_round(round, epoch_end, rows_per_member, record)``.
+
+    ``pending``: each member's rows of round ``start_round − 1``, whose end was not carried out
+    (the last round of a finished run, which is being extended): it is carried out first and
+    reported as ``on_round(start_round − 1, epoch_end, [[], …], record)``.
 
     The lineage record is ``None`` when the scheduler is off or after the final round
     (nothing is merged once training is over). ``start_round > 0`` continues a resumed run
@@ -118,6 +123,11 @@ def run_rounds(
     lengths = round_lengths(config.run.epochs, config.scheduler.interval_epochs)
     epoch_end = sum(lengths[:start_round])
     rounds = PopulationRounds(config, executor) if rounds is None else rounds
+    if pending is not None and config.scheduler.enabled and 0 < start_round < len(lengths):
+        actors = len(getattr(executor, "groups", ()))
+        train_after_adopt(executor, dict.fromkeys(range(actors), lengths[start_round]))
+        record = rounds.end_round(start_round - 1, epoch_end, list(range(executor.n_members)), pending)
+        on_round(start_round - 1, epoch_end, [[] for _ in pending], record)
     for round_index in range(start_round, len(lengths)):
         n_epochs = lengths[round_index]
         rows = executor.train(n_epochs, round_index)

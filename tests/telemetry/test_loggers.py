@@ -118,7 +118,6 @@ def short_run(tmp_path_factory):
                     "pop_grpo",
                     "--executor",
                     "local",
-                    "--quiet",
                     "--out",
                     str(root / "run"),
                     *overrides,
