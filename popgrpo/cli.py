@@ -75,7 +75,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     # Imported after validation so a bad config fails fast, before torch loads.
     if config is not None and say is not None:
         out = args.out or f"runs/{config.run.name}-<timestamp>"
-        say(f"{config.run.name}: {config.population.size} member(s) × {config.run.epochs} epochs into {out}")
+        say(f"run {config.run.name}: {config.population.size} member(s) × {config.run.epochs} epochs, into {out}")
     from popgrpo.telemetry.run_dir import writable_directory
     from popgrpo.train import ResumeError, default_run_dir, resume, train
 

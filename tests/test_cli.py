@@ -56,7 +56,7 @@ def test_train_writes_a_complete_run_directory(tmp_path: Path):
     # The start says what it is doing, a line a step, each with its elapsed seconds.
     said = [line for line in res.stderr.splitlines() if re.fullmatch(r"popgrpo: .* \(\d+\.\d s\)", line)]
     assert [re.sub(r" \(\d+\.\d s\)$", "", line) for line in said] == [
-        f"popgrpo: pop_grpo: 5 member(s) × 4 epochs into {out}",
+        f"popgrpo: run pop_grpo: 5 member(s) × 4 epochs, into {out}",
         "popgrpo: building 5 member(s) in this process (--executor local: no Ray)",
         "popgrpo: round 0 begins (epoch 0 of 4)",
     ]

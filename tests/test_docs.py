@@ -141,6 +141,55 @@ def test_every_getting_started_command_runs_as_shown(tmp_path):
     assert not (tmp_path / "runs" / "never").exists()
 
 
+def _section(page: Path, heading: str) -> str:
+    """The text of the ``## heading`` section of ``page``, up to the next ``## ``."""
+    return page.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.integration
+@pytest.mark.ray
+def test_bring_your_own_reward_runs_as_shown(tmp_path):
+    """The guide's reward section, followed exactly: its files (fenced with ``title=``) written
+    to a fresh working directory, its commands run there as typed, with the virtualenv on PATH
+    as after ``source .venv/bin/activate``, on the default executor (an embedded Ray)."""
+    pytest.importorskip("transformers")
+    venv = Path(sys.executable).parent.parent
+    if not (venv / "bin" / "popgrpo").exists():
+        pytest.skip(f"no popgrpo script next to {sys.executable}")
+    from tests.services import ray_subprocess_env
+
+    section = _section(DOCS / "guides" / "bring-your-own.md", "A reward for language-model members")
+    files = re.findall(r'^```\w+ title="([^"]+)"\n(.*?)^```', section, re.S | re.M)
+    assert [name for name, _ in files] == ["my_rewards.py", "byo.yaml"]
+    for name, text in files:
+        (tmp_path / name).write_text(text)
+    [block] = re.findall(r"^```bash\n(.*?)^```", section, re.S | re.M)
+    env = ray_subprocess_env("pgbyo-") | {
+        "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "VIRTUAL_ENV": str(venv),
+        "OMP_NUM_THREADS": "1",
+    }
+    try:
+        res = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        import shutil
+
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert res.returncode == 0, f"{block}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    import pandas as pd
+
+    metrics = pd.read_parquet(tmp_path / "runs" / "byo" / "metrics.parquet")
+    assert sorted(metrics["epoch"]) == [0, 1, 2, 3] and set(metrics["member"]) == {0}
+    assert (tmp_path / "runs" / "byo" / "summary.json").is_file()
+
+
 def test_readme_commands_are_the_getting_started_pages():
     """The README shows a subset of the getting-started commands, so the test above runs them."""
     shown = {c for block in _bash_blocks(REPO / "README.md") for c in _commands(block)}
