@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from tests.services import IN_CI, program_problem, require, require_module
+from tests.services import HIDER, IN_CI, program_problem, require, require_module
 
 torch.set_num_threads(1)
 
@@ -30,12 +30,22 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """In CI, a test whose program is missing fails before its fixtures are set up."""
-    if not IN_CI:
-        return
-    for marker in item.iter_markers("requires"):
-        for program in marker.args:
+    """With ``POPGRPO_TEST_HIDE_PROGRAMS=1`` (CI), the programs the test did not declare are hidden
+    from it, its fixtures included, until its teardown ends (:class:`tests.services.ProgramHider`).
+    In CI, a test whose program is missing fails before its fixtures are set up."""
+    declared = [program for marker in item.iter_markers("requires") for program in marker.args]
+    if HIDER is not None:
+        HIDER.begin(declared)
+    if IN_CI:
+        for program in declared:
             require(program)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    if HIDER is not None:
+        HIDER.end()
 
 
 @pytest.fixture
@@ -54,6 +64,8 @@ _exit_status: dict[str, int | None] = {"code": None}
 
 def pytest_sessionfinish(session, exitstatus):
     _exit_status["code"] = int(exitstatus)
+    if HIDER is not None:
+        HIDER.close()
 
 
 @pytest.hookimpl(trylast=True)

@@ -6,6 +6,10 @@ A test that needs an external program declares it, ``@pytest.mark.requires("redi
 :func:`require` where it starts the program. Where the program is missing the test skips with
 the reason and the package to install, except in CI (``CI=true``), where ``.ci/run`` installs
 every program of :data:`PROGRAMS` and a missing one is a failure.
+
+With ``POPGRPO_TEST_HIDE_PROGRAMS=1`` (``.ci/run`` sets it), each test runs with the programs
+it did not declare hidden from it (:class:`ProgramHider`), so a test that needs one without
+declaring it fails in CI instead of skipping nowhere and failing on a newcomer's machine.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from types import ModuleType
 from typing import NoReturn
 
@@ -79,7 +85,10 @@ def program_problem(program: str) -> str | None:
 
 def require(program: str) -> str:
     """The path of ``program`` (a key of :data:`PROGRAMS`; ``"sandbox"`` gives bubblewrap's);
-    skips the test (fails it in CI) when it cannot be used here."""
+    skips the test (fails it in CI) when it cannot be used here. Calling it declares the program:
+    where programs are hidden (:class:`ProgramHider`), it is shown again for the rest of the test."""
+    if HIDER is not None:
+        HIDER.declare(program)
     problem = program_problem(program)
     if problem is not None:
         missing(problem)
@@ -109,6 +118,108 @@ def require_module(module: str) -> ModuleType:
         missing(
             f"{module} is not installed (pip install -e '.[{EXTRAS[module]}]'; `make install` installs every extra)"
         )
+
+
+# ---- programs hidden from the tests that do not declare them -----------------------------------
+# A test that needs a program but does not declare it passes on every machine that has the
+# program, CI's included, and fails on a newcomer's that lacks it. With this variable set, each
+# test runs with the programs it did not declare taken off PATH, so such a test fails in CI's
+# normal pass. popgrpo finds its programs on PATH (shutil.which: bwrap in envs/sandbox.py,
+# prometheus in ops/monitor.py), and so do the tests (require), so PATH is all there is to hide;
+# subprocesses, and a Ray started during the test, inherit it.
+HIDE_ENV = "POPGRPO_TEST_HIDE_PROGRAMS"
+HIDING = os.environ.get(HIDE_ENV, "").lower() in ("1", "true", "yes")
+
+# The executables hidden for each key of PROGRAMS (Chromium also under the names other
+# distributions give it).
+EXECUTABLES = {
+    "redis-server": ("redis-server",),
+    "prometheus": ("prometheus",),
+    "chromium": ("chromium", "chromium-browser", "google-chrome"),
+    "bwrap": ("bwrap",),
+    "sandbox": ("bwrap",),
+}
+
+
+class ProgramHider:
+    """While a test runs (:meth:`begin` to :meth:`end`), ``PATH`` shows only the programs of
+    :data:`PROGRAMS` it declared: each directory of ``PATH`` that holds a hidden one is replaced
+    by a directory of symlinks to everything else in it (made once per set of hidden programs,
+    in a temporary folder that :meth:`close` removes). :func:`require` declares a program mid-test."""
+
+    def __init__(self) -> None:
+        self.root: str | None = None
+        self.real_path: str | None = None
+        self.declared: set[str] = set()
+        self._paths: dict[tuple[str, frozenset[str]], str] = {}
+        self._bwrap_visible = True
+
+    def begin(self, declared: Iterable[str]) -> None:
+        if self.real_path is None:
+            self.real_path = os.environ.get("PATH", os.defpath)
+        self.declared = set(declared)
+        self._apply()
+
+    def declare(self, program: str) -> None:
+        if self.real_path is not None and program not in self.declared:
+            self.declared.add(program)
+            self._apply()
+
+    def end(self) -> None:
+        if self.real_path is None:
+            return
+        os.environ["PATH"] = self.real_path
+        self.real_path, self.declared = None, set()
+        self._bwrap_now(True)
+
+    def hidden(self) -> frozenset[str]:
+        """The executables hidden now: those of every program not declared, less the declared ones'."""
+        shown = {name for program in self.declared for name in EXECUTABLES[program]}
+        return frozenset(name for names in EXECUTABLES.values() for name in names if name not in shown)
+
+    def _apply(self) -> None:
+        assert self.real_path is not None
+        hidden = self.hidden()
+        key = (self.real_path, hidden)
+        if key not in self._paths:
+            self._paths[key] = os.pathsep.join(self._shadow(d, hidden) for d in self.real_path.split(os.pathsep))
+        os.environ["PATH"] = self._paths[key]
+        self._bwrap_now("bwrap" not in hidden)
+
+    def _shadow(self, directory: str, hidden: frozenset[str]) -> str:
+        """``directory``, or a copy of it in symlinks without the ``hidden`` executables."""
+        try:
+            names = os.listdir(directory) if directory else []
+        except OSError:
+            return directory
+        if not hidden.intersection(names):
+            return directory
+        if self.root is None:
+            self.root = tempfile.mkdtemp(prefix="pg-hidden-", dir="/tmp")
+        shadow = tempfile.mkdtemp(prefix="path-", dir=self.root)
+        for name in names:
+            if name not in hidden:
+                os.symlink(os.path.join(directory, name), os.path.join(shadow, name))
+        return shadow
+
+    def _bwrap_now(self, visible: bool) -> None:
+        """The sandbox's probe of bubblewrap is cached per process: forget it when bwrap comes or goes."""
+        if visible == self._bwrap_visible:
+            return
+        self._bwrap_visible = visible
+        _sandbox_problem.cache_clear()
+        sandbox = sys.modules.get("popgrpo.envs.sandbox")
+        if sandbox is not None:
+            sandbox.bwrap_problem.cache_clear()
+
+    def close(self) -> None:
+        self.end()
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root, self._paths = None, {}
+
+
+HIDER: ProgramHider | None = ProgramHider() if HIDING else None
 
 
 def free_port() -> int:

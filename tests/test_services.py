@@ -86,6 +86,60 @@ def test_a_missing_program_skips_with_its_package_before_any_fixture_and_fails_i
         assert not (tmp_path / "fixture-ran").exists(), "a fixture was set up before the requirement was checked"
 
 
+UNDECLARED = """import shutil, subprocess
+import pytest
+from tests.services import require
+
+def visible():
+    return sorted(p for p in ("bwrap", "redis-server", "prometheus", "chromium") if shutil.which(p))
+
+def test_undeclared():
+    assert visible() == []
+    shell = subprocess.run(["sh", "-c", "command -v redis-server || echo none"], capture_output=True, text=True)
+    assert shell.stdout.strip() == "none"  # a subprocess's own lookup finds nothing either
+    assert shutil.which("sh")  # the other programs of the same folders are still there
+
+@pytest.mark.requires("redis-server")
+def test_declared():
+    assert visible() == ["redis-server"]
+
+def test_declared_mid_test():
+    assert visible() == []
+    require("chromium")
+    assert visible() == ["chromium"]
+
+def test_the_next_test_starts_hidden_again():
+    assert visible() == []
+"""
+
+
+def test_with_the_hiding_variable_a_test_sees_only_the_programs_it_declared(tmp_path):
+    """What CI's pass with ``POPGRPO_TEST_HIDE_PROGRAMS=1`` relies on: a test that uses a program
+    it did not declare finds it missing (so it fails in CI), one that declares it finds it."""
+    (tmp_path / "test_undeclared.py").write_text(UNDECLARED)
+    fake = tmp_path / "bin"  # every program, as a script, first on PATH: found unless hidden
+    fake.mkdir()
+    for name in ("bwrap", "redis-server", "prometheus", "chromium"):
+        (fake / name).write_text("#!/bin/sh\nexit 0\n")
+        (fake / name).chmod(0o755)
+    outcomes, stdout = {}, {}
+    for hide in ("1", ""):
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-rA", "-W", "ignore::pytest.PytestUnknownMarkWarning",
+             f"--basetemp={tmp_path / f'base-{hide}'}", str(tmp_path / "test_undeclared.py")],
+            cwd=ROOT, env=os.environ | {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "CI": "", "POPGRPO_TEST_HIDE_PROGRAMS": hide},
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        stdout[hide] = done.stdout
+        outcomes[hide] = {t: o for o, t in re.findall(r"^(PASSED|FAILED) \S+::(\w+)", done.stdout, re.M)}
+    assert outcomes["1"] == dict.fromkeys(
+        ("test_undeclared", "test_declared", "test_declared_mid_test", "test_the_next_test_starts_hidden_again"),
+        "PASSED",
+    ), stdout["1"][-3000:]
+    # Without the variable nothing is hidden: the undeclared test sees every program, the declared one too.
+    assert outcomes[""]["test_undeclared"] == "FAILED" and outcomes[""]["test_declared"] == "FAILED", stdout[""][-3000:]
+
+
 def test_ci_installs_every_program_a_test_may_require():
     script = (ROOT / ".ci" / "run").read_text()
     [install] = re.findall(r"apt-get install ([^>\n]*)", script)

@@ -1,13 +1,15 @@
 """benchmarks.trl_throughput trains the same thing on both sides: prompts, sampling, optimiser, rewards."""
 
 import pytest
-
-pytest.importorskip("trl")
-
 import torch
 
 from benchmarks import trl_throughput
 from popgrpo.envs.programs import generate_corpus, pooled_program_reward
+from tests.services import require_module
+
+require_module("trl")
+
+pytestmark = pytest.mark.requires("sandbox")  # both sides' rewards execute the programs
 
 
 def _args(model, tmp_path, *extra):

@@ -73,6 +73,7 @@ def _run(member: Member):
     return steps, row, member.get_weights()
 
 
+@pytest.mark.requires("sandbox")  # the programs run in the execution sandbox
 @pytest.mark.parametrize(
     ("grpo", "merged"),
     [({}, False), ({"updates_per_batch": 2}, False), ({}, True)],

