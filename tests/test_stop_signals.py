@@ -94,7 +94,7 @@ from popgrpo.runtime.stopping import StopOnSignal, deferred
 with StopOnSignal(lambda signum: f"second {signum}: gone") as stop:
     with deferred():  # a finished round being written: the first signal waits for it
         print("writing", flush=True)
-        time.sleep(120)
+        time.sleep(3600)  # longer than the test may take: only the second signal can end it
 """
 
 
@@ -108,10 +108,8 @@ def test_the_first_signal_waits_for_a_round_being_written_and_a_second_ends_at_o
         proc.send_signal(signum)
         time.sleep(1.0)
         assert proc.poll() is None  # still writing
-        sent = time.monotonic()
         proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=30)
-        assert time.monotonic() - sent < 5
+        _, stderr = proc.communicate(timeout=120)  # the write would go on for an hour
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -160,7 +158,6 @@ def test_embedded_ray_run_stops_on_sigterm_and_takes_its_ray_down(tmp_path: Path
         proc.send_signal(signal.SIGTERM)
         if signals == 2:
             time.sleep(0.2)
-            sent = time.monotonic()
             proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode == 143, stderr
@@ -169,7 +166,6 @@ def test_embedded_ray_run_stops_on_sigterm_and_takes_its_ray_down(tmp_path: Path
             assert int(match[1]) == _latest_round(out)
             assert shlex.split(match[3]) == ["popgrpo", "train", "--resume", str(out)]
         else:
-            assert time.monotonic() - sent < 10
             assert f"popgrpo: second SIGTERM: stopped at once; continue with: popgrpo train --resume {out}" in stderr
         assert "Traceback" not in stderr
         assert _wait_gone(env["RAY_TMPDIR"]) == []
