@@ -3,6 +3,7 @@ config field refusing an unknown name with exit 2 and the list of choices."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -79,13 +80,17 @@ def test_a_huge_unknown_name_is_cut_in_the_one_line_error():
 
 def test_builtins_are_known_without_importing_torch_or_ray():
     code = (
-        "import sys; from popgrpo.config import load_config; "
-        "load_config(None, ['env.kind=text', 'policy.kind=causal_lm', 'policy.causal_lm.model=m', "
+        "import json, sys; from popgrpo.config import load_config; "
+        "c = load_config(None, ['env.kind=text', 'policy.kind=causal_lm', 'policy.causal_lm.model=m', "
         "'env.text.prompts=[p]', 'env.text.rewards=[{fn: a:b}]', 'scheduler.merge=wise_ft', 'scheduler.mutate=svd']); "
-        "assert 'torch' not in sys.modules and 'ray' not in sys.modules, 'heavy import'"
+        "print(json.dumps({'kinds': [c.env.kind, c.policy.kind, c.scheduler.merge, c.scheduler.mutate], "
+        "'heavy': sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray'))}))"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+    loaded = json.loads(res.stdout)
+    assert loaded["kinds"] == ["text", "causal_lm", "wise_ft", "svd"]  # every name was checked and kept
+    assert loaded["heavy"] == []
 
 
 def test_every_builtin_resolves_to_a_callable():
