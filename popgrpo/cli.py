@@ -70,6 +70,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
         _check_proxy(config)
+        _check_problems(config)
         config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
         check_run(config, config_file)
     # Imported after validation so a bad config fails fast, before torch loads.
@@ -207,6 +208,18 @@ def _check_executor(config: Config, executor: str) -> None:
             "archive.redis_url: Redis write-through is done by the Ray executor's archive actor; "
             "drop --executor local or unset archive.redis_url"
         )
+
+
+def _check_problems(config: Config) -> None:
+    """env.kind=code: a missing file or a bad row is bad input (exit 2, one line naming the row and column)."""
+    if config.env.kind == "code":
+        from popgrpo.envs.code import check_problems
+        from popgrpo.envs.problems import ProblemSetError
+
+        try:
+            check_problems(config)
+        except ProblemSetError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _check_proxy(config: Config) -> None:

@@ -340,6 +340,7 @@ ENVIRONMENTS.register("idea", "popgrpo.envs:idea_env")
 # ``ideas``: what a policy samples and an environment scores, "vector" (R^d ideas, the default of
 # a plugin's entry) or "text" (completions); a run's policy and environment must agree.
 ENVIRONMENTS.register("text", "popgrpo.envs:text_env", ideas=TEXT_IDEAS)
+ENVIRONMENTS.register("code", "popgrpo.envs:code_env", ideas=TEXT_IDEAS)
 POLICIES.register("gaussian", "popgrpo.algorithms.policy_kinds:GAUSSIAN", ideas=VECTOR_IDEAS)
 POLICIES.register("causal_lm", "popgrpo.algorithms.policy_kinds:CAUSAL_LM", ideas=TEXT_IDEAS)
 REWARD_SOURCES.register("execution", _execution_reward)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "CODE_COLUMNS",
     "COMPLEXITY_QUANTILES",
     "CONTROL_COLUMNS",
     "DISCOVERY_COLUMNS",
@@ -55,6 +56,17 @@ DISCOVERY_COLUMNS = (
     "discovery_peak_fraction",
 )
 
+# Code problems (env.kind=code; popgrpo.algorithms.code_metrics), of the epoch's completions: a
+# completion passes when it passes every test of its problem. code_pass_at_1 and
+# code_pass_at_group: the unbiased pass@k (Chen et al. 2021) for k = 1 and k = grpo.group_size,
+# from each problem's samples pooled over the epoch, averaged over the problems drawn;
+# code_solved: how many problems at least one completion passed; code_distinct_correct: distinct
+# passing programs (renaming aside: popgrpo.envs.problems.solution_key) per problem solved;
+# code_problems: JSON {"group": G, "problems": {id: [n, c, [solution keys]]}}, from which the
+# population's pass@k and problems solved by any member are computed (popgrpo.core.passk).
+# NaN / null for other environments.
+CODE_COLUMNS = ("code_pass_at_1", "code_pass_at_group", "code_solved", "code_distinct_correct", "code_problems")
+
 # ``distinct``: the share of an epoch's ideas that are distinct (for text: distinct completions,
 # whatever prompt they answered). ``success``: the share of the epoch's ideas whose execution
 # succeeded (the sandbox said ``ok``; B = 1 in IdeaEnv), NaN where the environment does not say.
@@ -82,9 +94,10 @@ METRIC_COLUMNS = (
     *(f"complexity_p{round(q * 100)}" for q in COMPLEXITY_QUANTILES),
     *CONTROL_COLUMNS,
     *DISCOVERY_COLUMNS,
+    *CODE_COLUMNS,
 )
 INT_COLUMNS = frozenset({"epoch", "member", "archive_new", "archive_improved", "bad_rewards", "ideas"})
-STRING_COLUMNS = frozenset({"discovery_peaks", "discovery_peak_fraction"})
+STRING_COLUMNS = frozenset({"discovery_peaks", "discovery_peak_fraction", "code_problems"})
 
 # Why rewards were what they were, as JSON {"reason": count}: rows of members whose reward source
 # gives reasons (the text environment's reward callables); null otherwise.

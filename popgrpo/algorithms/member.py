@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 import torch
 
 from popgrpo.algorithms.archive_service import ArchiveService, EpochInserts
+from popgrpo.algorithms.code_metrics import epoch_code
 from popgrpo.algorithms.discovery import epoch_discovery
 from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.algorithms.policy_kinds import make_rollouts
@@ -312,6 +313,7 @@ class Member:
             entropy=entropy.detach().cpu(),  # the epoch's row is reduced on the CPU (popgrpo.algorithms.step)
             kl=kl.detach().cpu(),
             identities=self.rollouts.identities(batch.samples, batch.scores.features),
+            groups=getattr(batch.samples.ideas, "prompts", None),  # a text rollout's prompts
         )
 
     def end_epoch(self, steps: list[StepStats]) -> dict[str, Any]:
@@ -338,6 +340,7 @@ class Member:
             **quantiles,
             **control,
             **epoch_discovery(steps, self.env, self.config.eval.discovery_threshold),
+            **epoch_code(steps, self.env),
         }
         reasons = [s.scores.reasons for s in steps if s.scores.reasons is not None]
         if reasons:

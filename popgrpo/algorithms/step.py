@@ -136,6 +136,8 @@ class StepStats:
     entropy: torch.Tensor  # scalar, detached
     kl: torch.Tensor  # scalar, detached
     identities: Identities
+    # What each of the P groups answered (text: its prompt); None where groups are not told apart.
+    groups: Sequence[Hashable] | None = None
 
 
 def zero_bad(rewards: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:

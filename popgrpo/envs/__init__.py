@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from popgrpo.config import EnvConfig
     from popgrpo.envs.text import TextScores
 
-__all__ = ["Environment", "Landscape", "TextEnvironment", "idea_env", "make_env", "text_env"]
+__all__ = ["Environment", "Landscape", "TextEnvironment", "code_env", "idea_env", "make_env", "text_env"]
 
 
 @runtime_checkable
@@ -102,7 +102,7 @@ def make_env(cfg: EnvConfig, device: str | torch.device = "cpu"):
     """Build the environment ``cfg.kind`` names (an :class:`popgrpo.config.EnvConfig`).
 
     The name is looked up in :data:`popgrpo.registry.ENVIRONMENTS`: ``idea`` (:func:`idea_env`),
-    ``text`` (:func:`text_env`) or a plugin's; ``device`` is where an embedding model runs.
+    ``text`` (:func:`text_env`), ``code`` (:func:`code_env`) or a plugin's; ``device`` is where an embedding model runs.
     """
     return ENVIRONMENTS.get(cfg.kind)(cfg, device)
 
@@ -120,6 +120,13 @@ def text_env(cfg: EnvConfig, device: str | torch.device = "cpu") -> TextEnvironm
     from popgrpo.envs.text import TextEnv
 
     return TextEnv(cfg.text, device)
+
+
+def code_env(cfg: EnvConfig, device: str | torch.device = "cpu") -> TextEnvironment:
+    """``env.kind=code``: problems with their own tests as the reward (:class:`popgrpo.envs.code.CodeEnv`)."""
+    from popgrpo.envs.code import CodeEnv
+
+    return CodeEnv(cfg, device)
 
 
 _LAZY = {"IdeaGymEnv": "popgrpo.envs.gym", "register_gym_env": "popgrpo.envs.gym"}

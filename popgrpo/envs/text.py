@@ -6,7 +6,9 @@ of prompts; this module says what they are worth and where they sit:
 * **Prompts** come inline from the config or from a file on disk (``.txt`` one per line,
   ``.jsonl`` / ``.json`` records, ``.parquet``, ``.csv``).
 * **Rewards** are Python callables named by import path (``package.module:name``), called
-  as ``fn(prompts, completions, **kwargs)``, TRL's reward-function convention. Each returns one
+  as ``fn(prompts, completions, **columns, **kwargs)``, TRL's reward-function convention: the
+  columns of the prompts file that ``env.text.columns`` names come as keyword lists, one value
+  per completion (the value of its prompt's record). Each returns one
   float per completion (None for "no reward": it counts as a bad reward), or ``(floats,
   reasons)`` where a reason says why a completion scored what it did (the sandboxed execution
   reward's ``timeout``, ``crash``, …; counted per epoch). The weighted sum is the reward.
@@ -123,6 +125,22 @@ def _read_prompt_file(path: Path, field: str) -> list[str]:
     return texts
 
 
+def _prompt_columns(columns: Sequence[str], path: str | None, field: str) -> dict[str, dict[str, object]]:
+    """prompt → {column: value} of the records of ``path`` (the first record of each prompt)."""
+    if not columns:
+        return {}
+    if not path or Path(path).suffix.lower() == ".txt":
+        raise ValueError("env.text.columns needs records in env.text.prompts_path (.jsonl .json .parquet .csv)")
+    from popgrpo.envs.problems import read_rows
+
+    out: dict[str, dict[str, object]] = {}
+    for row in read_rows(path):
+        prompt = row.get(field)
+        if isinstance(prompt, str) and prompt not in out:
+            out[prompt] = {column: row.get(column) for column in columns}
+    return out
+
+
 def _embedder(name: str, device: torch.device) -> SentenceTransformer:
     key = (name, str(device))
     if key not in _EMBEDDERS:
@@ -186,6 +204,7 @@ class TextEnv:
         self.cfg = cfg
         self.device = torch.device(device)
         self.prompts = load_prompts(cfg.prompts, cfg.prompts_path, cfg.prompt_field)
+        self._columns = _prompt_columns(cfg.columns, cfg.prompts_path, cfg.prompt_field)
         self.rewards = [
             (spec.fn, fn, spec.weight, _with_pool_size(fn, dict(spec.kwargs), cfg.sandbox_pool_size))
             for spec in cfg.rewards
@@ -199,6 +218,12 @@ class TextEnv:
         self._directions: torch.Tensor | None = None
 
     # ---- rewards ----------------------------------------------------------------------------
+    def reward_columns(self, prompts: Sequence[str]) -> dict[str, list[object]]:
+        """The dataset columns the reward callables get: column → one value per prompt (TRL's convention)."""
+        return {
+            column: [self._columns.get(prompt, {}).get(column) for prompt in prompts] for column in self.cfg.columns
+        }
+
     def reward(self, prompts: Sequence[str], completions: Sequence[str]) -> tuple[torch.Tensor, Counter]:
         """``[N]`` weighted reward of each (prompt, completion) pair, and reason counts ``"fn:reason" → n``.
 
@@ -268,7 +293,7 @@ class TextEnv:
         for index, (name, fn, weight, kwargs) in enumerate(self.rewards):
             out = self._take_prefetched(index, prompts, completions) if self._prefetched else None
             if out is None:
-                out = fn(list(prompts), list(completions), **kwargs)
+                out = fn(list(prompts), list(completions), **{**self.reward_columns(prompts), **kwargs})
             values, why = out if isinstance(out, tuple) else (out, None)
             if len(values) != len(completions):
                 raise ValueError(f"reward {name} returned {len(values)} values for {len(completions)} completions")
