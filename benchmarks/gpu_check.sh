@@ -22,6 +22,11 @@
 #          bubblewrap and libseccomp2 (cd .gpu && apt-get download bubblewrap libseccomp2),
 #          unpacked into /tmp/bw when bwrap or libseccomp is missing.
 #
+# CHECKS (default: all) picks the parts, by name: versions, policies (the policy tests on the
+# device), device (tests/runtime/test_device.py), trl (the TRL benchmark, which needs .gpu/),
+# shared_base (tests/policies/test_shared_base_policy.py in float32 and bfloat16, then
+# benchmarks/shared_base.py on the qwen2.5-0.5b shape in bfloat16, written here: needs only .whl/;
+# SB_MEMBERS, SB_REPEATS, SB_STEPS, SB_TIMEOUT set its size).
 # Settings (environment): OUT (logs and JSON; default runs/gpu-check), DEVICE (cuda; cpu for a
 # dry run), DTYPE (the models' weights in the tests and on both sides of the benchmark: float32,
 # or bfloat16, what policy.causal_lm.dtype=auto picks on CUDA), PY (python3), INSTALL_WHEELS (1), ROUNDS (8), STEPS (3), BUDGET_S (200: no round is
@@ -35,6 +40,8 @@ mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu_check.log") 2>&1
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 step() { echo; echo "== $(date -u +%H:%M:%S) $*"; }
+CHECKS=${CHECKS:-versions policies device trl shared_base}
+want() { [[ " $CHECKS " == *" $1 "* ]]; }
 status=0
 
 step "wheels"
@@ -43,6 +50,42 @@ if [ "${INSTALL_WHEELS:-1}" = 1 ]; then
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD
+fi
+
+versions() {
+step "machine and versions"
+nvidia-smi || echo "no nvidia-smi"
+"$PY" - <<'EOF'
+import importlib.metadata as md, platform, torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    print("gpu", torch.cuda.get_device_name(), "bf16", torch.cuda.is_bf16_supported())
+for name in ("transformers", "peft", "trl", "accelerate", "datasets", "sentence-transformers", "pydantic", "pyarrow", "numpy", "ray", "vllm"):
+    try:
+        print(name, md.version(name))
+    except md.PackageNotFoundError:
+        print(name, "not installed")
+EOF
+}
+
+shared_base() {
+  step "shared base: tests/policies/test_shared_base_policy.py on $DEVICE in float32 and bfloat16"
+  for dt in float32 bfloat16; do
+    POPGRPO_TEST_DEVICE=$DEVICE POPGRPO_TEST_DTYPE=$dt timeout 240 "$PY" -m pytest -p no:cacheprovider -q -rs \
+      tests/policies/test_shared_base_policy.py || status=1
+  done
+  step "shared base: benchmark on the qwen2.5-0.5b shape ($DEVICE, bfloat16)"
+  "$PY" -c "from popgrpo.policies.causal_lm import build_shaped_causal_lm as b; b('qwen2.5-0.5b', '/tmp/q05', dtype='bfloat16')" || status=1
+  timeout "${SB_TIMEOUT:-420}" "$PY" -m benchmarks.shared_base --model /tmp/q05 --device "$DEVICE" --dtype bfloat16 \
+    --members "${SB_MEMBERS:-1,2,4,8}" --repeats "${SB_REPEATS:-2}" --steps "${SB_STEPS:-2}" --prompts 4 --group 8 \
+    --tokens 32 --threads 4 --label qwen2.5-0.5b-shape --json "$OUT/shared_base_gpu.json" || status=1
+}
+
+if [ "$CHECKS" = "shared_base" ] || [ "$CHECKS" = "versions shared_base" ]; then
+  want versions && versions
+  shared_base
+  step "done (status $status)"
+  exit $status
 fi
 
 step "bubblewrap and libseccomp"
@@ -58,19 +101,7 @@ command -v bwrap && bwrap --version
 SANDBOX=$("$PY" -c 'from popgrpo.envs.sandbox import bwrap_problem; print(bwrap_problem() or "ok")' 2>&1 | tail -1)
 echo "sandbox (bubblewrap + seccomp): $SANDBOX"
 
-step "machine and versions"
-nvidia-smi || echo "no nvidia-smi"
-"$PY" - <<'EOF'
-import importlib.metadata as md, platform, torch
-print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
-if torch.cuda.is_available():
-    print("gpu", torch.cuda.get_device_name(), "bf16", torch.cuda.is_bf16_supported())
-for name in ("transformers", "peft", "trl", "accelerate", "datasets", "sentence-transformers", "pydantic", "pyarrow", "numpy", "ray", "vllm"):
-    try:
-        print(name, md.version(name))
-    except md.PackageNotFoundError:
-        print(name, "not installed")
-EOF
+versions
 
 step "tests: tests/policies with POPGRPO_TEST_DEVICE=$DEVICE POPGRPO_TEST_DTYPE=$DTYPE"
 POPGRPO_TEST_DEVICE=$DEVICE POPGRPO_TEST_DTYPE=$DTYPE timeout 180 "$PY" -m pytest -p no:cacheprovider -q -rs \
@@ -93,5 +124,6 @@ timeout "${BENCH_TIMEOUT:-330}" "$PY" -m benchmarks.trl_throughput --model .gpu/
   --set policy.causal_lm.overlap=true --set policy.causal_lm.merged_generation=true \
   --set env.text.embedding_model=/tmp/minilm ${BENCH_ARGS:-} --out /tmp/bench-gpu || status=1
 cp /tmp/bench-gpu/trl_throughput.json "$OUT/" || status=1
+want shared_base && shared_base
 step "done (status $status)"
 exit $status

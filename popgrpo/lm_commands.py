@@ -128,8 +128,35 @@ def _cmd_programs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_init(args: argparse.Namespace) -> int:
+    from popgrpo.policies.causal_lm import SHAPES, build_shaped_causal_lm
+
+    if args.shape not in SHAPES:
+        sys.stderr.write(f"popgrpo: unknown model shape {args.shape!r}; shapes: {', '.join(SHAPES)}\n")
+        return 2
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.force:
+        sys.stderr.write(f"popgrpo: {out} is not empty (--force to write into it)\n")
+        return 2
+    build_shaped_causal_lm(args.shape, out, seed=args.seed, dtype=args.dtype)
+    sys.stdout.write(f"wrote a randomly initialised {args.shape} model to {out}\n")
+    return 0
+
+
 def add_lm_parsers(lm) -> None:
-    """Add ``pretrain`` and ``programs`` to the ``popgrpo lm`` sub-commands."""
+    """Add ``init``, ``pretrain`` and ``programs`` to the ``popgrpo lm`` sub-commands."""
+    # The shapes' names without importing torch (popgrpo.policies.causal_lm.SHAPES lists the same files).
+    shapes = sorted(p.stem for p in (Path(__file__).resolve().parent / "policies" / "shapes").glob("*.json"))
+    init = lm.add_parser(
+        "init",
+        help="write a randomly initialised model of a real architecture (sizes kept in the repo; nothing downloaded)",
+    )
+    init.add_argument("--shape", required=True, help=f"the architecture: {', '.join(shapes)}")
+    init.add_argument("--out", required=True, help="directory to write (save_pretrained model + tokenizer)")
+    init.add_argument("--seed", type=int, default=0, help="initialisation seed (default 0)")
+    init.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="weights' dtype")
+    init.add_argument("--force", action="store_true", help="write into a directory that is not empty")
+    init.set_defaults(func=_cmd_init)
     pre = lm.add_parser(
         "pretrain",
         help="train a small causal LM from scratch on generated Python programs (5 min measured on 2 busy cores)",

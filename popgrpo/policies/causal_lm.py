@@ -35,8 +35,10 @@ if TYPE_CHECKING:
     from popgrpo.config import CausalLMConfig
 
 __all__ = [
+    "SHAPES",
     "CausalLMPolicy",
     "Rollout",
+    "build_shaped_causal_lm",
     "build_tiny_causal_lm",
     "completion_mask",
     "draw_seed",
@@ -89,6 +91,24 @@ def draw_seed(generator: torch.Generator) -> int:
     return int(torch.randint(0, 2**62, (1,), generator=generator))
 
 
+_GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _load_tokenizer(model: str, load: dict[str, Any]) -> Any:
+    """The tokenizer of ``model``, of the class its files name. Where a local directory names the
+    generic fast tokenizer (``popgrpo lm tiny``, ``lm init``, ``lm pretrain``), that class is
+    loaded: ``AutoTokenizer`` would pick the model type's own (``Qwen2Tokenizer`` for a qwen2
+    model), whose pre-tokenizer does not match the files' vocabulary."""
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = Path(model) / "tokenizer_config.json"
+    if config.is_file() and json.loads(config.read_text()).get("tokenizer_class") in _GENERIC_TOKENIZERS:
+        return PreTrainedTokenizerFast.from_pretrained(model, **load)
+    return AutoTokenizer.from_pretrained(model, **load)
+
+
 def load_base(cfg: CausalLMConfig, device: torch.device) -> tuple[Any, Any]:
     """The tokenizer (left padding and truncation, a pad token) and the base model ``cfg.model`` names.
 
@@ -96,14 +116,14 @@ def load_base(cfg: CausalLMConfig, device: torch.device) -> tuple[Any, Any]:
         FileNotFoundError: the model cannot be loaded (a missing directory, or a name not cached
             while ``local_files_only``).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     model = cfg.model
     if model is None:  # the config requires it with policy.kind=causal_lm
         raise ValueError("policy.causal_lm.model is required")
     load = {"local_files_only": cfg.local_files_only, "trust_remote_code": cfg.trust_remote_code}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model, **load)
+        tokenizer = _load_tokenizer(model, load)
         base = AutoModelForCausalLM.from_pretrained(model, dtype=_dtype(cfg.dtype, device), **load)
     except OSError as exc:  # transformers' way of saying "not found" (path or cache)
         hint = (
@@ -470,18 +490,13 @@ def build_tiny_causal_lm(
     ``initializer_range`` 0.2 (HF's default is 0.02) gives a random model peaked next-token
     distributions, as a trained one has, instead of near-uniform ones that LoRA can barely move.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    vocab = {t: i for i, t in enumerate((*_TINY_SPECIALS, *_TINY_CHARS))}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tokenizer.decoder = decoders.Fuse()
-    PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    ).save_pretrained(out)
+    tokenizer = _character_tokenizer()
+    tokenizer.save_pretrained(out)
+    vocab = tokenizer.get_vocab()
     config = LlamaConfig(
         vocab_size=len(vocab),
         hidden_size=hidden_size,
@@ -499,5 +514,66 @@ def build_tiny_causal_lm(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
+    model.save_pretrained(out)
+    return out
+
+
+SHAPES_DIR = Path(__file__).resolve().parent / "shapes"
+SHAPES = sorted(p.stem for p in SHAPES_DIR.glob("*.json"))
+"""Named real architectures whose sizes are kept in ``popgrpo/policies/shapes/`` (no weights)."""
+
+
+def _character_tokenizer(vocab_size: int | None = None) -> Any:
+    """The toy character tokenizer; with ``vocab_size``, padded with ``<extra_i>`` tokens to that size
+    (so a model of a real architecture keeps its real embedding and output sizes)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tokens = [*_TINY_SPECIALS, *_TINY_CHARS]
+    if vocab_size is not None:
+        tokens += [f"<extra_{i}>" for i in range(vocab_size - len(tokens))]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tokenizer.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def build_shaped_causal_lm(
+    shape: str, out_dir: str | Path, seed: int = 0, dtype: str = "float32", **overrides: Any
+) -> Path:
+    """Write a randomly initialised model of the real architecture ``shape`` (one of :data:`SHAPES`) to ``out_dir``.
+
+    The sizes come from ``popgrpo/policies/shapes/<shape>.json``; nothing is downloaded. The
+    tokenizer is the toy character tokenizer padded to the architecture's vocabulary, so
+    embeddings, the output layer and every matmul have the real model's sizes (what memory and
+    throughput depend on) while prompts and completions stay readable. Its outputs are noise:
+    benchmarks generate fixed lengths (``policy.causal_lm.min_new_tokens``). ``overrides`` replace
+    config fields (tests shrink the layers this way).
+
+    Raises:
+        ValueError: an unknown shape (the message lists :data:`SHAPES`).
+    """
+    import json
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if shape not in SHAPES:
+        raise ValueError(f"unknown model shape {shape!r}; shapes: {', '.join(SHAPES)}")
+    fields = {k: v for k, v in json.loads((SHAPES_DIR / f"{shape}.json").read_text()).items() if not k.startswith("_")}
+    fields.pop("architectures", None)
+    fields.update(overrides)
+    model_type = fields.pop("model_type")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _character_tokenizer(fields["vocab_size"])
+    tokenizer.save_pretrained(out)
+    ids = tokenizer.convert_tokens_to_ids(["<pad>", "<s>", "</s>"])
+    config = AutoConfig.for_model(model_type, pad_token_id=ids[0], bos_token_id=ids[1], eos_token_id=ids[2], **fields)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.save_pretrained(out)
     return out

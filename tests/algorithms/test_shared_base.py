@@ -2,9 +2,9 @@
 
 ``policy.causal_lm.share_base``: M = 4 members hold one frozen base and an adapter each, and
 generate and update in one mixed-adapter batch. Each must get what it would alone on the same
-seeds. In float32 on the CPU that is exact for the sampled tokens here (a draw can differ only
-where the logits' rounding moves it across a boundary between two tokens, which these seeds do
-not hit) and within float rounding for logits, log-probs, gradients and the metrics rows.
+seeds: the same metrics rows and adapters after two epochs, within float rounding (the sampled
+tokens are the same here; tests/policies/test_shared_base_policy.py compares the policies'
+samples, log-probs and gradients).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import torch
 from popgrpo.algorithms.member import Member
 from popgrpo.algorithms.policy_kinds import group_trainer, policy_kind
 from popgrpo.algorithms.shared_members import SharedBaseMembers
-from popgrpo.policies.causal_lm import CausalLMPolicy
-from popgrpo.policies.shared_base import AdapterPolicy, MixedBatch, SharedBase, adapter_name
+from popgrpo.policies.shared_base import AdapterPolicy
 from popgrpo.runtime.executor import LocalExecutor, new_archive
 from tests.lm import lm_config
 from tests.services import require_module
@@ -38,68 +37,6 @@ def _config(tiny_lm, share: bool, **sections):
 def _members(config, shared):
     env = policy_kind(config.policy.kind).environment(config)
     return [Member(k, config, new_archive(config), env, shared=shared) for k in range(M)]
-
-
-def _random_adapters(policies, seed=0):
-    """Adapters far from their init (B ≠ 0), the same for both sides: a delta every row feels."""
-    g = torch.Generator().manual_seed(seed)
-    states = []
-    for _ in policies:
-        state = {k: torch.randn(v.shape, generator=g) * 0.3 for k, v in policies[0].state_dict().items()}
-        states.append(state)
-    for policy, state in zip(policies, states, strict=True):
-        policy.load_state_dict(state)
-    return states
-
-
-def test_adapter_policies_match_separate_models(tiny_lm):
-    config = _config(tiny_lm, share=True)
-    cfg = config.policy.causal_lm
-    separate = [CausalLMPolicy(cfg, "cpu", torch.Generator().manual_seed(10 + k)) for k in range(M)]
-    base = SharedBase(cfg, range(M))
-    shared = [base.member_policy(k, torch.Generator().manual_seed(10 + k)) for k in range(M)]
-    # Seeded init: the same adapters, under the same keys.
-    for a, b in zip(separate, shared, strict=True):
-        sa, sb = a.state_dict(), b.state_dict()
-        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
-    states = _random_adapters(separate)
-    for policy, state in zip(shared, states, strict=True):
-        policy.load_state_dict(state)
-    # One member's weights are its own: loading member 0 leaves member 1 as it was.
-    assert not torch.equal(next(iter(shared[0].state_dict().values())), next(iter(shared[1].state_dict().values())))
-
-    prompts = [["say a", "go on"], ["write", "a"], ["go on", "write"], ["a b", "say a"]]
-    seeds = [11, 22, 33, 44]
-    mixed = base.mixed_rollouts(shared, prompts, 3, seeds)
-    alone = []
-    for policy, ps, seed in zip(separate, prompts, seeds, strict=True):
-        ids, att = policy.encode(ps)
-        ids, att = ids.repeat_interleave(3, 0), att.repeat_interleave(3, 0)
-        completion, _ = policy.generate_tokens(ids, att, seed)
-        from popgrpo.policies.causal_lm import completion_mask
-
-        alone.append(policy.rollout_of(ps, ids, att, completion, completion_mask(completion, 2), 3))
-    for a, b in zip(alone, mixed, strict=True):
-        assert a.completions == b.completions
-        assert torch.equal(a.sequences, b.sequences) and torch.equal(a.completion_mask, b.completion_mask)
-    assert len({tuple(r.completions) for r in mixed}) == M  # the members' adapters do differ
-
-    batch = MixedBatch.of(shared, mixed)
-    together = base.mixed_log_probs(batch, with_entropy=True)
-    reference = base.mixed_log_probs(batch, reference=True)
-    loss = sum(lp.sum() for lp, _ in together)
-    loss.backward()
-    for k, (policy, rollout) in enumerate(zip(separate, alone, strict=True)):
-        logp, entropy = policy.token_log_probs(rollout, with_entropy=True)
-        torch.testing.assert_close(together[k][0], logp, atol=ATOL, rtol=0)
-        torch.testing.assert_close(together[k][1], entropy, atol=ATOL, rtol=0)
-        torch.testing.assert_close(reference[k][0], policy.reference_log_probs(rollout), atol=ATOL, rtol=0)
-        # The shared pass's gradient of member k's adapter is the gradient of member k's own log-probs.
-        logp.sum().backward()
-        for (n, p), (n_shared, p_shared) in zip(policy._adapters(), shared[k]._adapters(), strict=True):
-            assert n.replace(".default.", f".{adapter_name(k)}.") == n_shared
-            assert p.grad is not None and p_shared.grad is not None
-            torch.testing.assert_close(p_shared.grad, p.grad, atol=1e-4, rtol=1e-4)
 
 
 def test_shared_members_train_as_separate_members(tiny_lm):
