@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.telemetry.loggers import Loggers, RoundReport, archive_heatmaps, make_loggers
 from popgrpo.telemetry.plots import plot_training_dynamics
 from popgrpo.telemetry.run_dir import RunDirectory
-from popgrpo.telemetry.summary import summarise
+from popgrpo.telemetry.summary import RewardWindow, summarise
 from popgrpo.telemetry.writer import BackgroundWriter
 
 __all__ = ["ResumeError", "default_run_dir", "resume", "train"]
@@ -214,6 +215,38 @@ def _frontier_store(
         raise ResumeError(f"{run_dir}: checkpoint round {info['round']}: {exc}") from None
 
 
+class _BarFollower:
+    """A thread that moves the progress bar as member epochs finish, between the rows of two
+    rounds (:mod:`popgrpo.runtime.progress`): every ``every_s`` seconds it sets the bar to
+    ``start + member_epochs() / members`` epochs per member, capped at ``total``, through
+    ``move``, which never moves it back."""
+
+    def __init__(
+        self,
+        member_epochs: Callable[[], int | None],
+        members: int,
+        start: int,
+        total: int,
+        move: Callable[[int], None],
+        every_s: float = 1.0,
+    ) -> None:
+        self.member_epochs, self.members, self.start, self.total = member_epochs, members, start, total
+        self.move, self.every_s = move, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="popgrpo-progress", daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._stop.wait(self.every_s):
+            done = self.member_epochs()
+            if done is not None:
+                self.move(min(self.total, self.start + done // self.members))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _write_round(
     out: RunDirectory,
     checkpointer: Checkpointer,
@@ -276,7 +309,22 @@ def _run(
     bar = tqdm(
         total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
     )
-    best_max = max((r["reward_max"] for r in rows), default=float("-inf"))
+    bar_lock = threading.Lock()  # the round ends and the follower below move the bar
+
+    def move_bar(epochs: int) -> None:
+        with bar_lock:
+            if epochs > bar.n:
+                bar.update(epochs - bar.n)
+
+    # Between rounds the bar follows the member epochs as they finish (executors that count them).
+    member_epochs = getattr(executor, "member_epochs", None)
+    follower = (
+        _BarFollower(member_epochs, config.population.size, done, config.run.epochs, move_bar)
+        if progress and member_epochs is not None
+        else None
+    )
+    rewards = RewardWindow(config.run.summary_window)  # the bar's numbers are the summary's, so far
+    rewards.add(rows)
     synchronous = config.scheduler.mode == "sync"
 
     writer = BackgroundWriter()  # the round's files and logger events, written while the next round trains
@@ -285,7 +333,6 @@ def _run(
     def on_round(
         round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None, state: dict | None = None
     ) -> None:
-        nonlocal best_max
         new = [row for per_member in member_rows for row in per_member]
         rows.extend(new)
         # Asynchronous rounds: members still training are mid-round, and asking their actors
@@ -320,12 +367,19 @@ def _run(
         )
         for event in events:
             tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
-        best_max = max([best_max, *(r["reward_max"] for r in new)])
+        rewards.add(new)
         last = [r for r in new if r["epoch"] == epoch_end - 1]
-        bar.update(len(rows) // len(member_rows) - bar.n)  # epochs per member, on average
+        move_bar(len(rows) // len(member_rows))  # epochs per member, on average
         if last:  # a replayed async merge may find its reporters' rows written with the one before
             diversity = sum(r["diversity"] for r in last) / len(last)
-            bar.set_postfix(round=round_index, best_max_reward=f"{best_max:.3f}", diversity=f"{diversity:.3f}")
+            window = rewards.values()
+            with bar_lock:
+                bar.set_postfix(
+                    max_reward=f"{window['max_reward']:.3f}",
+                    population_max_reward=f"{window['population_max_reward']:.3f}",
+                    diversity=f"{diversity:.3f}",
+                    round=round_index,
+                )
 
     failed = True
     try:
@@ -353,6 +407,8 @@ def _run(
         # A stop signal waits until what the finished rounds wrote is on disk (a second one
         # ends the process at once; every file is replaced atomically, so none is half written).
         with deferred():
+            if follower is not None:
+                follower.close()
             bar.close()
             try:
                 executor.close()

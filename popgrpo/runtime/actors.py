@@ -27,6 +27,7 @@ from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.executor import adopt_one, make_archives, new_archive
 from popgrpo.runtime.naming import describe_group, member_label
+from popgrpo.runtime.progress import EpochReporter
 from popgrpo.runtime.rollout_worker import RemoteRolloutService
 from popgrpo.runtime.transport import pack, unpack
 from popgrpo.telemetry.live import LiveMetrics
@@ -204,8 +205,11 @@ class MemberGroup:
         run_tag: str,
         build: int = 0,
         rollout_worker: Any = None,
+        epoch_counter: Any = None,
     ) -> None:
         config = Config.model_validate_json(config_json)
+        # Finished epochs, told to the run's EpochCounter as they end (the progress bar's moves).
+        self.reporter = None if epoch_counter is None else EpochReporter(epoch_counter)
         # What __repr__ tells (popgrpo.runtime.naming.describe_group); `build`: the run's
         # restart count when the driver rebuilt this actor, 0 for one the run started with.
         self.label = member_label(member_ids)  # the actor's name without the run, which the name carries
@@ -259,6 +263,10 @@ class MemberGroup:
                 rows[k].append(row)
                 self.metrics.record_epoch(row)
                 self.last_reward_mean[k] = float(row.get("reward_mean", math.nan))
+            if self.reporter is not None:
+                self.reporter.add(len(epoch))
+        if self.reporter is not None:
+            self.reporter.flush()
         self.train_cpu_s.append(cpu)
         self.state_known = True
         if delay > 0:

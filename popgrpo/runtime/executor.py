@@ -107,6 +107,7 @@ class LocalExecutor:
         self.n_members = config.population.size
         self.restarts = 0
         self.events: list[dict] = []
+        self._member_epochs = 0
         self._archives = make_archives(config)
         env = make_env(config.env)
         device, warning = resolve_device(config.policy.device, config.population.resources.num_gpus > 0)
@@ -132,9 +133,20 @@ class LocalExecutor:
     def _train(self, members: Sequence[Member], n_epochs: int) -> list[list[dict]]:
         """``members`` train together as their policy kind says (packed, one mixed batch), or one after another."""
         trainer = group_trainer(self.config, members)
-        if trainer is None:
-            return [member.train_epochs(n_epochs) for member in members]
-        return trainer.train_epochs(n_epochs)
+        if trainer is not None:
+            rows = trainer.train_epochs(n_epochs)
+            self._member_epochs += n_epochs * len(members)
+            return rows
+        rows: list[list[dict]] = [[] for _ in members]
+        for i, member in enumerate(members):
+            for _ in range(n_epochs):  # an epoch at a time (the same numbers) to count each as it ends
+                rows[i] += member.train_epochs(1)
+                self._member_epochs += 1
+        return rows
+
+    def member_epochs(self) -> int:
+        """Member epochs trained so far (the progress bar follows them from another thread)."""
+        return self._member_epochs
 
     def train(self, n_epochs: int, round_index: int = 0) -> list[list[dict]]:
         return self._train(self.members, n_epochs)

@@ -67,6 +67,7 @@ from popgrpo.runtime.naming import (
     run_namespace,
     wait_until_free,
 )
+from popgrpo.runtime.progress import EpochCounter, read_counter
 from popgrpo.runtime.reaper import Ending, end_actor, end_actors
 from popgrpo.runtime.recovery import RecoveryLog
 from popgrpo.runtime.rollout_worker import RolloutWorker
@@ -188,6 +189,8 @@ class RayExecutor:
         self._sent_train: dict[int, tuple[Any, ...]] = {}
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
         self.rollout_worker: Any = self._start_rollout_worker(config)
+        # Counts member epochs as they end, for the progress bar (popgrpo.runtime.progress).
+        self.epoch_counter: Any = EpochCounter.options(namespace=self.namespace).remote()
         self._actors: list[Any] = [self._new_group(group) for group in self._groups]
         # The first call of each actor goes through _call like every later one: an actor lost
         # while it was being built (its node gone, an OOM while loading a model) answers it with
@@ -253,7 +256,9 @@ class RayExecutor:
             num_cpus=res.num_cpus,
             num_gpus=res.num_gpus,
             scheduling_strategy=strategy,
-        ).remote(self._config_json, group, self.archive_actor, self.run_tag, build, self.rollout_worker)
+        ).remote(
+            self._config_json, group, self.archive_actor, self.run_tag, build, self.rollout_worker, self.epoch_counter
+        )
 
     # ---- calls that survive lost and hung actors ------------------------------------------
     def _call(
@@ -719,10 +724,15 @@ class RayExecutor:
         else:
             self._archive_get("load_state_dicts", list(states))
 
+    def member_epochs(self) -> int | None:
+        """Member epochs finished so far, as the member actors reported them (None: no answer in time)."""
+        return read_counter(self.epoch_counter)
+
     def close(self) -> None:
         self.metrics.close()  # a finished run's gauges may expire now
         # For real: ray.kill alone leaves a stopped process (and its lease) behind.
         actors = [*((a, "MemberGroup") for a in self._actors), (self.archive_actor, "ArchiveActor")]
-        end_actors([(a, name) for a, name in [*actors, (self.rollout_worker, "RolloutWorker")] if a is not None])
+        others = [(self.rollout_worker, "RolloutWorker"), (self.epoch_counter, "EpochCounter")]
+        end_actors([(a, name) for a, name in [*actors, *others] if a is not None])
         if self._started_ray:
             ray.shutdown()
