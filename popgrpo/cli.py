@@ -331,11 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     from popgrpo.reward_models import cli as rm_cli
     from popgrpo.sim import cli as sim_cli
     from popgrpo.study import cli as study_cli
+    from popgrpo.study import code_eval
 
     ray_jobs.add_parsers(sub)
     dashboards.add_parsers(sub)
     monitor.add_parsers(sub)
     study_cli.add_parsers(sub)
+    code_eval.add_parsers(sub)
     rm_cli.add_parsers(sub)
     sim_cli.add_parsers(sub)
     return parser

@@ -8,7 +8,9 @@ path in the config.
 :class:`SandboxReward` is the execution reward for any other trainer: an object called as
 ``reward(completions, **kwargs)`` returning one float per completion, TRL's ``GRPOTrainer``
 ``reward_funcs`` convention (plain text or conversational completions), running the programs
-in a warm sandbox pool (:mod:`popgrpo.envs.sandbox_pool`).
+in a warm sandbox pool (:mod:`popgrpo.envs.sandbox_pool`). When the dataset has a tests column
+(``test``, ``test_list``, ``tests``, ``input_output``...), TRL passes it and each row is scored
+against its own tests by the sandbox's harness (:mod:`popgrpo.envs.harness`).
 """
 
 from __future__ import annotations
@@ -151,6 +153,18 @@ class SandboxReward:
     for a trainer that overlaps execution with generation. The object holds only its settings
     (the pool is the process's), so it pickles.
 
+    **Problems with their own tests.** When the call carries a tests column (``tests_column``, or
+    the first of :data:`popgrpo.envs.problems.TEST_COLUMNS` present, e.g. HumanEval's ``test``
+    with ``entry_point``, MBPP's ``test_list`` with ``test_setup_code``, APPS's
+    ``input_output``), each completion is scored against its own row's tests instead of the
+    template: the program is ``program`` (:func:`popgrpo.envs.problems.build_program`: by default
+    the completion's fenced block if it has one, else the prompt continued by the completion, as
+    HumanEval's plain-text completions are), the reward the share of tests passed
+    (``tests_reward="fraction"``) or 1 only when all pass (``"all"``). :attr:`last_runs` keeps
+    each row's :class:`~popgrpo.envs.harness.TestRun`; :attr:`last_reasons` is ``passed`` for a
+    row that passed every test, else its first other test reason (``failed``, ``error``,
+    ``timeout``). A row whose tests cannot be read raises ``ValueError`` naming the row and column.
+
     Example (TRL)::
 
         from trl import GRPOConfig, GRPOTrainer
@@ -173,6 +187,10 @@ class SandboxReward:
         pool_size: int | None = None,
         max_workers: int | None = None,
         name: str = "sandbox_execution",
+        program: str = "auto",
+        tests_reward: str = "fraction",
+        tests_column: str | None = None,
+        float_tolerance: float = 1e-6,
     ) -> None:
         from popgrpo.envs.sandbox import SandboxLimits
 
@@ -184,6 +202,15 @@ class SandboxReward:
         self.pool_size, self.max_workers = pool_size, max_workers
         self.__name__ = name  # what TRL logs the reward as
         self.last_reasons: list[str] = []
+        if tests_reward not in ("fraction", "all"):
+            raise ValueError(f"tests_reward must be 'fraction' or 'all', got {tests_reward!r}")
+        from popgrpo.envs.problems import PROGRAM_MODES
+
+        if program not in PROGRAM_MODES:
+            raise ValueError(f"program must be one of {PROGRAM_MODES}, got {program!r}")
+        self.program, self.tests_reward, self.tests_column = program, tests_reward, tests_column
+        self.float_tolerance = float_tolerance
+        self.last_runs: list[Any] = []
 
     @property
     def sandbox(self) -> Sandbox:
@@ -209,9 +236,44 @@ class SandboxReward:
         """One reward per completion (0 where the program failed; see :attr:`last_reasons`)."""
         texts = [_text(c) for c in completions]
         prompt_texts = [_text(p) for p in prompts] if prompts is not None else [""] * len(texts)
+        from popgrpo.envs.problems import TEST_COLUMNS
+
+        column = self.tests_column or next((c for c in TEST_COLUMNS if c in kwargs), None)
+        if column is not None:
+            return self._score_tests(texts, prompt_texts, column, kwargs)
         results = self.sandbox.run_many(_programs(prompt_texts, texts, self.template, self.fenced))
         self.last_reasons = [r.reason for r in results]
         return [r.score for r in results]
+
+    def _score_tests(self, texts: list[str], prompts: list[str], column: str, columns: dict[str, Any]) -> list[float]:
+        """Each completion scored against its own row's tests (see the class docstring)."""
+        from popgrpo.envs.harness import submit_tests
+        from popgrpo.envs.problems import build_program, parse_tests
+
+        n = len(texts)
+        tests, entry_points = columns.get(column), columns.get("entry_point")
+        setups = columns.get("test_setup_code")
+        for name, values in ((column, tests), ("entry_point", entry_points), ("test_setup_code", setups)):
+            if values is not None and len(values) != n:
+                raise ValueError(f"column {name!r}: {len(values)} values for {n} completions")
+        futures = []
+        for i in range(n):
+            entry = entry_points[i] if entry_points is not None else None
+            setup = (setups[i] if setups is not None else None) or ""
+            try:
+                spec = parse_tests(tests[i] if tests is not None else None, entry or None, setup)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"row {i}, column {column!r}: {exc}") from None
+            program = build_program(self.program, prompts[i], texts[i])
+            futures.append(submit_tests(self.sandbox, program, spec, float_tolerance=self.float_tolerance))
+        runs = [f.result() for f in futures]
+        self.last_runs = runs
+        self.last_reasons = [
+            "passed" if r.all_passed else next((x for x in r.reasons if x != "passed"), "error") for r in runs
+        ]
+        if self.tests_reward == "all":
+            return [float(r.all_passed) for r in runs]
+        return [r.fraction for r in runs]
 
     def submit(self, completion: Any, prompt: Any = "") -> Future[ExecutionResult]:
         """Start one completion's program now; the Future gives its :class:`ExecutionResult`."""
@@ -219,4 +281,4 @@ class SandboxReward:
         return self.sandbox.submit_one(program)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "last_reasons": []}
+        return {**self.__dict__, "last_reasons": [], "last_runs": []}

@@ -115,6 +115,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
         from popgrpo.study.discovery_report import render_discovery as render
     elif (Path(args.dir) / "corruption.parquet").is_file():  # a WARM study (popgrpo.study.warm)
         from popgrpo.study.warm_report import render_warm as render
+    else:
+        from popgrpo.study.code_report import is_code_run, render_code
+
+        if is_code_run(args.dir):  # one code run's directory (env.kind=code): its pass@k curves
+            render = render_code
     from popgrpo.study.warm_report import WarmStudyError
 
     try:
@@ -249,6 +254,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     report = sub.add_parser("report", help="re-render a study's tables and figures from its Parquet files")
     report.add_argument(
-        "dir", help="the --out of a popgrpo reproduce run (any --study), or a committed copy such as docs/results/warm"
+        "dir",
+        help="the --out of a popgrpo reproduce run (any --study), a committed copy such as docs/results/warm, "
+        "or a code run's directory (env.kind=code: its pass@k curves)",
     )
     report.set_defaults(func=_cmd_report)

@@ -46,6 +46,7 @@ import numpy as np
 
 from popgrpo.config import Config, ConfigError
 from popgrpo.registry import LOGGERS
+from popgrpo.telemetry.code_population import population_code_scalars
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -128,7 +129,8 @@ def _finite(value) -> bool:
 
 def population_scalars(rows: Sequence[dict]) -> dict[int, dict[str, float]]:
     """Per epoch: the mean over members of every numeric column (NaN values left out), plus
-    ``population_max_reward`` (the best member's ``reward_max``)."""
+    ``population_max_reward`` (the best member's ``reward_max``) and, for a code run, the
+    population's pooled pass@k and problems solved (:mod:`popgrpo.telemetry.code_population`)."""
     by_epoch: dict[int, list[dict]] = {}
     for row in rows:
         by_epoch.setdefault(int(row["epoch"]), []).append(row)
@@ -142,6 +144,7 @@ def population_scalars(rows: Sequence[dict]) -> dict[int, dict[str, float]]:
         best = [float(r["reward_max"]) for r in members if _finite(r.get("reward_max"))]
         if best:
             values["population_max_reward"] = max(best)
+        values.update(population_code_scalars(members))  # a code run's pooled pass@k, problems solved
         out[epoch] = values
     return out
 
