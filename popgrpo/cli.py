@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import signal
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -269,6 +271,23 @@ def _cmd_lm_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+# What transformers warns of on every language-model run, about a call peft makes (not ours to change).
+_PEFT_DEPRECATION = "`is_gradient_checkpointing` is deprecated"
+
+
+def _quiet_hugging_face() -> None:
+    """Hugging Face's weight-loading and shard-writing bars, its info and warning logs and the
+    deprecation warning above drown a run's own lines: off in this process and, through the
+    environment, in the processes an embedded Ray starts for the members. A variable the user
+    set is left as it is."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    ignore = f"ignore:{_PEFT_DEPRECATION}:FutureWarning"
+    if ignore not in os.environ.get("PYTHONWARNINGS", ""):
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), ignore]))
+    warnings.filterwarnings("ignore", message=_PEFT_DEPRECATION, category=FutureWarning)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="popgrpo", description="Population GRPO against diversity collapse.")
     sub = parser.add_subparsers(dest="command")
@@ -349,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:  # `popgrpo` alone: the usage, nothing started (training is `popgrpo train`)
         parser.print_help()
         return 0
+    if args.command in ("train", "lm"):
+        _quiet_hugging_face()
     try:
         return args.func(args)
     except ConfigError as exc:

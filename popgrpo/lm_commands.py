@@ -75,7 +75,37 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
         f"samples that execute: {last.get('exec_success', float('nan')):.2f} "
         f"(use --set policy.causal_lm.model={out})"
     )
+    hint = _few_execute_hint(last.get("exec_success", float("nan")), args.quick)
+    if hint:
+        print(f"popgrpo: {hint}")
     return 0
+
+
+# Below this share of executing samples, an execution reward is 0 for nearly every completion.
+FEW_EXECUTE = 0.1
+
+
+def _few_execute_hint(exec_success: float, quick: bool) -> str | None:
+    """Why a model's execution rewards will be (nearly) all zero, when they will: a model whose
+    samples rarely run gives GRPO groups of equal rewards, so nothing to learn from."""
+    known = exec_success == exec_success  # not NaN: --exec-samples 0 measures nothing
+    if known and exec_success >= FEW_EXECUTE:
+        return None
+    share = (
+        f"only {exec_success:.2f} of its samples execute" if known else "its samples were not run (--exec-samples 0)"
+    )
+    if quick:
+        return (
+            f"{share}; a --quick model is for smoke tests and its execution rewards (lm_programs, execution_score) "
+            "are 0 for nearly every completion, which leaves GRPO nothing to learn from: drop --quick for a model "
+            "worth training (a few minutes on 2 cores)"
+        )
+    if not known:
+        return None
+    return (
+        f"{share}, so its execution rewards (lm_programs, execution_score) are 0 for nearly every completion, "
+        "which leaves GRPO nothing to learn from: train it longer (--steps)"
+    )
 
 
 def _cmd_programs(args: argparse.Namespace) -> int:

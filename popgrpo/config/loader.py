@@ -310,8 +310,9 @@ def _format_validation_error(
         cause = err.get("ctx", {}).get("error")
         if loc or not overrides:
             new = [_source(loc, path, overrides)]
-        else:  # a check across sections: the file and every --set took part
-            new = [*([str(path)] if path is not None else []), *(f"--set {item}" for _, item in overrides)]
+        else:  # a check across sections: the file, and the --set of each field the message names
+            named = [item for key_path, item in overrides if re.search(rf"\b{re.escape(field_name(key_path))}\b", msg)]
+            new = [*([str(path)] if path is not None else []), *(f"--set {item}" for item in named)]
         sources += [s for s in new if s not in sources]
         if isinstance(cause, UnknownChoice):  # already "<field>: unknown … 'x'; choices: …"
             parts.append(str(cause))

@@ -53,6 +53,9 @@ class RunDirectory:
         if self.has_metrics():
             raise FileExistsError(f"{self.path} already holds a run; choose another --out")
         self.path.mkdir(parents=True, exist_ok=True)
+        # One line per round that ends in a merge: a run of one round (or without population
+        # rounds) has none, and its lineage.jsonl is empty rather than missing.
+        (self.path / "lineage.jsonl").touch()
         return self
 
     def _replace(self, name: str, data: bytes | str) -> Path:

@@ -157,3 +157,15 @@ def test_pretrain_says_when_its_kernels_are_not_the_committed_models(tmp_path, h
     assert warned == (capability != "AVX2"), (capability, done.stderr[-1000:])
     summary = json.loads((tmp_path / "m" / "pretrain_summary.json").read_text())
     assert summary["cpu_capability"] == capability
+
+
+def test_a_quick_model_says_why_its_execution_rewards_will_be_zero(tmp_path, capsys):
+    from popgrpo.lm_commands import _few_execute_hint
+
+    argv = ["lm", "pretrain", "--quick", "--quiet", "--out", str(tmp_path / "m"), "--steps", "2"]
+    small = ["--eval-every", "2", "--checkpoint-every", "2", "--corpus-size", "200", "--exec-samples", "0"]
+    assert main([*argv, *small]) == 0
+    out = capsys.readouterr().out
+    assert "a --quick model is for smoke tests and its execution rewards" in out and "drop --quick" in out
+    assert "only 0.04 of its samples execute" in _few_execute_hint(0.04, quick=False)
+    assert _few_execute_hint(0.5, quick=True) is None
