@@ -264,9 +264,10 @@ def main(argv: list[str] | None = None) -> int:
                 run = _run_child(args, mode, m)
                 run["repeat"] = repeat
                 runs.append(run)
-                shown = (
-                    run.get("error")
-                    or f"{run['tokens_per_s']:.1f} tokens/s, peak RSS {run['peak_rss_bytes'] / 2**30:.2f} GiB"
+                shown = run.get("error") or (
+                    f"{run['tokens_per_s']:.1f} tokens/s, peak RSS {run['peak_rss_bytes'] / 2**30:.2f} GiB"
+                    + (f", peak GPU {run['peak_gpu_bytes'] / 2**30:.2f} GiB" if run["peak_gpu_bytes"] else "")
+                    + f", phases {json.dumps({k: round(v, 3) for k, v in run['phases_s'].items()})}"
                 )
                 print(f"repeat {repeat} M={m} {mode}: {shown}", flush=True)
     settings = {

@@ -22,6 +22,7 @@ the base model has gigabytes), and that is all that crosses the object store.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable
@@ -286,24 +287,23 @@ class CausalLMPolicy:
 
         from transformers import StoppingCriteriaList
 
-        routing: dict[str, Any] = {}
+        routed = contextlib.nullcontext()
         if self.merged is None:
             model = self.model
-            routing = self._routing(input_ids.shape[0])
+            routed = self._routed(input_ids.shape[0])
         else:
             self.merged.refresh()
             model = self.merged.model
         extra = {"return_dict_in_generate": True, "output_logits": True} if with_log_probs else {}
         generation = self.generation_config(**extra)
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices, device_type=self.device.type):
+        with torch.random.fork_rng(devices=devices, device_type=self.device.type), routed:
             torch.manual_seed(seed)
             out = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention,
                 generation_config=generation,
                 stopping_criteria=StoppingCriteriaList([] if watch is None else [watch]),
-                **routing,
             )
         if not with_log_probs:
             return out[:, input_ids.shape[1] :], None
@@ -327,12 +327,11 @@ class CausalLMPolicy:
             eos_token_id=tok.eos_token_id,
         )
 
-    def _routing(self, n_rows: int) -> dict[str, Any]:
-        """Keyword arguments that route a forward or ``generate`` of ``n_rows`` rows through this
-        policy's adapters: none for a model of its own (:class:`~popgrpo.policies.shared_base.AdapterPolicy`
-        names its adapter)."""
+    def _routed(self, n_rows: int) -> contextlib.AbstractContextManager[None]:
+        """The context a forward or ``generate`` of ``n_rows`` rows runs in: nothing for a model of
+        its own (:class:`~popgrpo.policies.shared_base.AdapterPolicy` routes them through its adapter)."""
         del n_rows
-        return {}
+        return contextlib.nullcontext()
 
     def rollout_of(
         self,
@@ -372,12 +371,8 @@ class CausalLMPolicy:
         """Float32 logits ``[N, T, V]`` that predicted each completion token, divided by the temperature."""
         attention = rollout.attention_mask
         positions = (attention.long().cumsum(dim=1) - 1).clamp_min(0)  # as generate numbers left-padded rows
-        out = self.model(
-            input_ids=rollout.sequences,
-            attention_mask=attention,
-            position_ids=positions,
-            **self._routing(rollout.sequences.shape[0]),
-        )
+        with self._routed(rollout.sequences.shape[0]):
+            out = self.model(input_ids=rollout.sequences, attention_mask=attention, position_ids=positions)
         start = rollout.prompt_length - 1  # logits at position i predict token i + 1
         logits = out.logits[:, start:-1, :].float()
         return logits / self.cfg.temperature

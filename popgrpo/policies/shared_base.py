@@ -2,11 +2,14 @@
 
 ``policy.causal_lm.share_base`` puts the members of one actor on a :class:`SharedBase`: the
 base model is loaded once and wrapped by peft with one named adapter per member
-(:func:`adapter_name`). Every call names the adapter of each row (peft's ``adapter_names``),
-so one batch can hold rows of several members: each row's LoRA delta comes from its own
-member's ``A`` and ``B``, and in a backward pass each member's gradient lands in its own
-adapter only. The reference policy of the KL term is the base with no adapter (``__base__``),
-computed once for all members.
+(:func:`adapter_name`). Every call runs under a route (:meth:`SharedBase.route`): the batch's
+rows in segments, each one member's contiguous rows, so one batch can hold rows of several
+members. Each adapted layer adds to the base layer's output the LoRA delta of each segment's
+own adapter (:func:`_segmented_lora_forward`): with segments of equal size, as GRPO's members
+have, one batched matmul pair for all members (``[M, rows, in] × [M, in, r] × [M, r, out]``)
+instead of a gather, two matmuls and a scatter per member; in a backward pass each member's
+gradient lands in its own adapter only. The reference policy of the KL term is the base with
+no adapter (the route :data:`BASE`), computed once for all members.
 
 * :class:`AdapterPolicy` is one member's view: a :class:`~popgrpo.policies.causal_lm.CausalLMPolicy`
   whose weights are its adapter (same state-dict keys as a member with a model of its own, so
@@ -22,7 +25,9 @@ computed once for all members.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import types
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BASE", "AdapterPolicy", "MixedBatch", "SharedBase", "adapter_name"]
 
-BASE = "__base__"  # peft's name for "no adapter" in adapter_names
+BASE = "__base__"  # the route of rows that take no adapter (the reference policy)
+Segments = tuple[tuple[str, int], ...]
+"""A route: ``(adapter, rows)`` pairs in row order, covering the batch."""
 
 
 def adapter_name(member_id: int) -> str:
@@ -58,7 +65,7 @@ class MixedBatch:
     prompt_length: int  # L
     rows: list[slice]
     lengths: list[int]  # T_i
-    adapters: list[str]  # [N] each row's adapter
+    route: list[tuple[str, int]]  # (adapter, rows) of each member, in row order
 
     @classmethod
     def of(cls, policies: Sequence[AdapterPolicy], rollouts: Sequence[Rollout]) -> MixedBatch:
@@ -66,7 +73,7 @@ class MixedBatch:
         pad = policies[0].pad_token_id
         width_l = max(r.prompt_length for r in rollouts)
         width_t = max(r.completion_mask.shape[1] for r in rollouts)
-        sequences, attention, rows, adapters = [], [], [], []
+        sequences, attention, rows, route = [], [], [], []
         start = 0
         for policy, r in zip(policies, rollouts, strict=True):
             left, right = width_l - r.prompt_length, width_t - r.completion_mask.shape[1]
@@ -74,7 +81,7 @@ class MixedBatch:
             sequences.append(torch.nn.functional.pad(r.sequences, (left, right), value=pad))
             attention.append(torch.nn.functional.pad(r.attention_mask, (left, right), value=0))
             rows.append(slice(start, start + n))
-            adapters += [policy.adapter] * n
+            route.append((policy.adapter, n))
             start += n
         return cls(
             torch.cat(sequences),
@@ -82,7 +89,7 @@ class MixedBatch:
             width_l,
             rows,
             [r.completion_mask.shape[1] for r in rollouts],
-            adapters,
+            route,
         )
 
 
@@ -114,6 +121,28 @@ class SharedBase:
             param.requires_grad_(any(f".{n}." in name for n in names))
         self.model.to(self.device)
         self.model.eval()  # no dropout in the base model: log-probs must be reproducible
+        self._route: Segments | None = None
+        from peft.tuners.lora import Linear as LoraLinear
+        from peft.tuners.lora import LoraLayer
+
+        for name, module in self.model.named_modules():
+            if isinstance(module, LoraLayer):
+                if not isinstance(module, LoraLinear) or module.lora_variant:
+                    raise TypeError(f"share_base supports plain LoRA on linear layers only; {name} is {type(module)}")
+                module.forward = types.MethodType(_segmented_lora_forward, module)
+                module.shared_base = self
+
+    @contextlib.contextmanager
+    def route(self, segments: Sequence[tuple[str, int]]) -> Iterator[None]:
+        """Calls of the model inside take the batch's rows as ``segments``: ``(adapter, rows)``
+        pairs in row order (:data:`BASE` for rows without an adapter)."""
+        if self._route is not None:
+            raise RuntimeError("the shared base is already routing a call")
+        self._route = tuple((name, int(n)) for name, n in segments)
+        try:
+            yield
+        finally:
+            self._route = None
 
     def member_policy(self, member_id: int, generator: torch.Generator | None = None) -> AdapterPolicy:
         """Member ``member_id``'s view, its adapter redrawn from ``generator`` (None: left as it is)."""
@@ -137,7 +166,7 @@ class SharedBase:
         encoded = [p.encode(list(ps)) for p, ps in zip(policies, prompts, strict=True)]
         width = max(ids.shape[1] for ids, _ in encoded)
         pad = policies[0].pad_token_id
-        ids_parts, att_parts, adapters, segments = [], [], [], []
+        ids_parts, att_parts, route, segments = [], [], [], []
         start = 0
         for policy, (ids, att), seed in zip(policies, encoded, seeds, strict=True):
             ids, att = ids.repeat_interleave(group_size, dim=0), att.repeat_interleave(group_size, dim=0)
@@ -147,17 +176,19 @@ class SharedBase:
             generator = torch.Generator(device=self.device)
             generator.manual_seed(seed)
             segments.append((start, start + ids.shape[0], generator))
-            adapters += [policy.adapter] * ids.shape[0]
+            route.append((policy.adapter, ids.shape[0]))
             start += ids.shape[0]
         input_ids, attention = torch.cat(ids_parts).to(self.device), torch.cat(att_parts).to(self.device)
         sampler = _SegmentSampler(segments, self.cfg.temperature)
-        out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
-            generation_config=policies[0].generation_config(do_sample=False, temperature=None, top_k=None, top_p=None),
-            logits_processor=LogitsProcessorList([sampler]),
-            adapter_names=adapters,
-        )
+        with self.route(route):
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                generation_config=policies[0].generation_config(
+                    do_sample=False, temperature=None, top_k=None, top_p=None
+                ),
+                logits_processor=LogitsProcessorList([sampler]),
+            )
         completion = out[:, width:]
         rollouts: list[Rollout] = []
         for policy, (ids, _), ps, (lo, hi, _) in zip(policies, encoded, prompts, segments, strict=True):
@@ -186,10 +217,9 @@ class SharedBase:
         with gradient; ``reference``: under the base model, no adapter (call it without gradient)."""
         attention = batch.attention_mask
         positions = (attention.long().cumsum(dim=1) - 1).clamp_min(0)  # as generate numbers left-padded rows
-        adapters = [BASE] * len(batch.adapters) if reference else batch.adapters
-        out = self.model(
-            input_ids=batch.sequences, attention_mask=attention, position_ids=positions, adapter_names=adapters
-        )
+        route = [(BASE, batch.sequences.shape[0])] if reference else batch.route
+        with self.route(route):
+            out = self.model(input_ids=batch.sequences, attention_mask=attention, position_ids=positions)
         start = batch.prompt_length - 1  # logits at position i predict token i + 1
         logits = out.logits[:, start:-1, :].float() / self.cfg.temperature
         tokens = batch.sequences[:, batch.prompt_length :]
@@ -205,8 +235,8 @@ class SharedBase:
 class AdapterPolicy(CausalLMPolicy):
     """One member's :class:`CausalLMPolicy` on a :class:`SharedBase`: its weights are its adapter.
 
-    It loads nothing: tokenizer and model are the base's. Every forward and ``generate`` names
-    its adapter for each row, and its reference pass names none.
+    It loads nothing: tokenizer and model are the base's. Every forward and ``generate`` routes
+    all its rows through its adapter, and its reference pass through none.
     """
 
     def __init__(self, base: SharedBase, member_id: int, generator: torch.Generator | None = None) -> None:
@@ -227,8 +257,8 @@ class AdapterPolicy(CausalLMPolicy):
         marker = f".{self.adapter}."
         return [(n, p) for n, p in self.model.named_parameters() if marker in n]
 
-    def _routing(self, n_rows: int) -> dict[str, Any]:
-        return {"adapter_names": [self.adapter] * n_rows}
+    def _routed(self, n_rows: int) -> contextlib.AbstractContextManager[None]:
+        return self.base.route([(self.adapter, n_rows)])
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """This member's adapter, keyed as a member with its own model keys it (float32 CPU copies)."""
@@ -287,3 +317,38 @@ class _SegmentSampler:
         picked = torch.full_like(scores, -float("inf"))
         picked.scatter_(1, chosen.unsqueeze(1), 0.0)
         return picked
+
+
+def _segmented_lora_forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """A peft LoRA ``Linear``'s forward on a :class:`SharedBase`: the base layer's output plus each
+    route segment's own LoRA delta ``(α / r)·B·A·x``, added in the adapters' dtype and rounded to
+    the output's once, as peft's one-adapter forward does."""
+    result = self.base_layer(x, *args, **kwargs)
+    route: Segments | None = self.shared_base._route
+    if route is None:
+        raise RuntimeError("a shared base model was called outside SharedBase.route")
+    if all(name == BASE for name, _ in route):
+        return result
+    names = list(dict.fromkeys(name for name, _ in route if name != BASE))
+    scaling = {self.scaling[name] for name in names}
+    if len(scaling) != 1:
+        raise ValueError("members on one base have adapters of one rank and alpha")
+    dtype = self.lora_A[names[0]].weight.dtype
+    sizes = [n for _, n in route]
+    if len(set(sizes)) == 1 and BASE not in (name for name, _ in route) and x.shape[0] == sum(sizes):
+        # Equal segments (every member P·G rows): one batched matmul pair for all of them.
+        a = torch.stack([self.lora_A[name].weight for name, _ in route])  # [M, r, in]
+        b = torch.stack([self.lora_B[name].weight for name, _ in route])  # [M, out, r]
+        xs = x.to(dtype).reshape(len(route), -1, x.shape[-1])  # [M, rows·T, in]
+        delta = torch.bmm(torch.bmm(xs, a.transpose(1, 2)), b.transpose(1, 2)).reshape(*x.shape[:-1], -1)
+    else:
+        parts, start = [], 0
+        for name, n in route:
+            part = x[start : start + n].to(dtype)
+            if name == BASE:
+                parts.append(torch.zeros(*part.shape[:-1], result.shape[-1], dtype=dtype, device=x.device))
+            else:
+                parts.append(self.lora_B[name](self.lora_A[name](part)))
+            start += n
+        delta = torch.cat(parts)
+    return (result + delta * scaling.pop()).to(result.dtype)

@@ -4,8 +4,9 @@
 too. In float32 the mixed batch samples exactly the tokens each member samples alone here, and
 its log-probs, entropies and adapter gradients agree within float rounding; in bfloat16 a
 batch of four members' rows rounds differently from one member's, so a draw near a boundary
-between two tokens can differ (SAMPLE_AGREE of the rows must match), and log-probs, entropies
-and each member's gradient points where its gradient alone does (MIN_COSINE).
+between two tokens can differ (SAMPLE_AGREE of the rows must match), log-probs and entropies
+agree on average (MEAN_ATOL), and each member's gradient points where its gradient alone does
+(MIN_COSINE).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ require_module("peft")
 
 M = 4
 FLOAT32 = DTYPE == "float32"
-# Log-probs and entropies, a batch of 4 members' rows against one member's. In bfloat16 peft's
-# mixed-adapter path rounds each layer's LoRA delta to bfloat16 before adding it to the base
-# output, where its one-adapter path adds in float32 and rounds once: with these large random
-# adapters that moved log-probs by up to 0.36 nats on the CPU, about what bfloat16 itself moves
-# them from float32 there (0.41 nats).
-ATOL = 1e-5 if FLOAT32 else 0.5
+# Log-probs and entropies, a batch of 4 members' rows against one member's. On the CPU they came
+# out equal in both dtypes; on CUDA a batch's reductions may round differently from one member's
+# (3e-4 in a gradient on an H200 in float32), which bfloat16 magnifies for single unlikely
+# tokens (up to 0.94 nats on an H200 with peft's own mixed-adapter path), so in bfloat16 the
+# mean difference is compared.
+ATOL = 1e-5 if FLOAT32 else None
+MEAN_ATOL = 1e-6 if FLOAT32 else 0.05
 MIN_COSINE = 0.9999 if FLOAT32 else 0.5  # each member's whole adapter gradient, shared against alone
 SAMPLE_AGREE = 1.0 if FLOAT32 else 0.75  # share of completions sampled exactly as alone
 
@@ -77,16 +79,23 @@ def test_adapters_on_a_shared_base_compute_what_separate_models_do(tiny_lm):
     own, alone_grads = [], []
     for k, (policy, rollout) in enumerate(zip(separate, alone, strict=True)):
         logp, entropy = policy.token_log_probs(rollout, with_entropy=True)
-        torch.testing.assert_close(together[k][0], logp, atol=ATOL, rtol=0)
-        torch.testing.assert_close(together[k][1], entropy, atol=ATOL, rtol=0)
-        torch.testing.assert_close(reference[k][0], policy.reference_log_probs(rollout), atol=ATOL, rtol=0)
+        for ours, theirs in (
+            (together[k][0], logp),
+            (together[k][1], entropy),
+            (reference[k][0], policy.reference_log_probs(rollout)),
+        ):
+            assert theirs is not None
+            difference = (ours.detach().float() - theirs.detach().float()).abs()
+            assert float(difference.mean()) <= MEAN_ATOL, float(difference.mean())
+            if ATOL is not None:
+                assert float(difference.max()) <= ATOL, float(difference.max())
         logp.float().sum().backward()
         pairs = list(zip(policy._adapters(), shared[k]._adapters(), strict=True))
         for (n, p), (n_shared, p_shared) in pairs:
             assert n.replace(".default.", f".{adapter_name(k)}.") == n_shared
             assert p.grad is not None and p_shared.grad is not None
             if FLOAT32:
-                torch.testing.assert_close(p_shared.grad, p.grad, atol=1e-4, rtol=1e-4)
+                torch.testing.assert_close(p_shared.grad, p.grad, atol=1e-3, rtol=1e-3)
         own.append(torch.cat([q.grad.float().reshape(-1) for _, (_, q) in pairs if q.grad is not None]))
         alone_grads.append(torch.cat([p.grad.float().reshape(-1) for (_, p), _ in pairs if p.grad is not None]))
     # Each member's gradient is its own: closest in direction to what the member gets alone, not
