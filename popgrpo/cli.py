@@ -35,8 +35,21 @@ if TYPE_CHECKING:
     from popgrpo.runtime.executor import Executor
 
 
-# When this module was imported: the start of ``popgrpo``, for the elapsed seconds of the start-up lines.
-_STARTED = time.monotonic()
+def _process_age_s() -> float:
+    """Seconds since this process started (Linux's /proc: the interpreter's own start-up counts
+    too); 0 where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # fields[19]: starttime, in ticks
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+# When ``popgrpo`` started, for the elapsed seconds of the start-up lines.
+_STARTED = time.monotonic() - _process_age_s()
 
 
 def _say(message: str) -> None:
@@ -117,7 +130,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                     else f"connecting to Ray at {args.address or 'RAY_ADDRESS'}"
                 )
             try:
-                executor = RayExecutor(cfg, run_dir=run_dir, address=args.address, say=say)
+                executor = RayExecutor(cfg, run_dir=run_dir, address=args.address, say=say, count_epochs=not args.quiet)
             except SetupError as exc:
                 raise ConfigError(str(exc)) from None
             if say is not None:

@@ -8,6 +8,7 @@ holds, in a namespace of its own run:
 ``<run>/member-3``        a member actor holding member 3
 ``<run>/members-0-7``     a packed member actor (``population.members_per_actor``)
 ``<run>/archive``         the archive actor (shared archive or Redis write-through)
+``<run>/epoch-counter``   counts member epochs for the progress bar (popgrpo.runtime.progress)
 ========================  =====================================================
 
 ``<run>`` is the run directory's name (what ``popgrpo train`` prints as ``run directory:``),
@@ -35,6 +36,7 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "archive_actor_name",
     "describe_group",
+    "epoch_counter_name",
     "member_actor_name",
     "member_label",
     "rollout_worker_name",
@@ -81,6 +83,11 @@ def member_actor_name(run_label: str, member_ids: Sequence[int]) -> str:
 def archive_actor_name(run_label: str) -> str:
     """``<run>/archive``: the run's one archive actor."""
     return f"{run_label}/archive"
+
+
+def epoch_counter_name(run_label: str) -> str:
+    """``<run>/epoch-counter``: the run's :class:`~popgrpo.runtime.progress.EpochCounter`."""
+    return f"{run_label}/epoch-counter"
 
 
 def rollout_worker_name(run_label: str) -> str:

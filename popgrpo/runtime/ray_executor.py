@@ -62,6 +62,7 @@ from popgrpo.runtime.deadlines import CallDeadlines, CallTimeout
 from popgrpo.runtime.executor import make_archives
 from popgrpo.runtime.naming import (
     archive_actor_name,
+    epoch_counter_name,
     member_actor_name,
     rollout_worker_name,
     run_namespace,
@@ -124,8 +125,11 @@ class RayExecutor:
         run_dir: str | Path | None = None,
         address: str | None = None,
         say: Callable[[str], None] | None = None,
+        count_epochs: bool = False,
     ) -> None:
-        """``say``: told when Ray is up and the member actors are being placed (a start-up line)."""
+        """``say``: told when Ray is up and the member actors are being placed (a start-up line).
+        ``count_epochs``: the member actors count their epochs as they end, for a progress bar
+        (:meth:`member_epochs`; one more small actor, ``<run>/epoch-counter``)."""
         self.config = config
         self.n_members = config.population.size
         per_actor = config.population.members_per_actor
@@ -190,7 +194,10 @@ class RayExecutor:
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
         self.rollout_worker: Any = self._start_rollout_worker(config)
         # Counts member epochs as they end, for the progress bar (popgrpo.runtime.progress).
-        self.epoch_counter: Any = EpochCounter.options(namespace=self.namespace).remote()
+        self.epoch_counter: Any = None
+        if count_epochs:
+            name = epoch_counter_name(self.run_tag)
+            self.epoch_counter = EpochCounter.options(name=name, namespace=self.namespace).remote()
         self._actors: list[Any] = [self._new_group(group) for group in self._groups]
         # The first call of each actor goes through _call like every later one: an actor lost
         # while it was being built (its node gone, an OOM while loading a model) answers it with
@@ -725,8 +732,9 @@ class RayExecutor:
             self._archive_get("load_state_dicts", list(states))
 
     def member_epochs(self) -> int | None:
-        """Member epochs finished so far, as the member actors reported them (None: no answer in time)."""
-        return read_counter(self.epoch_counter)
+        """Member epochs finished so far, as the member actors reported them (None: not counted
+        without ``count_epochs``, or no answer in time)."""
+        return None if self.epoch_counter is None else read_counter(self.epoch_counter)
 
     def close(self) -> None:
         self.metrics.close()  # a finished run's gauges may expire now

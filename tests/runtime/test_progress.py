@@ -73,7 +73,7 @@ def test_ray_member_actors_report_their_epochs(ray_local):
     from popgrpo.runtime.ray_executor import RayExecutor
 
     config = load_config(preset_path("pop_grpo"), [*ONE_ROUND, "population.size=2", "scheduler.top_m=2"])
-    executor = RayExecutor(config)
+    executor = RayExecutor(config, count_epochs=True)
     try:
         executor.train(3)
         deadline = time.monotonic() + 30
