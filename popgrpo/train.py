@@ -422,6 +422,7 @@ def _run(
     metrics = out.read_metrics()
     summary = summarise(metrics, config.run.summary_window)
     summary["restarts"] = out.count_events("member_actor_restarted")
+    summary["restarts_hung"] = out.count_events("member_actor_restarted", cause="hung")  # of those, hung ones
     out.write_summary(summary)
     plot_training_dynamics(metrics, out.path / "training_dynamics.png", title=config.run.name)
     return summary

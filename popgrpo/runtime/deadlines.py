@@ -6,8 +6,11 @@ waits for therefore has a deadline, derived from the measured time of the calls 
 answered so far (:class:`CallDeadlines`):
 
 * a ``train`` call of ``n`` epochs: ``factor × median seconds per epoch × n``;
-* an actor's construction (measured up to the answer of its first call, ``placement``) and
-  any other call (``adopt``, ``get_weights``, ``snapshot``, the calls that replay a round into
+* an actor's construction (measured up to the answer of its first call, ``placement``):
+  ``construction_factor ×`` the median of the constructions answered (3 by default: actors
+  built together import and load the same things and finish close together, and a stop during
+  a start-up must not cost ten start-ups);
+* any other call (``adopt``, ``get_weights``, ``snapshot``, the calls that replay a round into
   a rebuilt actor…): ``factor ×`` the median of that kind's answers;
 * a short call of a kind not answered yet (the ``load_states`` of a rebuild): what a whole
   round of training is allowed (``factor × median seconds per epoch × round_epochs``), a
@@ -28,11 +31,13 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-__all__ = ["CONSTRUCTION", "CallDeadlines", "CallTimeout"]
+__all__ = ["ARCHIVE_CONSTRUCTION", "CONSTRUCTION", "CallDeadlines", "CallTimeout"]
 
 # The kind a construction is measured as: the time from creating an actor to the answer of
 # its first call (which waits for the constructor).
 CONSTRUCTION = "placement"
+# The archive actor's (its first pid call waits for it; so does the one after a restart).
+ARCHIVE_CONSTRUCTION = "archive.placement"
 
 
 class CallTimeout(TimeoutError):
@@ -48,10 +53,19 @@ class CallDeadlines:
         first_call_s: the deadline of a call of a kind that has nothing measured to go by.
         round_epochs: epochs of a round (``scheduler.interval_epochs``), for the deadline of
             a short call of a kind not answered yet.
+        construction_factor: multiple of the median construction that a construction may take.
     """
 
-    def __init__(self, factor: float, min_s: float, first_call_s: float = 600.0, round_epochs: int = 1) -> None:
+    def __init__(
+        self,
+        factor: float,
+        min_s: float,
+        first_call_s: float = 600.0,
+        round_epochs: int = 1,
+        construction_factor: float = 3.0,
+    ) -> None:
         self.factor = factor
+        self.construction_factor = construction_factor
         self.min_s = min_s
         self.first_call_s = first_call_s
         self.round_epochs = max(1, round_epochs)
@@ -75,9 +89,10 @@ class CallDeadlines:
         measured = self.seconds.get(method)
         if measured:
             units = n_epochs if method == "train" else 1
-            return max(self.min_s, self.factor * statistics.median(measured) * units)
+            factor = self.construction_factor if method.endswith(CONSTRUCTION) else self.factor
+            return max(self.min_s, factor * statistics.median(measured) * units)
         per_epoch = self.seconds.get("train")
-        if method not in ("train", CONSTRUCTION) and per_epoch:
+        if method != "train" and not method.endswith(CONSTRUCTION) and per_epoch:
             return max(self.min_s, self.factor * statistics.median(per_epoch) * self.round_epochs)
         return max(self.min_s, self.first_call_s)
 

@@ -38,6 +38,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -58,7 +59,7 @@ from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
-from popgrpo.runtime.deadlines import CallDeadlines, CallTimeout
+from popgrpo.runtime.deadlines import ARCHIVE_CONSTRUCTION, CallDeadlines, CallTimeout
 from popgrpo.runtime.executor import make_archives
 from popgrpo.runtime.naming import (
     archive_actor_name,
@@ -69,7 +70,7 @@ from popgrpo.runtime.naming import (
     wait_until_free,
 )
 from popgrpo.runtime.progress import EpochCounter, read_counter
-from popgrpo.runtime.reaper import Ending, end_actor, end_actors
+from popgrpo.runtime.reaper import Ending, end_actor, end_actors, is_stopped
 from popgrpo.runtime.recovery import RecoveryLog
 from popgrpo.runtime.rollout_worker import RolloutWorker
 from popgrpo.runtime.transport import pack, unpack
@@ -80,14 +81,15 @@ log = logging.getLogger(__name__)
 __all__ = ["RayExecutor", "RebuildFailed"]
 
 
+# Seconds between looks at whether an actor that is past population.hang_deadline_min_s without
+# answering has a stopped process (reaper.is_stopped): such an actor is hung whatever its deadline.
+STOPPED_POLL_S = 2.0
+
 # What a lost member actor's answer raises: the actor died or its node is gone (RayActorError),
 # or the node went after the actor answered but before the driver fetched an answer too large
 # to travel inline (ObjectLostError: a member call's result is never reconstructed, since a
 # state-changing actor call must not run twice on its own).
 LOST_ANSWER = (RayActorError, ObjectLostError)
-
-# What the archive actor's construction (and a restart by Ray) is measured as, for its deadline.
-ARCHIVE_CONSTRUCTION = "archive.construction"
 
 
 class RebuildFailed(RuntimeError):
@@ -169,8 +171,10 @@ class RayExecutor:
             pop.hang_deadline_min_s,
             pop.first_call_deadline_s,
             config.scheduler.interval_epochs,
+            pop.construction_deadline_factor,
         )
         self._lost_nodes: set[str] = set()  # nodes that did not answer: no actor is placed there again
+        self._archive_back_at = 0.0  # when a hung archive actor was last restarted (time.monotonic)
         self.restarts = 0
         self.events: list[dict] = []
         self.metrics_restarts: dict[str, int] = {}  # restarts by cause, as popgrpo_restarts_total counts them
@@ -220,7 +224,7 @@ class RayExecutor:
             name=rollout_worker_name(self.run_tag), namespace=self.namespace, num_cpus=0, num_gpus=rollout.worker_gpus()
         ).remote(self._config_json)
         try:
-            problem = self._wait_for(worker.ready.remote(), "rollout_worker.construction")
+            problem = self._wait_for(worker.ready.remote(), "rollout_worker.placement")
         except (CallTimeout, RayActorError) as exc:
             problem = f"the rollout worker did not start: {_loss_reason(exc)}"
         if problem is not None:
@@ -308,16 +312,13 @@ class RayExecutor:
         while refs:
             waiting = {g: started[g] for g in refs}
             ready, _ = ray.wait(list(refs.values()), num_returns=1, timeout=self._wait_s(method, waiting, epochs))
-            if not ready:  # some call is past its deadline: that actor is hung
+            if not ready:  # some call may be past its deadline, or its process stopped: that actor is hung
                 hung = self._hung(method, waiting, epochs)
                 if hung and self._archive_stalled():  # they were waiting for the archive actor
-                    started.update(dict.fromkeys(hung, time.monotonic()))
                     continue
-                for g in hung:
+                for g, reason in hung.items():
                     del refs[g]
-                    self._lost(
-                        g, attempts, f"no answer to {method} within {time.monotonic() - started[g]:.0f} s (hung)"
-                    )
+                    self._lost(g, attempts, reason)
                     refs[g] = getattr(self._actors[g], method).remote(*args_for(g))
                     started[g] = time.monotonic()
                 continue
@@ -334,14 +335,28 @@ class RayExecutor:
         return results
 
     def _wait_s(self, method: str, started: Mapping[int, float], epochs: Callable[[int], int]) -> float:
-        """Seconds until the first of the calls started at ``started`` is past its deadline."""
-        limits = [started[g] + self._deadlines.limit(method, epochs(g)) for g in started]
-        return max(0.0, min(limits) - time.monotonic())
-
-    def _hung(self, method: str, started: Mapping[int, float], epochs: Callable[[int], int]) -> list[int]:
-        """The actors whose call started at ``started`` is past its deadline."""
+        """Seconds until the first of the calls started at ``started`` is past its deadline, or
+        until the next look at whether an actor that is past the floor is stopped (:meth:`_hung`)."""
         now = time.monotonic()
-        return [g for g in started if now - started[g] >= self._deadlines.limit(method, epochs(g))]
+        started = {g: max(start, self._archive_back_at) for g, start in started.items()}
+        deadline = min(started[g] + self._deadlines.limit(method, epochs(g)) for g in started) - now
+        floor = min(started.values()) + self._deadlines.min_s - now
+        return max(0.0, min(deadline, floor if floor > 0 else STOPPED_POLL_S))
+
+    def _hung(self, method: str, started: Mapping[int, float], epochs: Callable[[int], int]) -> dict[int, str]:
+        """The actors taken as hung, with why: a call past its deadline, or, sooner, one past the
+        floor (``population.hang_deadline_min_s``) whose process is found stopped (on the driver's
+        node: :func:`is_stopped`). A call that was waiting when the archive actor was restarted
+        counts from the restart: it was waiting for the archive."""
+        now = time.monotonic()
+        hung: dict[int, str] = {}
+        for g, start in started.items():
+            waited = now - max(start, self._archive_back_at)
+            if waited >= self._deadlines.limit(method, epochs(g)):
+                hung[g] = f"no answer to {method} within {waited:.0f} s (hung)"
+            elif waited >= self._deadlines.min_s and is_stopped(self._actors[g]):
+                hung[g] = f"no answer to {method} within {waited:.0f} s, its process stopped (hung)"
+        return hung
 
     def _fetch(self, ref: Any, method: str, start: float, n_epochs: int) -> Any:
         """The answer of a call started at ``start`` that ``ray.wait`` found ready.
@@ -357,15 +372,29 @@ class RayExecutor:
         self._deadlines.answered(method, time.monotonic() - start, n_epochs)
         return answer
 
-    def _wait_for(self, ref: Any, kind: str, n_epochs: int = 1) -> Any:
-        """The answer of the call behind ``ref`` (a call of ``kind``), within its deadline; else
-        :class:`CallTimeout`. Ray's actor errors pass through."""
+    def _wait_for(self, ref: Any, kind: str, n_epochs: int = 1, actor: Any = None) -> Any:
+        """The answer of the call behind ``ref`` (a call of ``kind`` on ``actor``), within its
+        deadline, else :class:`CallTimeout`; sooner when ``actor``'s process is found stopped
+        past the floor (as in :meth:`_hung`). Ray's actor errors pass through."""
         limit = self._deadlines.limit(kind, n_epochs)
         start = time.monotonic()
+        while True:
+            waited = time.monotonic() - start
+            step = limit - waited
+            if actor is not None:
+                step = min(step, max(self._deadlines.min_s - waited, STOPPED_POLL_S))
+            ready, _ = ray.wait([ref], timeout=max(0.0, step))
+            if ready:
+                break
+            waited = time.monotonic() - start
+            if waited >= limit:
+                raise CallTimeout(f"no answer to {kind} within {limit:.0f} s")
+            if actor is not None and waited >= self._deadlines.min_s and is_stopped(actor):
+                raise CallTimeout(f"no answer to {kind} within {waited:.0f} s, its process stopped")
         try:
             answer = ray.get(ref, timeout=limit)
         except GetTimeoutError:
-            raise CallTimeout(f"no answer to {kind} within {limit:.0f} s") from None
+            raise CallTimeout(f"its answer to {kind} could not be fetched within {limit:.0f} s") from None
         self._deadlines.answered(kind, time.monotonic() - start, n_epochs)
         return answer
 
@@ -410,7 +439,7 @@ class RayExecutor:
             actor = None
             try:
                 actor = self._new_group(group, build=self.restarts)
-                self.recovery.replay_into(actor, g, group, self._archive_home(), self._wait_for)
+                self.recovery.replay_into(actor, g, group, self._archive_home(), partial(self._wait_for, actor=actor))
                 self._redo_since_adopt(actor, g)
             except (*LOST_ANSWER, TimeoutError) as exc:  # TimeoutError: CallTimeout, or the name still held
                 last = str(exc) if type(exc) is TimeoutError else _loss_reason(exc)
@@ -454,7 +483,8 @@ class RayExecutor:
         """Asynchronous rounds: replay into a rebuilt actor the calls its members made since they
         last adopted (their restore point): the rounds they reported but have not yet merged."""
         for method, args in self._since_adopt.get(g, []):
-            self._wait_for(getattr(actor, method).remote(*args), method, int(args[0]) if method == "train" else 1)
+            n_epochs = int(args[0]) if method == "train" else 1
+            self._wait_for(getattr(actor, method).remote(*args), method, n_epochs, actor=actor)
 
     # ---- the archive actor: every call within a deadline; a stopped one is restarted -------
     def _archive_get(self, method: str, *args: Any, kind: str | None = None) -> Any:
@@ -466,7 +496,7 @@ class RayExecutor:
         last = ""
         for attempt in range(tries):
             try:
-                return self._wait_for(getattr(self.archive_actor, method).remote(*args), kind)
+                return self._wait_for(getattr(self.archive_actor, method).remote(*args), kind, actor=self.archive_actor)
             except CallTimeout as exc:
                 last = str(exc)
                 if attempt + 1 < tries:
@@ -476,10 +506,13 @@ class RayExecutor:
     def _archive_stalled(self) -> bool:
         """Whether the archive actor is what the members wait for: with one (shared archive or
         Redis), members call it at every step, so a stopped archive actor stalls every member.
-        It is probed (``pid``, within ``population.hang_deadline_min_s``); one that does not
-        answer is restarted (:meth:`_restart_archive`) and True returned."""
+        One whose process is stopped, or that does not answer a probe (``pid``) within
+        ``population.hang_deadline_min_s``, is restarted (:meth:`_restart_archive`): True."""
         if self.archive_actor is None:
             return False
+        if is_stopped(self.archive_actor):
+            self._restart_archive("its process stopped (hung)")
+            return True
         seconds = self._deadlines.min_s
         ready, _ = ray.wait([self.archive_actor.pid.remote()], timeout=seconds)
         if ready:
@@ -498,7 +531,9 @@ class RayExecutor:
             ended = self._end(self.archive_actor, "ArchiveActor", restart=True)
             log.warning("archive actor lost: %s; its process: %s; Ray restarts it", reason, ended.describe())
             try:
-                self._archive_pid = self._wait_for(self.archive_actor.pid.remote(), ARCHIVE_CONSTRUCTION)
+                self._archive_pid = self._wait_for(
+                    self.archive_actor.pid.remote(), ARCHIVE_CONSTRUCTION, actor=self.archive_actor
+                )
                 info = cast(
                     RestoreInfo, self._wait_for(self.archive_actor.restore_info.remote(), "archive.restore_info")
                 )
@@ -506,6 +541,7 @@ class RayExecutor:
                 last = str(exc)
                 continue
             seconds = time.monotonic() - start
+            self._archive_back_at = time.monotonic()
             self._count_restart("hung")
             line = (
                 f"{reason}; restarted in {seconds:.1f} s ({attempt} {'try' if attempt == 1 else 'tries'}), "
@@ -628,11 +664,10 @@ class RayExecutor:
             if not ready:  # some actor is past its deadline: hung
                 hung = self._hung("train", started, epochs.__getitem__)
                 if hung and self._archive_stalled():  # they were waiting for the archive actor
-                    handles[:] = [(*h[:3], time.monotonic()) if h[0] in hung else h for h in handles]
                     continue
-                for g in hung:
+                for g, reason in hung.items():
                     i = next(i for i, h in enumerate(handles) if h[0] == g)
-                    self._lost(g, attempts, f"no answer to train within {time.monotonic() - started[g]:.0f} s (hung)")
+                    self._lost(g, attempts, reason)
                     handles[i] = self.submit_train(g, epochs[g])
                 continue
             handle = by_ref[ready[0]]

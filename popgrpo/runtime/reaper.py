@@ -12,10 +12,12 @@ placed. :func:`end_actor` therefore
    the driver's node, else from a task pinned to its node
    (:class:`~ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy`); either waits
    until the process is gone, which is when its node's raylet takes the lease back;
-4. takes a node that does not run that task within ``node_answer_s`` as lost: the GCS removes
-   it from the cluster (``drain_nodes``, the node removal Ray's autoscaler uses), which fails
-   whatever still runs there, and :func:`end_actor` waits until Ray reports the node dead, so
-   that no replacement is placed on it.
+4. takes a node that does not run that task within ``node_answer_s`` as lost: the GCS is asked
+   to remove it from the cluster (``drain_nodes``, the node removal Ray's autoscaler uses, which
+   shuts its raylet down if it ever answers again), and the caller places no replacement on it
+   (:class:`~popgrpo.runtime.ray_executor.RayExecutor` keeps such nodes out with a
+   ``NodeLabelSchedulingStrategy``), since Ray itself may list a frozen node alive until its
+   health checks give up on it.
 
 Only a process that is still the actor's worker is signalled: the process title must be a
 Ray worker's (``ray::…``) naming the actor's class, so a process id reused since is left alone.
@@ -35,7 +37,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-__all__ = ["Ending", "end_actor", "end_actors", "locate", "sigkill_worker"]
+__all__ = ["Ending", "end_actor", "end_actors", "is_stopped", "locate", "sigkill_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,31 @@ def locate(actor: Any) -> tuple[int | None, str | None, str]:
     if node is not None and set(node) == {"f"}:  # Ray's nil id
         node = None
     return int(info["Pid"]) or None, node, str(info["State"])
+
+
+_located: dict[str, tuple[int, str]] = {}  # actor id → (pid, node id), once Ray has given it a process
+
+
+def is_stopped(actor: Any) -> bool:
+    """Whether ``actor``'s process runs on this node and is stopped (SIGSTOP, a debugger: state
+    ``T``), which it stays until someone continues it: a sure sign of a hang, seen without
+    waiting for a deadline. False for a process on another node (only its deadline tells)."""
+    key = actor._actor_id.hex()
+    if key not in _located:
+        try:
+            pid, node, _ = locate(actor)
+        except Exception:
+            return False
+        if pid is None or node is None:
+            return False
+        _located[key] = (pid, node)
+    pid, node = _located[key]
+    if node != ray.get_runtime_context().get_node_id():
+        return False
+    state = _state(pid)
+    if state is None:  # gone: a restarted actor (the archive's) has a new process
+        del _located[key]
+    return state in ("T", "t")
 
 
 def sigkill_worker(pid: int, class_name: str, wait_s: float = 10.0, grace_s: float = 0.0) -> str:
@@ -163,8 +190,11 @@ def _node_alive(node_id: str) -> bool:
     return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
 
 
-def remove_node(node_id: str, timeout_s: float) -> bool:
-    """Have the GCS remove ``node_id`` from the cluster and wait until Ray reports it dead; True if it did."""
+def remove_node(node_id: str, timeout_s: float = 5.0) -> bool:
+    """Ask the GCS to remove ``node_id`` from the cluster (``drain_nodes``: it shuts the node's
+    raylet down once that answers) and wait up to ``timeout_s`` for Ray to report it dead; True
+    if it did. A frozen raylet answers nothing, so Ray may list it alive until its health
+    checks give up on it: the caller places nothing there meanwhile."""
     if not _node_alive(node_id):
         return True
     from ray._private.worker import global_worker
@@ -217,9 +247,9 @@ def end_actor(
             how = f"SIGKILL from a task on its node: {answer}"
         else:
             node_lost = True
-            removed = remove_node(node, node_answer_s)
-            how = f"its node did not run the kill task within {node_answer_s:g} s: " + (
-                "removed from the cluster" if removed else "still listed alive after its removal was asked"
+            removed = remove_node(node)
+            how = f"its node did not run the kill task within {node_answer_s:g} s: taken as lost, " + (
+                "removed from the cluster" if removed else "its removal asked of the GCS"
             )
     if not restart:
         _wait_dead(actor, start + node_answer_s)

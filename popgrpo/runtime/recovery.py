@@ -87,11 +87,12 @@ class RecoveryLog:
         saved = {} if self.members is None else {k: self.members[k] for k in members if self.members[k] is not None}
         if saved:  # members without a restore point start from the new actor's own initial state
             wait(actor.load_states.remote(pack(saved)), "load_states", 1)
-        own_archives = {k: self.archives[k] for k in members}
-        if archive_home == "actor":
-            wait(actor.load_archive_states.remote(pack(own_archives)), "load_archive_states", 1)
-        elif archive_home is not None:
-            wait(archive_home.load_states.remote(own_archives), "archive.load_states", 1)
+        if archive_home is not None:  # private archives (a shared one has a single entry, not rolled back)
+            own_archives = {k: self.archives[k] for k in members}
+            if archive_home == "actor":
+                wait(actor.load_archive_states.remote(pack(own_archives)), "load_archive_states", 1)
+            else:
+                wait(archive_home.load_states.remote(own_archives), "archive.load_states", 1)
         for method, args_for in self.calls:
             args = args_for(index)
             wait(getattr(actor, method).remote(*args), method, int(args[0]) if method == "train" else 1)

@@ -190,11 +190,13 @@ class RunDirectory:
         with open(self.path / "events.jsonl", "a") as fh:
             fh.write(json.dumps(event) + "\n")
 
-    def count_events(self, kind: str) -> int:
+    def count_events(self, kind: str, cause: str | None = None) -> int:
+        """Events of ``kind`` in ``events.jsonl`` (with ``cause``: only those whose cause it is)."""
         path = self.path / "events.jsonl"
         if not path.exists():
             return 0
-        return sum(json.loads(line)["event"] == kind for line in path.read_text().splitlines() if line)
+        events = [json.loads(line) for line in path.read_text().splitlines() if line]
+        return sum(e["event"] == kind and (cause is None or e.get("cause") == cause) for e in events)
 
     def truncate_lineage(self, max_round: int) -> None:
         """Keep only the lineage lines of rounds ``<= max_round`` (for a resumed run)."""

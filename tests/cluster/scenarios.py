@@ -39,6 +39,12 @@ CONFIGS = {
         "grpo.steps_per_epoch=8",
     ],
 }
+# frozen_node: deadlines short enough for a test (a frozen node's actors are found by them).
+FROZEN_DEADLINES = [
+    "population.hang_deadline_factor=8",
+    "population.hang_deadline_min_s=3",
+    "population.max_restarts=5",
+]
 GCS_OUTAGE_S = 15.0  # at least as long as a restarted head pod takes to come back
 
 
@@ -228,6 +234,75 @@ def node_loss_async() -> dict:
     return {"rows": rows, **facts}
 
 
+def frozen_node() -> dict:
+    """As :func:`node_loss`, but the worker node freezes instead of going: every process of it
+    (raylet, agents, workers) is SIGSTOPped while an actor on it is in its round-1 train call.
+
+    Ray does not notice a frozen node for a long while, and ``ray.kill`` reaches nothing there:
+    the driver must take the actor as hung (its deadline), find that its node does not run the
+    kill task, take the node as lost and build the replacement on the other node. Short
+    deadlines (the floor 3 s) keep the test short; the node's 30 s to answer the kill task are
+    what they are in a run.
+    """
+    import contextlib
+    import signal
+
+    import ray
+
+    from benchmarks.common import _children, loopback_ray_cluster
+    from popgrpo.config import load_config, preset_path
+    from popgrpo.runtime.ray_executor import RayExecutor
+    from tests.driving import drive, kill_when_busy
+
+    cfg = load_config(preset_path("pop_grpo"), [*CONFIGS["node_loss"], *FROZEN_DEADLINES])
+    facts: dict = {}
+    frozen: list[int] = []
+    with loopback_ray_cluster({"num_cpus": 0}, worker_cpus=(2, 2), prefix="pgfrz-") as (_cluster, workers, _):
+        victim = workers[0]
+        stopped = []
+
+        def node_processes() -> list[int]:
+            """The victim node's processes: those Ray started for it, and their descendants."""
+            children = _children()
+            todo = [info.process.pid for infos in victim.all_processes.values() for info in infos]
+            found: list[int] = []
+            while todo:
+                pid = todo.pop()
+                if pid not in found:
+                    found.append(pid)
+                    todo.extend(children.get(pid, []))
+            return found
+
+        def freeze() -> None:
+            for pid in node_processes():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                    frozen.append(pid)
+            facts["frozen_at"] = time.monotonic()
+
+        def freeze_during_round_1(ex):
+            on_victim = next(a for a in ex._actors if ray.get(a.node_id.remote(), timeout=60) == victim.node_id)
+            stopped.append(kill_when_busy(on_victim, freeze))
+
+        executor = RayExecutor(cfg)
+        try:
+            rows, lineage = drive(cfg, executor, freeze_during_round_1)
+            facts["finished_after_s"] = time.monotonic() - facts["frozen_at"]
+            placements = set(ray.get([a.node_id.remote() for a in executor._actors], timeout=60))
+        finally:
+            executor.close()
+            for pid in frozen:  # ours: a frozen node's processes never outlive the test
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        facts["frozen"] = bool(stopped and stopped[0].wait(timeout=5)) and len(frozen)
+        facts["restarts"] = executor.restarts
+        facts["restart_reasons"] = [e["reason"] for e in executor.events if e["event"] == "member_actor_restarted"]
+        facts["victim_still_used"] = victim.node_id in placements
+        facts["lost_nodes"] = sorted(executor._lost_nodes)
+        facts["victim"] = victim.node_id
+    return {"rows": rows, "lineage": lineage, **facts}
+
+
 def run(scenario: str, workdir: Path, extra_env: dict[str, str] | None = None, timeout: float = 600.0) -> dict:
     """Run ``scenario`` in an isolated subprocess (the test side); its result, or an AssertionError
     carrying the tail of its output."""
@@ -250,6 +325,7 @@ if __name__ == "__main__":
         "node_loss": node_loss,
         "answer_lost": answer_lost,
         "node_loss_async": node_loss_async,
+        "frozen_node": frozen_node,
     }[scenario]()
     Path(result_path).write_text(json.dumps(result))
     sys.stdout.flush()

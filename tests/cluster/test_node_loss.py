@@ -57,3 +57,17 @@ def test_worker_node_removed_mid_round_in_async_rounds(tmp_path):
     pd.testing.assert_frame_equal(
         pd.DataFrame(result["rows"]), pd.DataFrame(json.loads(json.dumps(reference.to_dict("records"))))
     )
+
+
+def test_a_frozen_worker_node_is_taken_as_lost_and_its_members_move(tmp_path):
+    """Every process of a worker node SIGSTOPped mid-round (a frozen VM): its actor is taken as
+    hung, the node as lost when it does not run the kill task, the actor is rebuilt on the
+    other node, and the numbers are the undisturbed in-process run's."""
+    result = scenarios.run("frozen_node", tmp_path)
+    cfg = load_config(preset_path("pop_grpo"), [*scenarios.CONFIGS["node_loss"], *scenarios.FROZEN_DEADLINES])
+    reference_rows, _ = drive(cfg, LocalExecutor(cfg))
+    print(result["finished_after_s"], result["restart_reasons"])  # pytest -s
+    assert result["frozen"] and result["restarts"] >= 1
+    assert any("did not run the kill task" in reason for reason in result["restart_reasons"]), result
+    assert result["lost_nodes"] == [result["victim"]] and not result["victim_still_used"]
+    pd.testing.assert_frame_equal(pd.DataFrame(result["rows"]), pd.DataFrame(reference_rows))

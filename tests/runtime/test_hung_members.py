@@ -37,7 +37,7 @@ def test_deadline_from_the_measured_time_per_epoch():
     deadlines.answered("adopt", 0.5)
     deadlines.answered("placement", 2.0)
     assert deadlines.limit("adopt") == pytest.approx(2.0)  # its own measure from now on
-    assert deadlines.limit("placement") == pytest.approx(8.0)
+    assert deadlines.limit("placement") == pytest.approx(6.0)  # constructions: 3 × their median by default
     floor = CallDeadlines(factor=4.0, min_s=2.0, first_call_s=1.0)
     assert floor.limit("train", 10) == 2.0  # nothing is sooner than the floor, not even the allowance
     floor.answered("train", 3.0, 10)
