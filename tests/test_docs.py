@@ -101,8 +101,9 @@ def test_api_reference_is_generated_from_the_docstrings(site):
 
 @pytest.mark.integration
 def test_every_getting_started_command_runs_as_shown(tmp_path):
-    """Each ``bash`` block of the page runs, verbatim, in a fresh directory with ``.venv`` beside it;
-    ``make`` targets are dry-run (``make test`` would run this very suite)."""
+    """Each ``bash`` block of the page runs, verbatim, in a fresh directory with ``.venv`` beside it
+    and on the PATH, as after the page's ``source .venv/bin/activate``; ``make`` targets are
+    dry-run (``make test`` would run this very suite)."""
     venv = Path(sys.executable).parent.parent
     if not (venv / "bin" / "popgrpo").exists():
         pytest.skip(f"no popgrpo script next to {sys.executable}")
@@ -119,7 +120,8 @@ def test_every_getting_started_command_runs_as_shown(tmp_path):
                 assert dry.returncode == 0, dry.stderr
                 assert recipes[target] in dry.stdout, dry.stdout
             continue
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "VIRTUAL_ENV": str(venv)}
+        env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
         res = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", block],
             cwd=tmp_path,
@@ -132,13 +134,18 @@ def test_every_getting_started_command_runs_as_shown(tmp_path):
         outputs.append((block, res.stdout + res.stderr))
     assert len(outputs) >= 3
     # What the page says the first run wrote is there.
-    listed = re.findall(r"^\| `([^`]+)` \|", page.read_text(), re.M)
+    table = page.read_text().split("| in `runs/first/` | what it is |", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^\| `([^`]+)` \|", table, re.M)
     assert "metrics.parquet" in listed
     assert [name for name in listed if not (tmp_path / "runs" / "first" / name).exists()] == []
     # The bad value stops the run with exit code 2 and writes nothing.
     [(_, bad)] = [(b, out) for b, out in outputs if "grpo.lr=fast" in b]
-    assert "exit 2" in bad and "grpo.lr" in bad
+    assert bad.count("exit 2") == 3 and "grpo.lr" in bad
+    assert "did you mean run.epochs?" in bad and "did you mean pop_grpo" in bad
     assert not (tmp_path / "runs" / "never").exists()
+    # `popgrpo` alone prints the usage, `config --list` the presets.
+    [(_, usage)] = [(b, out) for b, out in outputs if "source .venv/bin/activate" in b]
+    assert "usage: popgrpo" in usage and "pop_grpo  " in usage
 
 
 def _section(page: Path, heading: str) -> str:
