@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -144,7 +145,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from popgrpo.runtime.stopping import StopOnSignal, exit_status
 
-    again = resume_command(run_dir, args.executor, args.address)
+    again = resume_command(run_dir, args.executor, args.address, typed_program())
     # SIGTERM / SIGINT: the first abandons the round in progress and stops cleanly (the
     # handling below runs with the handlers still set); a second exits at once.
     with StopOnSignal(
@@ -176,14 +177,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def resume_command(run_dir: Path, executor: str = "ray", address: str | None = None) -> str:
-    """The ``popgrpo train --resume`` command that continues the run in ``run_dir`` the same way."""
-    words = ["popgrpo", "train", "--resume", str(run_dir)]
+def resume_command(run_dir: Path, executor: str = "ray", address: str | None = None, program: str = "popgrpo") -> str:
+    """The ``popgrpo train --resume`` command that continues the run in ``run_dir`` the same way;
+    ``program``: how to type ``popgrpo`` (:func:`typed_program`)."""
+    words = [program, "train", "--resume", str(run_dir)]
     if executor != "ray":
         words += ["--executor", executor]
     if address:
         words += ["--address", address]
     return shlex.join(words)
+
+
+def typed_program(argv0: str | None = None) -> str:
+    """How the user can type this command again: ``popgrpo`` when the shell finds this very
+    script on the PATH (an activated virtualenv, an installed package), else the script's path
+    as it was typed (``.venv/bin/popgrpo``). ``python -m popgrpo`` and the job entry point give
+    ``popgrpo``."""
+    script = Path(argv0 if argv0 is not None else sys.argv[0])
+    if script.name != "popgrpo":
+        return "popgrpo"
+    found = shutil.which("popgrpo")
+    return "popgrpo" if found and Path(found).resolve() == script.resolve() else str(script)
 
 
 def stopped_line(run_dir: Path, signal_name: str, again: str) -> str:

@@ -227,6 +227,22 @@ def test_a_successful_run_removes_the_error_log_an_earlier_failure_left(tmp_path
     assert not (out / "error.log").exists() and (out / "summary.json").is_file()
 
 
+def test_the_resume_command_is_typed_as_the_user_can_type_it(tmp_path: Path, monkeypatch):
+    from popgrpo.cli import resume_command, typed_program
+
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "popgrpo"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # not activated: the path as typed
+    assert typed_program(str(script)) == str(script)
+    assert resume_command(Path("runs/x"), program=typed_program(str(script))) == f"{script} train --resume runs/x"
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")  # activated: the bare name
+    assert typed_program(str(script)) == "popgrpo"
+    assert typed_program("/x/popgrpo/__main__.py") == "popgrpo"  # python -m popgrpo
+
+
 def test_config_command_prints_resolved_yaml():
     res = popgrpo("config", "--config", "qd_grpo", "--set", "qd.beta_new=0.9")
     assert res.returncode == 0

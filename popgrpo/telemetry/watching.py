@@ -9,7 +9,9 @@ the token is, never what it is.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,6 +77,15 @@ def auth_hint(environ: Mapping[str, str] = os.environ, home: Path | None = None)
     return f"token auth is on: when the page asks, paste the token from {where}, which `ray get-auth-token` prints"
 
 
+def _command(name: str) -> str:
+    """``name`` as the user can type it: the bare name when the shell finds it on the PATH (an
+    activated virtualenv), else the script beside this Python (``.venv/bin/tensorboard``)."""
+    if shutil.which(name):
+        return name
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else name
+
+
 def watch_lines(run_dir: str | Path | None, run: RunConfig | None, ray_connected: bool) -> list[str]:
     """The lines to print at start: the Ray dashboard (with how to log in) and the trackers' viewers.
 
@@ -91,7 +102,7 @@ def watch_lines(run_dir: str | Path | None, run: RunConfig | None, ray_connected
     if run_dir is not None and run is not None:
         root = Path(run_dir).parent
         if "tensorboard" in run.loggers:
-            lines.append(f"TensorBoard: tensorboard --logdir {root}  (then http://localhost:6006)")
+            lines.append(f"TensorBoard: {_command('tensorboard')} --logdir {root}  (then http://localhost:6006)")
         if "mlflow" in run.loggers:
             store = run.mlflow_tracking_uri or str(root / "mlruns")
             lines.append(f"MLflow: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {store}")
