@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("envs, policies", ("popgrpo.envs", "popgrpo.policies")),
     ("algorithms", ("popgrpo.algorithms",)),
     ("runtime", ("popgrpo.runtime",)),
-    ("one run, reward models", ("popgrpo.train", "popgrpo.reward_models")),
+    ("one run, reward models", ("popgrpo.train", "popgrpo.preflight", "popgrpo.reward_models")),
     ("studies, operations", ("popgrpo.study", "popgrpo.ops", "popgrpo.lm_commands", "popgrpo.sim")),
     ("entry points", ("popgrpo.cli", "popgrpo.__main__", "popgrpo.jobs")),
 ]

@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -131,7 +132,9 @@ def short_run(tmp_path_factory):
 
 def test_train_prints_where_to_watch_on_stderr(short_run):
     run_dir, _, stderr = short_run
-    assert f"popgrpo: TensorBoard: tensorboard --logdir {run_dir.parent}  (then http://localhost:6006)" in stderr
+    # `tensorboard` as the shell finds it, or the script beside this Python (watching._command).
+    program = "tensorboard" if shutil.which("tensorboard") else str(Path(sys.executable).parent / "tensorboard")
+    assert f"popgrpo: TensorBoard: {program} --logdir {run_dir.parent}  (then http://localhost:6006)" in stderr
     assert "Ray dashboard" not in stderr  # no Ray, no dashboard
     if _available("mlflow"):
         assert f"--backend-store-uri {run_dir.parent / 'mlruns'}" in stderr
