@@ -9,30 +9,28 @@ from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
 from popgrpo.algorithms.initial_weights import initial_weights, round0_weights
 from popgrpo.algorithms.member import Member
-from popgrpo.config import load_config
 from popgrpo.core.merge import Mutation, mutate, soup
 from popgrpo.core.seeding import STREAM_PERTURB, torch_generator
+from tests.configs import defaults
 
-
-def _cfg(*overrides):
-    return load_config(None, ["grpo.steps_per_epoch=2", "population.size=2", *overrides])
+TWO_MEMBERS = ("grpo.steps_per_epoch=2", "population.size=2")
 
 
 def test_member_rows_report_pass_and_best_at_k():
-    row = Member(0, _cfg(), LocalArchive()).train_epochs(1)[0]
+    row = Member(0, defaults(*TWO_MEMBERS), LocalArchive()).train_epochs(1)[0]
     assert 0.0 <= row["pass_at_k"] <= 1.0
     assert row["best_at_k"] >= row["reward_mean"]  # the best of k is at least the average idea
-    always = Member(0, _cfg("eval.success_threshold=-1000"), LocalArchive()).train_epochs(1)[0]
-    never = Member(0, _cfg("eval.success_threshold=1000"), LocalArchive()).train_epochs(1)[0]
+    always = Member(0, defaults(*TWO_MEMBERS, "eval.success_threshold=-1000"), LocalArchive()).train_epochs(1)[0]
+    never = Member(0, defaults(*TWO_MEMBERS, "eval.success_threshold=1000"), LocalArchive()).train_epochs(1)[0]
     assert (always["pass_at_k"], never["pass_at_k"]) == (1.0, 0.0)
     # the threshold only changes the report, never training
     assert always["reward_mean"] == never["reward_mean"] == row["reward_mean"]
-    k1 = Member(0, _cfg("eval.k=1"), LocalArchive()).train_epochs(1)[0]
+    k1 = Member(0, defaults(*TWO_MEMBERS, "eval.k=1"), LocalArchive()).train_epochs(1)[0]
     assert k1["best_at_k"] == pytest.approx(row["reward_mean"])  # best@1 is the mean reward
 
 
 def test_svd_reseed_follows_the_formula_per_member_and_round():
-    cfg = _cfg("scheduler.mutate=svd")
+    cfg = defaults(*TWO_MEMBERS, "scheduler.mutate=svd")
     m0, m1 = Member(0, cfg, LocalArchive()), Member(1, cfg, LocalArchive())
     m0.train_epochs(1)
     merged = m0.get_weights()
@@ -54,7 +52,7 @@ def test_svd_reseed_follows_the_formula_per_member_and_round():
 
 
 def test_gaussian_reseed_accepts_a_mutation_or_a_sigma():
-    cfg = _cfg()
+    cfg = defaults(*TWO_MEMBERS)
     a, b = Member(0, cfg, LocalArchive()), Member(0, cfg, LocalArchive())
     base = a.get_weights()
     assert a.adopt(base, Mutation("gaussian", sigma=0.01), 3) == {}
@@ -63,15 +61,15 @@ def test_gaussian_reseed_accepts_a_mutation_or_a_sigma():
 
 
 def test_round0_weights_shared_and_independent():
-    cfg = _cfg()
+    cfg = defaults(*TWO_MEMBERS)
     assert all(torch.equal(v, initial_weights(cfg, 0)[k]) for k, v in round0_weights(cfg, [1]).items())
-    ind = _cfg("population.shared_init=false")
+    ind = defaults(*TWO_MEMBERS, "population.shared_init=false")
     expected = soup([initial_weights(ind, 0), initial_weights(ind, 1)])
     assert all(torch.equal(v, expected[k]) for k, v in round0_weights(ind, [0, 1]).items())
 
 
 def test_held_out_evaluation_is_seeded_by_round_and_purpose():
-    cfg = _cfg("eval.samples=16", "eval.k=4")
+    cfg = defaults(*TWO_MEMBERS, "eval.samples=16", "eval.k=4")
     evaluator = WeightsEvaluator(cfg)
     weights = initial_weights(cfg, 0)
     a = evaluator(weights, 2, PURPOSE_GREEDY)

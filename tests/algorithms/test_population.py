@@ -22,21 +22,11 @@ from popgrpo.algorithms.population import (
 from popgrpo.config import ConfigError, load_config
 from popgrpo.core.merge import Mutation
 from popgrpo.core.selection import pop_scores, select_top_m
+from tests.configs import defaults
 
 K = 6
+SELECTING = (f"population.size={K}", "scheduler.enabled=true", "scheduler.objectives=[reward_max]")
 QUALITY = [0.3, 0.9, 0.1, 0.7, 0.5, 0.2]  # reward_max per member: ranking 1, 3, 4, 0, 5, 2
-
-
-def _cfg(*overrides):
-    return load_config(
-        None,
-        [
-            f"population.size={K}",
-            "scheduler.enabled=true",
-            "scheduler.objectives=[reward_max]",
-            *overrides,
-        ],
-    )
 
 
 def _inputs(cfg, round_index=0, new=(3, 0, 5, 1, 0, 2), members=None, behaviours=None, frontier=()):
@@ -75,7 +65,7 @@ def test_soup_is_the_main_papers_round():
 
 
 def test_soup_svd_names_the_add_svd_mutation_whatever_merge_and_mutate_say():
-    cfg = _cfg("scheduler.merge=wise_ft", "scheduler.mutate=gaussian", "scheduler.svd_mode=scale")
+    cfg = defaults(*SELECTING, "scheduler.merge=wise_ft", "scheduler.mutate=gaussian", "scheduler.svd_mode=scale")
     decision = POPULATION_STEPS.get("soup_svd")(_inputs(cfg))
     assert decision.merge == RANKING[:3]
     assert all(
@@ -86,7 +76,7 @@ def test_soup_svd_names_the_add_svd_mutation_whatever_merge_and_mutate_say():
 
 @pytest.mark.parametrize(("mutate", "reset"), [("gaussian", True), ("none", True), ("none", False)])
 def test_independent_keeps_every_members_own_weights(mutate, reset):
-    cfg = _cfg(f"scheduler.mutate={mutate}", f"scheduler.reset_optimizer={str(reset).lower()}")
+    cfg = defaults(*SELECTING, f"scheduler.mutate={mutate}", f"scheduler.reset_optimizer={str(reset).lower()}")
     decision = POPULATION_STEPS.get("independent")(_inputs(cfg))
     expected_mutation = Mutation("gaussian", sigma=0.01) if mutate == "gaussian" else None
     for a in decision.adoptions.values():
@@ -102,7 +92,7 @@ def test_replaced_count():
 
 
 def test_truncation_copies_top_into_bottom_and_leaves_the_rest():
-    cfg = _cfg("scheduler.truncation_fraction=0.34")  # n = 2 of 6
+    cfg = defaults(*SELECTING, "scheduler.truncation_fraction=0.34")  # n = 2 of 6
     decision = POPULATION_STEPS.get("truncation")(_inputs(cfg))
     top, bottom = RANKING[:2], RANKING[-2:]
     copies = decision.record["copies"]
@@ -124,7 +114,7 @@ def test_truncation_copies_top_into_bottom_and_leaves_the_rest():
 
 
 def test_truncation_on_a_subset_of_members_decides_for_those_only():
-    cfg = _cfg("scheduler.truncation_fraction=0.5")
+    cfg = defaults(*SELECTING, "scheduler.truncation_fraction=0.5")
     decision = POPULATION_STEPS.get("truncation")(_inputs(cfg, members=[0, 2, 3, 5]))
     assert set(decision.adoptions) == {0, 2, 3, 5}
     assert decision.record["ranking"] == [3, 0, 5, 2]
@@ -133,7 +123,7 @@ def test_truncation_on_a_subset_of_members_decides_for_those_only():
 
 
 def test_repulsion_pushes_each_member_from_the_fitter_members_behaviours():
-    cfg = _cfg("scheduler.mutate=none")
+    cfg = defaults(*SELECTING, "scheduler.mutate=none")
     asked = []
 
     def behaviours(ids):
@@ -155,7 +145,7 @@ def test_repulsion_pushes_each_member_from_the_fitter_members_behaviours():
 
 
 def test_frontier_stores_discoverers_and_returns_the_worst_to_them():
-    cfg = _cfg("scheduler.frontier_capacity=3", "scheduler.truncation_fraction=0.34")
+    cfg = defaults(*SELECTING, "scheduler.frontier_capacity=3", "scheduler.truncation_fraction=0.34")
     # round 0: cells opened 3, 0, 5, 1, 0, 2 → candidates 0, 2, 3, 5; the store keeps 2, 0, 5
     first = POPULATION_STEPS.get("frontier")(_inputs(cfg))
     store = first.frontier
@@ -185,9 +175,11 @@ def test_frontier_weight_is_discoveries_over_root_visits():
 
 def test_vectorised_members_refuse_a_partial_adam_reset():
     with pytest.raises(ConfigError, match="reset_optimizer"):
-        _cfg("scheduler.population=truncation", "population.vectorize=true")
-    _cfg("scheduler.population=truncation", "population.vectorize=true", "scheduler.reset_optimizer=false")
-    _cfg("scheduler.population=repulsion", "population.vectorize=true")
+        defaults(*SELECTING, "scheduler.population=truncation", "population.vectorize=true")
+    defaults(
+        *SELECTING, "scheduler.population=truncation", "population.vectorize=true", "scheduler.reset_optimizer=false"
+    )
+    defaults(*SELECTING, "scheduler.population=repulsion", "population.vectorize=true")
 
 
 def test_a_plugin_step_is_a_registered_function():
@@ -200,7 +192,7 @@ def test_a_plugin_step_is_a_registered_function():
 
     POPULATION_STEPS.register("test_copy_best", everyone_copies_the_best)
     try:
-        cfg = _cfg("scheduler.population=test_copy_best")
+        cfg = defaults(*SELECTING, "scheduler.population=test_copy_best")
         decision = POPULATION_STEPS.get(cfg.scheduler.population)(_inputs(cfg))
         assert decision.fetch == [1] and {a.base for a in decision.adoptions.values()} == {"member:1"}
     finally:

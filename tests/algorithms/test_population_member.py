@@ -4,12 +4,10 @@ import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.member import Member
-from popgrpo.config import load_config
 from popgrpo.core.repulsion import repulsion_penalty
+from tests.configs import defaults
 
-
-def _cfg(*overrides):
-    return load_config(None, ["grpo.steps_per_epoch=2", *overrides])
+SHORT_EPOCHS = ("grpo.steps_per_epoch=2",)
 
 
 def _twins(cfg, epochs=1):
@@ -20,7 +18,7 @@ def _twins(cfg, epochs=1):
 
 
 def test_repulsion_lowers_the_advantages_of_ideas_near_the_fitter_behaviours():
-    cfg = _cfg("scheduler.repulsion_strength=1.0", "scheduler.repulsion_bandwidth=0.1")
+    cfg = defaults(*SHORT_EPOCHS, "scheduler.repulsion_strength=1.0", "scheduler.repulsion_bandwidth=0.1")
     plain, repelled = _twins(cfg)
     centres = plain.behaviour_descriptors()
     assert len(centres) == cfg.policy.n_prompts and all(len(c) == 2 for c in centres)
@@ -42,7 +40,9 @@ def test_repulsion_lowers_the_advantages_of_ideas_near_the_fitter_behaviours():
 
 
 def test_repelled_training_moves_ideas_away_from_the_fitter_behaviours():
-    cfg = _cfg("grpo.steps_per_epoch=4", "scheduler.repulsion_strength=1.0", "scheduler.repulsion_bandwidth=0.1")
+    cfg = defaults(
+        *SHORT_EPOCHS, "grpo.steps_per_epoch=4", "scheduler.repulsion_strength=1.0", "scheduler.repulsion_bandwidth=0.1"
+    )
     plain, repelled = _twins(cfg, epochs=2)
     centres = plain.behaviour_descriptors()
     repelled.adopt(None, None, 1, reset_optimizer=False, repel=centres)
@@ -59,7 +59,7 @@ def test_repelled_training_moves_ideas_away_from_the_fitter_behaviours():
 
 
 def test_own_base_without_mutation_or_reset_changes_nothing():
-    a, b = _twins(_cfg())
+    a, b = _twins(defaults(*SHORT_EPOCHS))
     weights, adam = a.get_weights(), a.optimizer.state_dict()
     assert a.adopt(None, None, 1, reset_optimizer=False) == {}
     assert all(torch.equal(weights[k], v) for k, v in a.get_weights().items())
@@ -69,7 +69,7 @@ def test_own_base_without_mutation_or_reset_changes_nothing():
 
 
 def test_reset_only_keeps_the_weights_and_starts_adam_afresh():
-    a, _ = _twins(_cfg())
+    a, _ = _twins(defaults(*SHORT_EPOCHS))
     weights = a.get_weights()
     a.adopt(None, None, 1, reset_optimizer=True)
     assert all(torch.equal(weights[k], v) for k, v in a.get_weights().items())
@@ -77,7 +77,7 @@ def test_reset_only_keeps_the_weights_and_starts_adam_afresh():
 
 
 def test_merged_base_without_reset_keeps_adams_moments():
-    a, _ = _twins(_cfg())
+    a, _ = _twins(defaults(*SHORT_EPOCHS))
     step = a.optimizer.state_dict()["state"][0]["step"].clone()
     base = {k: torch.zeros_like(v) for k, v in a.get_weights().items()}
     a.adopt(base, None, 1, reset_optimizer=False)
@@ -86,9 +86,9 @@ def test_merged_base_without_reset_keeps_adams_moments():
 
 
 def test_repulsion_targets_survive_a_checkpoint():
-    a, _ = _twins(_cfg())
+    a, _ = _twins(defaults(*SHORT_EPOCHS))
     a.adopt(None, None, 1, reset_optimizer=False, repel=[[0.1, 0.2], [0.3, 0.4]])
-    b = Member(0, _cfg(), LocalArchive())
+    b = Member(0, defaults(*SHORT_EPOCHS), LocalArchive())
     b.load_state_dict(a.state_dict())
     assert b.repel is not None and torch.equal(b.repel, a.repel)
     a.adopt(None, None, 2, reset_optimizer=False)  # the next adoption without targets clears them

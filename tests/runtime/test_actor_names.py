@@ -10,27 +10,23 @@ import pytest
 import ray
 from ray.util.state import list_actors
 
-from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
+from tests.configs import pop_grpo
 from tests.driving import sigkill
 
 pytestmark = pytest.mark.ray
 
 
-def _cfg(*extra: str):
-    return load_config(
-        preset_path("pop_grpo"),
-        [
-            "population.size=2",
-            "population.members_per_actor=1",
-            "population.resources.num_cpus=0.5",
-            "run.epochs=4",
-            "scheduler.interval_epochs=2",
-            "grpo.steps_per_epoch=1",
-            "scheduler.top_m=2",
-            *extra,
-        ],
-    )
+# Two members, one to an actor, merged every 2 epochs of one step.
+TWO_ACTORS = (
+    "population.size=2",
+    "population.members_per_actor=1",
+    "population.resources.num_cpus=0.5",
+    "run.epochs=4",
+    "scheduler.interval_epochs=2",
+    "grpo.steps_per_epoch=1",
+    "scheduler.top_m=2",
+)
 
 
 def _actors(namespace: str, state: str | None = None) -> list:
@@ -45,8 +41,8 @@ def _live_repr(actor) -> str:
 def test_two_concurrent_runs_with_one_run_name_keep_their_names_apart(ray_local, tmp_path):
     """Same run name and even the same run directory name: each run's actors live in its own
     namespace, under names that say what they hold, and each name finds its own run's actor."""
-    first = RayExecutor(_cfg("archive.shared=true"), run_dir=tmp_path / "a" / "run")
-    second = RayExecutor(_cfg(), run_dir=tmp_path / "b" / "run")
+    first = RayExecutor(pop_grpo(*TWO_ACTORS, "archive.shared=true"), run_dir=tmp_path / "a" / "run")
+    second = RayExecutor(pop_grpo(*TWO_ACTORS), run_dir=tmp_path / "b" / "run")
     try:
         assert first.namespace != second.namespace
         assert {a.name for a in _actors(first.namespace, "ALIVE")} == {"run/member-0", "run/member-1", "run/archive"}
@@ -71,7 +67,7 @@ def test_two_concurrent_runs_with_one_run_name_keep_their_names_apart(ray_local,
 
 
 def test_a_rebuilt_member_actor_takes_the_lost_ones_name(ray_local, tmp_path):
-    executor = RayExecutor(_cfg(), run_dir=tmp_path / "rebuilt-run")
+    executor = RayExecutor(pop_grpo(*TWO_ACTORS), run_dir=tmp_path / "rebuilt-run")
     try:
         executor.snapshot()  # the restore point: the initial states
         lost_pid = ray.get(executor._actors[0].pid.remote())

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
 from popgrpo.train import resume, train
+from tests.configs import SEEDED, pop_grpo
 from tests.runtime.test_async_determinism import _assert_same_run, _Crash, _crash_in_adopt, _lines
 
 pytestmark = pytest.mark.ray
 
 SETS = [
-    "run.seed=42",
-    "run.loggers=[]",
+    *SEEDED,
     "population.size=4",
     "population.resources.num_cpus=0.5",  # the test Ray has 2 CPUs
     "run.epochs=8",
@@ -36,17 +35,13 @@ SETS = [
 ]
 
 
-def _cfg(*extra: str):
-    return load_config(preset_path("pop_grpo"), [*SETS, *extra])
-
-
 def on_ray(cfg, run_dir):
     return RayExecutor(cfg, run_dir=run_dir)
 
 
 @pytest.mark.timeout(600)
 def test_on_ray_a_run_with_stragglers_is_the_in_process_run(ray_local, tmp_path):
-    cfg = _cfg()
+    cfg = pop_grpo(*SETS)
     train(cfg, tmp_path / "reference", progress=False)
     train(cfg, tmp_path / "ray", executor_factory=on_ray, progress=False)
     _assert_same_run(tmp_path / "reference", tmp_path / "ray")
@@ -57,7 +52,7 @@ def test_on_ray_a_run_with_stragglers_is_the_in_process_run(ray_local, tmp_path)
 @pytest.mark.timeout(900)
 def test_on_ray_two_runs_and_a_resumed_one_are_the_in_process_run(ray_local, tmp_path):
     """Two Ray runs with the same delays, the second one's driver dying mid-merge and resumed."""
-    cfg = _cfg()
+    cfg = pop_grpo(*SETS)
     train(cfg, tmp_path / "reference", progress=False)
     train(cfg, tmp_path / "ray", executor_factory=on_ray, progress=False)
     _assert_same_run(tmp_path / "reference", tmp_path / "ray")
@@ -76,7 +71,7 @@ def test_on_ray_two_runs_and_a_resumed_one_are_the_in_process_run(ray_local, tmp
 def test_on_ray_member_kills_at_random_moments_leave_an_async_run_unchanged(ray_local, tmp_path):
     from tests.runtime.test_chaos import ChaosMonkey
 
-    cfg = _cfg("population.max_restarts=10", "population.members_per_actor=2")
+    cfg = pop_grpo(*SETS, "population.max_restarts=10", "population.members_per_actor=2")
     train(cfg, tmp_path / "reference", progress=False)
     monkey = ChaosMonkey(seed=28, kills=3, gap_s=(0.5, 2.0))
     monkey.start()
@@ -96,10 +91,11 @@ def test_on_ray_the_archive_actor_killed_mid_async_run_is_restored(ray_local, tm
     """A shared archive lives in the archive actor: SIGKILLed mid-run (after a merge's
     checkpoint), Ray restarts it from the newest merge's snapshot and the run finishes; no
     elite of that snapshot is lost. Elites accepted after it are, without Redis, as in sync mode."""
-    from tests.runtime.test_faults import _cfg as faults_cfg
-    from tests.runtime.test_faults import _covers, _elite_map, _train_and_kill_archive
+    from tests.runtime.test_faults import SHAPE, _covers, _elite_map, _train_and_kill_archive
 
-    cfg = faults_cfg("run.epochs=8", "grpo.steps_per_epoch=16", "archive.shared=true", *SETS[7:], "run.loggers=[]")
+    cfg = pop_grpo(
+        *SHAPE, "run.epochs=8", "grpo.steps_per_epoch=16", "archive.shared=true", *SETS[7:], "run.loggers=[]"
+    )
     summary, captured, final_maps, events = _train_and_kill_archive(tmp_path, cfg, monkeypatch)
     assert summary["epochs"] == 8
     assert "snapshot" in events[0]["reason"]

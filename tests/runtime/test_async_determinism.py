@@ -26,15 +26,11 @@ from popgrpo.config import ConfigError, load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import ResumeError, resume, train
+from tests.configs import SEEDED, pop_grpo
 
-BASE = ["run.seed=42", "run.epochs=30", "run.loggers=[]", "scheduler.interval_epochs=10", "scheduler.mode=async",
-        "grpo.steps_per_epoch=4"]  # fmt: skip
+BASE = [*SEEDED, "run.epochs=30", "scheduler.interval_epochs=10", "scheduler.mode=async", "grpo.steps_per_epoch=4"]
 STRAGGLERS = ["population.straggler.scale_s=0.05", "population.straggler.sigma=1.0"]
 BOUNDED = ["scheduler.buffer=2", "scheduler.max_staleness=1"]
-
-
-def _config(*extra: str):
-    return load_config(preset_path("pop_grpo"), [*BASE, *extra])
 
 
 def _metrics(run_dir):
@@ -85,11 +81,11 @@ def test_logical_order_is_finish_time_then_call_number():
 
 def test_straggler_and_order_config_errors():
     with pytest.raises(ConfigError, match=r"population\.straggler\.scale_s"):
-        _config("population.straggler.scale_s=-1")
+        pop_grpo(*BASE, "population.straggler.scale_s=-1")
     with pytest.raises(ConfigError, match=r"population\.straggler\.sigma"):
-        _config("population.straggler.sigma=nan")
+        pop_grpo(*BASE, "population.straggler.sigma=nan")
     with pytest.raises(ConfigError, match=r"scheduler\.order"):
-        _config("scheduler.order=fastest")
+        pop_grpo(*BASE, "scheduler.order=fastest")
     with pytest.raises(ConfigError, match=r"scheduler\.order=logical needs scheduler\.mode=async"):
         load_config(preset_path("pop_grpo"), ["scheduler.order=logical"])
     cli = [sys.executable, "-m", "popgrpo", "train", "--config", "pop_grpo", "--set", "population.straggler.sigma=-1"]
@@ -116,20 +112,20 @@ class _Reversed(LocalExecutor):
 def test_the_order_reports_arrive_in_does_not_change_a_merge(tmp_path):
     """With S = 0 every merge takes every member's report: in reverse arrival order, the merges
     (ordered by score, then member id) and so the run are the same."""
-    train(_config(), tmp_path / "fifo", progress=False)
-    train(_config(), tmp_path / "lifo", executor_factory=lambda c, _d: _Reversed(c), progress=False)
+    train(pop_grpo(*BASE), tmp_path / "fifo", progress=False)
+    train(pop_grpo(*BASE), tmp_path / "lifo", executor_factory=lambda c, _d: _Reversed(c), progress=False)
     _assert_same_run(tmp_path / "fifo", tmp_path / "lifo")
 
 
 def test_logical_order_takes_reports_by_their_seeded_delays_whatever_the_arrival(tmp_path):
-    cfg = _config(*STRAGGLERS, *BOUNDED, "scheduler.order=logical", "run.epochs=40")
+    cfg = pop_grpo(*BASE, *STRAGGLERS, *BOUNDED, "scheduler.order=logical", "run.epochs=40")
     train(cfg, tmp_path / "fifo", progress=False)
     train(cfg, tmp_path / "lifo", executor_factory=lambda c, _d: _Reversed(c), progress=False)
     _assert_same_run(tmp_path / "fifo", tmp_path / "lifo")
     delays = [straggler_delay(42, k, 0, 0.05, 1.0) for k in range(5)]
     first = _lines(tmp_path / "fifo" / "merges.jsonl")[0]
     assert first == {"merge": 0, "actors": sorted(np.argsort(delays)[:2].tolist()), "members": first["actors"]}
-    arrival = _config(*STRAGGLERS, *BOUNDED, "run.epochs=40")  # in-process arrival: call order
+    arrival = pop_grpo(*BASE, *STRAGGLERS, *BOUNDED, "run.epochs=40")  # in-process arrival: call order
     train(arrival, tmp_path / "arrival", progress=False)
     assert _lines(tmp_path / "arrival" / "merges.jsonl")[0]["actors"] == [0, 1]
     assert first["actors"] != [0, 1]  # seed 42's delays make the orders differ, so the test can tell
@@ -167,7 +163,7 @@ def test_a_logged_merge_is_replayed_on_resume_whatever_arrives_first(tmp_path):
     merge 2 takes the logged actors, with the same decision as the uninterrupted run."""
     import shutil
 
-    cfg = _config(*BOUNDED, "run.epochs=40")
+    cfg = pop_grpo(*BASE, *BOUNDED, "run.epochs=40")
     train(cfg, tmp_path / "whole", progress=False)
     with pytest.raises(_Crash):
         train(cfg, tmp_path / "run", executor_factory=_crash_in_adopt(2), progress=False)
@@ -188,7 +184,7 @@ def test_a_logged_merge_is_replayed_on_resume_whatever_arrives_first(tmp_path):
 
 
 def test_resume_with_logical_order_is_the_uninterrupted_run(tmp_path):
-    cfg = _config(*STRAGGLERS, *BOUNDED, "scheduler.order=logical", "run.epochs=40")
+    cfg = pop_grpo(*BASE, *STRAGGLERS, *BOUNDED, "scheduler.order=logical", "run.epochs=40")
     train(cfg, tmp_path / "whole", progress=False)
     with pytest.raises(_Crash):
         train(cfg, tmp_path / "run", executor_factory=_crash_in_adopt(3), progress=False)
@@ -203,7 +199,7 @@ def test_resume_with_logical_order_is_the_uninterrupted_run(tmp_path):
 def interrupted(tmp_path_factory):
     """An async run whose driver died carrying out merge 2 (checkpoint at merge 1)."""
     run_dir = tmp_path_factory.mktemp("tamper") / "run"
-    cfg = _config(*BOUNDED, "run.epochs=40", "grpo.steps_per_epoch=4")
+    cfg = pop_grpo(*BASE, *BOUNDED, "run.epochs=40", "grpo.steps_per_epoch=4")
     with pytest.raises(_Crash):
         train(cfg, run_dir, executor_factory=_crash_in_adopt(2), progress=False)
     return run_dir

@@ -17,12 +17,9 @@ from popgrpo.algorithms.async_rounds import held_back, merge_due, merge_members
 from popgrpo.config import ConfigError, load_config, preset_path
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import resume, train
+from tests.configs import SEEDED, pop_grpo
 
-BASE = ["run.seed=42", "run.epochs=30", "run.loggers=[]", "scheduler.interval_epochs=10"]
-
-
-def _config(*extra: str):
-    return load_config(preset_path("pop_grpo"), [*BASE, *extra])
+BASE = [*SEEDED, "run.epochs=30", "scheduler.interval_epochs=10"]
 
 
 def _metrics(run_dir):
@@ -59,9 +56,9 @@ def test_merge_members_are_ordered_by_id_not_by_arrival():
 
 @pytest.mark.parametrize("buffer", [None, 2])
 def test_no_staleness_is_the_sync_run_bit_for_bit(tmp_path, buffer):
-    train(_config(), tmp_path / "sync", progress=False)
+    train(pop_grpo(*BASE), tmp_path / "sync", progress=False)
     extra = ["scheduler.mode=async"] + ([f"scheduler.buffer={buffer}"] if buffer else [])
-    train(_config(*extra), tmp_path / "async", progress=False)
+    train(pop_grpo(*BASE, *extra), tmp_path / "async", progress=False)
     pd.testing.assert_frame_equal(
         _metrics(tmp_path / "sync"),
         _metrics(tmp_path / "async"),
@@ -72,7 +69,7 @@ def test_no_staleness_is_the_sync_run_bit_for_bit(tmp_path, buffer):
 
 
 def test_bounded_staleness_merges_the_reporters_and_keeps_the_bound(tmp_path):
-    cfg = _config("scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1", "run.epochs=40")
+    cfg = pop_grpo(*BASE, "scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1", "run.epochs=40")
     train(cfg, tmp_path / "run", progress=False)
     records = _lineage(tmp_path / "run")
     assert len(records) > 3  # more merges than the sync run's 3
@@ -91,7 +88,7 @@ def test_async_config_errors():
     with pytest.raises(ConfigError, match=r"scheduler\.mode=async needs scheduler\.enabled=true"):
         load_config(preset_path("grpo"), ["scheduler.mode=async"])
     with pytest.raises(ConfigError, match=r"scheduler.buffer \(6\) must be <= population.size \(5\)"):
-        _config("scheduler.mode=async", "scheduler.buffer=6")
+        pop_grpo(*BASE, "scheduler.mode=async", "scheduler.buffer=6")
 
 
 @pytest.mark.ray
@@ -102,13 +99,13 @@ def test_on_ray_no_staleness_is_sync_and_packed_actors_report_together(ray_local
         return RayExecutor(cfg, run_dir=run_dir)
 
     cpus = "population.resources.num_cpus=0.4"  # the test Ray has 2 CPUs
-    train(_config(cpus), tmp_path / "sync", executor_factory=on_ray, progress=False)
-    train(_config(cpus, "scheduler.mode=async"), tmp_path / "async", executor_factory=on_ray, progress=False)
+    train(pop_grpo(*BASE, cpus), tmp_path / "sync", executor_factory=on_ray, progress=False)
+    train(pop_grpo(*BASE, cpus, "scheduler.mode=async"), tmp_path / "async", executor_factory=on_ray, progress=False)
     pd.testing.assert_frame_equal(
         _metrics(tmp_path / "sync"),
         _metrics(tmp_path / "async"),
     )
-    packed = _config(cpus, "scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1",
+    packed = pop_grpo(*BASE, cpus, "scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1",
                      "population.members_per_actor=2")  # fmt: skip
     reuse = Checkpointer._reuse
     linked: list[str] = []
@@ -144,7 +141,7 @@ def test_a_member_actor_killed_is_rebuilt_and_the_run_is_unchanged(ray_local, tm
 
     sets = ["population.size=4", "population.members_per_actor=2", "population.resources.num_cpus=0.5",
             "run.epochs=6", "scheduler.interval_epochs=2", "grpo.steps_per_epoch=8", "qd.enabled=true"]  # fmt: skip
-    train(_config(*sets), tmp_path / "reference", progress=False)
+    train(pop_grpo(*BASE, *sets), tmp_path / "reference", progress=False)
     killed = []
 
     def sigkill(executor):
@@ -170,7 +167,7 @@ def test_a_member_actor_killed_is_rebuilt_and_the_run_is_unchanged(ray_local, tm
         executor.adopt, executor.wait_train = adopt_then_arm, wait_then_kill
         return executor
 
-    train(_config(*sets, "scheduler.mode=async"), tmp_path / "killed", executor_factory=killing, progress=False)
+    train(pop_grpo(*BASE, *sets, "scheduler.mode=async"), tmp_path / "killed", executor_factory=killing, progress=False)
     assert killed and (killed[0] is None or killed[0].wait(timeout=5))
     events = [json.loads(line) for line in (tmp_path / "killed" / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events].count("member_actor_restarted") == 1
@@ -189,7 +186,7 @@ def test_resume_after_a_crash_mid_run_gives_the_uninterrupted_run(tmp_path):
     dies between two merges and is resumed merges as the uninterrupted one did."""
     from popgrpo.runtime.executor import LocalExecutor
 
-    cfg = _config("scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1", "run.epochs=40")
+    cfg = pop_grpo(*BASE, "scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1", "run.epochs=40")
     train(cfg, tmp_path / "whole", progress=False)
 
     def crashing(c, _run_dir):
@@ -231,9 +228,11 @@ def test_checkpoints_every_third_round_resume_to_the_run_that_checkpoints_every_
     extra = ["run.epochs=80", "scheduler.interval_epochs=5", "grpo.steps_per_epoch=2"]
     if mode == "async":
         extra += ["scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1"]
-    train(_config(*extra, "run.checkpoint_keep=40"), tmp_path / "every", progress=False)
-    cfg = _config(*extra, "run.checkpoint_every=3")
-    train(_config(*extra, "run.checkpoint_every=3", "run.checkpoint_keep=40"), tmp_path / "third", progress=False)
+    train(pop_grpo(*BASE, *extra, "run.checkpoint_keep=40"), tmp_path / "every", progress=False)
+    cfg = pop_grpo(*BASE, *extra, "run.checkpoint_every=3")
+    train(
+        pop_grpo(*BASE, *extra, "run.checkpoint_every=3", "run.checkpoint_keep=40"), tmp_path / "third", progress=False
+    )
     pd.testing.assert_frame_equal(_metrics(tmp_path / "every"), _metrics(tmp_path / "third"))
     assert _lineage(tmp_path / "every") == _lineage(tmp_path / "third")
     every = sorted(p.name for p in (tmp_path / "every" / "checkpoints").glob("round_*"))

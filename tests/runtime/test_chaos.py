@@ -16,8 +16,9 @@ import pytest
 
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor
+from tests.configs import pop_grpo
 from tests.driving import drive, member_group_processes, sigkill
-from tests.runtime.test_faults import _assert_same_archives, _cfg
+from tests.runtime.test_faults import SHAPE, _assert_same_archives
 
 pytestmark = pytest.mark.ray
 
@@ -53,7 +54,7 @@ class ChaosMonkey:
 
 @pytest.mark.timeout(1200)  # up to 4 rebuilds: 94 s on a busy 2-core machine, over 600 s with two CPU hogs too
 def test_random_member_kills_during_a_run_leave_its_numbers_unchanged(ray_local):
-    cfg = _cfg("population.max_restarts=10")  # a call may see one actor lost several times
+    cfg = pop_grpo(*SHAPE, "population.max_restarts=10")  # a call may see one actor lost several times
     local = LocalExecutor(cfg)
     reference_rows, reference_lineage = drive(cfg, local)
     monkey, executor = ChaosMonkey(seed=16, kills=4), None

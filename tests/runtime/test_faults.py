@@ -13,33 +13,18 @@ import pytest
 import ray
 import torch
 
-from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.cluster import SetupError
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import train
+from tests.configs import RAY_POPULATION, pop_grpo
 from tests.driving import drive, kill_during_construction, kill_when_busy, sigkill
 from tests.services import RedisServer
 
 pytestmark = pytest.mark.ray
 
-
-def _cfg(*extra):
-    return load_config(
-        preset_path("pop_grpo"),
-        [
-            "population.size=4",
-            "population.members_per_actor=2",
-            "population.resources.num_cpus=0.5",
-            "run.epochs=6",
-            "scheduler.interval_epochs=2",
-            "grpo.steps_per_epoch=8",
-            "qd.enabled=true",
-            "maxent.novelty.enabled=true",
-            *extra,
-        ],
-    )
+SHAPE = (*RAY_POPULATION, "run.epochs=6", "grpo.steps_per_epoch=8")
 
 
 def _sigkill_member_actor_mid_round(cfg):
@@ -73,7 +58,7 @@ def _assert_same_archives(remote, local):
 def test_member_process_sigkilled_mid_round_replays_to_the_same_numbers(ray_local, vectorize):
     """Private archives live in the member actors: the rebuilt actor gets its members' archives
     back from the round snapshot with their states, and the replay gives the same numbers."""
-    cfg = _cfg(f"population.vectorize={str(vectorize).lower()}")
+    cfg = pop_grpo(*SHAPE, f"population.vectorize={str(vectorize).lower()}")
     local = LocalExecutor(cfg)
     reference = drive(cfg, local)
     rows, lineage, archives, restarts = _sigkill_member_actor_mid_round(cfg)
@@ -106,7 +91,7 @@ def test_member_lost_at_every_point_of_its_life_gives_the_same_numbers(ray_local
     round-0 top-M fetch (get_weights), at round 1's adopt, and at the last round's snapshot
     (earlier snapshots come with adopt's answer). Each is rebuilt and the run's numbers are
     those of an undisturbed run. Mid-round losses: the test above."""
-    cfg = _cfg()
+    cfg = pop_grpo(*SHAPE)
     local = LocalExecutor(cfg)
     reference = drive(cfg, local)
     watcher, killed_in_init = kill_during_construction(count=1)
@@ -134,7 +119,7 @@ def test_member_lost_at_every_point_of_its_life_gives_the_same_numbers(ray_local
 def test_an_actor_whose_init_raises_is_reported_not_rebuilt(ray_local):
     """A lost process is rebuilt; an ``__init__`` that raises (here: policy.device=cuda without
     CUDA) is a bug or bad input, and rebuilding would only raise it again."""
-    cfg = _cfg("policy.device=cuda", "population.resources.num_gpus=0.5")
+    cfg = pop_grpo(*SHAPE, "policy.device=cuda", "population.resources.num_gpus=0.5")
     with pytest.raises(ray.exceptions.RayActorError, match=r"policy\.device=cuda") as err:
         RayExecutor(cfg)
     assert err.value.actor_init_failed
@@ -187,7 +172,7 @@ def _train_and_kill_archive(tmp_path, cfg, monkeypatch):
 
 def test_archive_actor_killed_without_redis_restores_the_last_snapshot(tmp_path, ray_local, monkeypatch):
     # Without Redis only a shared archive lives in the archive actor; private ones live in the member actors.
-    cfg = _cfg("run.epochs=8", "grpo.steps_per_epoch=16", "archive.shared=true")
+    cfg = pop_grpo(*SHAPE, "run.epochs=8", "grpo.steps_per_epoch=16", "archive.shared=true")
     summary, captured, final_maps, events = _train_and_kill_archive(tmp_path, cfg, monkeypatch)
     assert summary["epochs"] == 8
     assert "round 0 snapshot" in events[0]["reason"]
@@ -200,7 +185,7 @@ def test_archive_actor_killed_with_redis_loses_no_accepted_elite(tmp_path, ray_l
     redis_server = RedisServer(str(tmp_path))
     try:
         monkeypatch.setenv("POPGRPO_REDIS_PASSWORD", redis_server.password)  # the URL carries none
-        cfg = _cfg("run.epochs=8", "grpo.steps_per_epoch=16", f"archive.redis_url={redis_server.url}")
+        cfg = pop_grpo(*SHAPE, "run.epochs=8", "grpo.steps_per_epoch=16", f"archive.redis_url={redis_server.url}")
         summary, captured, final_maps, events = _train_and_kill_archive(tmp_path, cfg, monkeypatch)
         assert summary["epochs"] == 8
         assert "Redis elites" in events[0]["reason"] and " 0 Redis" not in events[0]["reason"]
@@ -220,7 +205,7 @@ def test_archive_actor_killed_with_redis_loses_no_accepted_elite(tmp_path, ray_l
 def test_bad_redis_password_fails_at_start(tmp_path, ray_local):
     redis_server = RedisServer(str(tmp_path))
     try:
-        cfg = _cfg(f"archive.redis_url=redis://:wrongpass42@127.0.0.1:{redis_server.port}/0")
+        cfg = pop_grpo(*SHAPE, f"archive.redis_url=redis://:wrongpass42@127.0.0.1:{redis_server.port}/0")
         with pytest.raises(SetupError, match=re.escape("archive.redis_url: cannot use Redis at 127.0.0.1")) as err:
             RayExecutor(cfg)
         assert "wrongpass42" not in str(err.value)

@@ -17,15 +17,14 @@ import pytest
 import torch
 
 from popgrpo.cli import main
-from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.telemetry.checkpoint import DRIVER_FILE
 from popgrpo.train import resume, train
+from tests.configs import SEEDED, pop_grpo
 
 BASE = [
-    "run.seed=42",
+    *SEEDED,
     "run.epochs=12",  # 6 rounds of 2 epochs
-    "run.loggers=[]",
     "population.size=4",
     "scheduler.interval_epochs=2",
     "grpo.steps_per_epoch=1",
@@ -36,10 +35,6 @@ BASE = [
 
 class _Crash(RuntimeError):
     pass
-
-
-def _config(*extra: str):
-    return load_config(preset_path("pop_grpo"), [*BASE, *extra])
 
 
 def _metrics(run_dir: Path) -> pd.DataFrame:
@@ -74,7 +69,7 @@ def _crashed_run(tmp_path: Path, *extra: str, method: str = "train", after: int 
     """A frontier run killed mid-way (in-process); its directory and the round it resumes after."""
     run = tmp_path / "resumed"
     with pytest.raises(_Crash):
-        train(_config(*extra), run, executor_factory=_crashing(method, after), progress=False)
+        train(pop_grpo(*BASE, *extra), run, executor_factory=_crashing(method, after), progress=False)
     latest = json.loads((run / "checkpoints" / "latest.json").read_text())
     return run, latest["round"]
 
@@ -93,7 +88,7 @@ def _stored_before(lineage: list[dict], crash_round: int) -> set[str]:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_resumed_frontier_run_equals_the_uninterrupted_one(tmp_path, mode):
     extra = () if mode == "sync" else ("scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1")
-    train(_config(*extra), tmp_path / "whole", progress=False)
+    train(pop_grpo(*BASE, *extra), tmp_path / "whole", progress=False)
     run, crash_round = _crashed_run(tmp_path, *extra, method="train" if mode == "sync" else "wait_train")
     checkpoint = run / "checkpoints" / f"round_{crash_round:04d}"
     assert (checkpoint / DRIVER_FILE).is_file()  # the store was not empty when the run died
@@ -108,7 +103,7 @@ def test_a_resumed_frontier_run_equals_the_uninterrupted_one(tmp_path, mode):
 
 def test_without_its_store_a_resumed_frontier_run_differs(tmp_path):
     """The check above can fail: the same resume from a checkpoint stripped of its store diverges."""
-    train(_config(), tmp_path / "whole", progress=False)
+    train(pop_grpo(*BASE), tmp_path / "whole", progress=False)
     run, crash_round = _crashed_run(tmp_path)
     folder = run / "checkpoints" / f"round_{crash_round:04d}"
     (folder / DRIVER_FILE).unlink()
@@ -184,7 +179,7 @@ def test_a_store_in_a_run_that_is_not_frontier_is_refused(tmp_path, capsys):
 
 def test_the_store_is_copied_out_with_the_run(tmp_path):
     """The checkpoint holds the store's weights themselves: a copy of the run directory resumes alone."""
-    train(_config(), tmp_path / "whole", progress=False)
+    train(pop_grpo(*BASE), tmp_path / "whole", progress=False)
     run, _ = _crashed_run(tmp_path)
     moved = tmp_path / "elsewhere"
     shutil.move(run, moved)
@@ -211,10 +206,10 @@ def test_on_ray_a_resumed_frontier_run_equals_the_uninterrupted_one(tmp_path, ra
         return executor
 
     packed = "population.members_per_actor=2"  # 2 actors on the test's 2 CPUs; same numbers as unpacked
-    train(_config(packed), tmp_path / "whole", progress=False)
+    train(pop_grpo(*BASE, packed), tmp_path / "whole", progress=False)
     run = tmp_path / "resumed"
     with pytest.raises(_Crash):
-        train(_config(packed), run, executor_factory=crashing, progress=False)
+        train(pop_grpo(*BASE, packed), run, executor_factory=crashing, progress=False)
     crash_round = json.loads((run / "checkpoints" / "latest.json").read_text())["round"]
     assert (run / "checkpoints" / f"round_{crash_round:04d}" / DRIVER_FILE).is_file()
     resume(run, executor_factory=lambda c, d: RayExecutor(c, run_dir=d), progress=False)

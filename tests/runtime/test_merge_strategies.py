@@ -13,14 +13,15 @@ import torch
 
 from popgrpo.algorithms.evaluation import PURPOSE_MERGED, WeightsEvaluator
 from popgrpo.algorithms.initial_weights import initial_weights, round0_weights
-from popgrpo.config import load_config, preset_path
 from popgrpo.core.merge import Mutation, mutate, score_weights, soup, task_arithmetic, wise_ft
 from popgrpo.core.seeding import STREAM_PERTURB, torch_generator
 from popgrpo.core.selection import objective_scores, select_top_m
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
+from tests.configs import RAY_PAIRS, SHORT_ROUNDS, pop_grpo
 
 K = 4
+ROUNDS = (f"population.size={K}", "run.epochs=6", *SHORT_ROUNDS, "scheduler.perturb_sigma=0")
 
 STRATEGIES = {
     "soup": [],
@@ -29,22 +30,6 @@ STRATEGIES = {
     "wise_ft": ["scheduler.merge=wise_ft", "scheduler.wise_ft_delta=0.25"],
     "task_arithmetic": ["scheduler.merge=task_arithmetic", "scheduler.task_arithmetic_sigma=0.3"],
 }
-
-
-def _cfg(*extra, epochs=6):
-    return load_config(
-        preset_path("pop_grpo"),
-        [
-            f"population.size={K}",
-            f"run.epochs={epochs}",
-            "scheduler.interval_epochs=2",
-            "grpo.steps_per_epoch=1",
-            "scheduler.perturb_sigma=0",
-            "eval.samples=8",
-            "eval.k=4",
-            *extra,
-        ],
-    )
 
 
 def _drive(cfg, executor):
@@ -72,7 +57,7 @@ def _equal(a, b):
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_each_merge_strategy_is_applied_as_recorded(strategy):
-    cfg = _cfg(*STRATEGIES[strategy])
+    cfg = pop_grpo(*ROUNDS, *STRATEGIES[strategy])
     rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
     assert [rec["round"] for rec, *_ in rounds] == [0, 1]  # 3 rounds; the last merges nothing
     evaluator = WeightsEvaluator(cfg)
@@ -118,7 +103,7 @@ def test_each_merge_strategy_is_applied_as_recorded(strategy):
 def test_greedy_soup_records_an_early_stop():
     # The stop rule exercised in a real run: at least one round keeps fewer than the M candidates,
     # and then exactly one candidate beyond the kept ones was evaluated.
-    cfg = _cfg("scheduler.merge=greedy_soup", "scheduler.greedy_soup_metric=reward_max")
+    cfg = pop_grpo(*ROUNDS, "scheduler.merge=greedy_soup", "scheduler.greedy_soup_metric=reward_max")
     rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
     merges = [rec["merge"] for rec, *_ in rounds]
     assert any(len(m["members"]) < len(m["candidates"]) for m in merges), merges
@@ -127,7 +112,7 @@ def test_greedy_soup_records_an_early_stop():
 
 
 def test_svd_mutation_is_applied_per_member_and_recorded():
-    cfg = _cfg("scheduler.mutate=svd")
+    cfg = pop_grpo(*ROUNDS, "scheduler.mutate=svd")
     rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
     for rec, fetched, after, _ in rounds:
         perturb = rec["perturb"]
@@ -149,7 +134,7 @@ def test_svd_mutation_is_applied_per_member_and_recorded():
 
 def test_cyclic_selection_rotates_the_objective_and_reports_the_rest_as_behaviour():
     objectives = ["reward_max", "diversity", "archive_coverage"]
-    cfg = _cfg(f"scheduler.objectives=[{', '.join(objectives)}]", epochs=8)
+    cfg = pop_grpo(*ROUNDS, f"scheduler.objectives=[{', '.join(objectives)}]", "run.epochs=8")
     rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
     assert [rec["objective"] for rec, *_ in rounds] == objectives
     for rec, _, _, last_rows in rounds:
@@ -163,8 +148,8 @@ def test_cyclic_selection_rotates_the_objective_and_reports_the_rest_as_behaviou
 def test_defaults_are_unchanged_by_evaluation():
     # The default round (pop_score, soup, Gaussian σ_p) with and without the merged-model
     # evaluation: evaluating draws from its own stream, so training is identical.
-    cfg = _cfg("scheduler.perturb_sigma=0.01")
-    quiet = _cfg("scheduler.perturb_sigma=0.01", "eval.merged=false")
+    cfg = pop_grpo(*ROUNDS, "scheduler.perturb_sigma=0.01")
+    quiet = pop_grpo(*ROUNDS, "scheduler.perturb_sigma=0.01", "eval.merged=false")
     rounds, rows, final = _drive(cfg, LocalExecutor(cfg))
     rounds_q, rows_q, final_q = _drive(quiet, LocalExecutor(quiet))
     pd.testing.assert_frame_equal(pd.DataFrame(rows), pd.DataFrame(rows_q))
@@ -181,10 +166,9 @@ def test_ray_runs_a_non_default_strategy_as_local_does(ray_local):
         "scheduler.merge=task_arithmetic",
         "scheduler.mutate=svd",
         "scheduler.objectives=[reward_max, pop_score]",
-        "population.members_per_actor=2",
-        "population.resources.num_cpus=0.5",
+        *RAY_PAIRS,
     ]
-    cfg = _cfg(*overrides)
+    cfg = pop_grpo(*ROUNDS, *overrides)
     local = _drive(cfg, LocalExecutor(cfg))
     remote = _drive(cfg, RayExecutor(cfg))
     assert [r[0] for r in remote[0]] == [r[0] for r in local[0]]  # lineage, bit for bit

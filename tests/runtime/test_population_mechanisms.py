@@ -10,27 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
-from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.scheduler import run_rounds
+from tests.configs import RAY_PAIRS, SHORT_ROUNDS, pop_grpo
 
 K = 4
+ROUNDS = (f"population.size={K}", "run.epochs=6", *SHORT_ROUNDS)
 MECHANISMS = ["soup", "soup_svd", "independent", "truncation", "repulsion", "frontier"]
-
-
-def _cfg(*extra, epochs=6):
-    return load_config(
-        preset_path("pop_grpo"),
-        [
-            f"population.size={K}",
-            f"run.epochs={epochs}",
-            "scheduler.interval_epochs=2",
-            "grpo.steps_per_epoch=1",
-            "eval.samples=8",
-            "eval.k=4",
-            *extra,
-        ],
-    )
 
 
 def _drive(cfg, executor, close=True):
@@ -65,8 +51,10 @@ def _equal(a, b):
 
 def test_independent_without_mutation_or_reset_is_k_independent_runs():
     # best-of-K by config: the population mechanism that changes nothing trains what no scheduler trains
-    cfg = _cfg("scheduler.population=independent", "scheduler.mutate=none", "scheduler.reset_optimizer=false")
-    off = _cfg("scheduler.enabled=false")
+    cfg = pop_grpo(
+        *ROUNDS, "scheduler.population=independent", "scheduler.mutate=none", "scheduler.reset_optimizer=false"
+    )
+    off = pop_grpo(*ROUNDS, "scheduler.enabled=false")
     rounds, rows, final = _drive(cfg, LocalExecutor(cfg))
     _, rows_off, final_off = _drive(off, LocalExecutor(off))
     pd.testing.assert_frame_equal(pd.DataFrame(rows), pd.DataFrame(rows_off))
@@ -78,8 +66,8 @@ def test_independent_without_mutation_or_reset_is_k_independent_runs():
 
 
 def test_perturb_and_reset_without_averaging_differs_from_independent_runs():
-    cfg = _cfg("scheduler.population=independent")
-    off = _cfg("scheduler.enabled=false")
+    cfg = pop_grpo(*ROUNDS, "scheduler.population=independent")
+    off = pop_grpo(*ROUNDS, "scheduler.enabled=false")
     rounds, _, final = _drive(cfg, LocalExecutor(cfg))
     _, _, final_off = _drive(off, LocalExecutor(off))
     assert not any(_equal(a, b) for a, b in zip(final, final_off, strict=True))
@@ -91,7 +79,9 @@ def test_perturb_and_reset_without_averaging_differs_from_independent_runs():
 
 
 def test_truncation_copies_are_exact_and_the_rest_untouched():
-    cfg = _cfg("scheduler.population=truncation", "scheduler.perturb_sigma=0", "scheduler.truncation_fraction=0.5")
+    cfg = pop_grpo(
+        *ROUNDS, "scheduler.population=truncation", "scheduler.perturb_sigma=0", "scheduler.truncation_fraction=0.5"
+    )
     rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
     assert len(rounds) == 2
     for rec, before, after in rounds:
@@ -105,11 +95,12 @@ def test_truncation_copies_are_exact_and_the_rest_untouched():
 
 
 def test_frontier_returns_to_stored_snapshots():
-    cfg = _cfg(
+    cfg = pop_grpo(
+        *ROUNDS,
         "scheduler.population=frontier",
         "scheduler.perturb_sigma=0",
         "scheduler.frontier_capacity=2",
-        epochs=8,
+        "run.epochs=8",
     )
     rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
     snapshots = {}  # key → the weights of that member at the end of that round
@@ -129,7 +120,7 @@ def test_frontier_returns_to_stored_snapshots():
 
 
 def test_the_lineage_charges_greedy_soups_held_out_samples():
-    cfg = _cfg("scheduler.merge=greedy_soup")
+    cfg = pop_grpo(*ROUNDS, "scheduler.merge=greedy_soup")
     rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
     per_evaluation = cfg.policy.n_prompts * cfg.eval.samples
     for rec, *_ in rounds:
@@ -145,12 +136,14 @@ def test_every_mechanism_runs_on_ray_as_in_process(ray_local):
     # turn, each run starting from the actors' initial state.
     from popgrpo.runtime.ray_executor import RayExecutor
 
-    overrides = ["population.members_per_actor=2", "population.resources.num_cpus=0.5", "eval.merged=false"]
-    executor = RayExecutor(_cfg(*overrides, epochs=4))
+    overrides = [*RAY_PAIRS, "eval.merged=false"]
+    executor = RayExecutor(pop_grpo(*ROUNDS, *overrides, "run.epochs=4"))
     members, archives = executor.snapshot()
     try:
         for mechanism in MECHANISMS:
-            cfg = _cfg(*overrides, f"scheduler.population={mechanism}", epochs=4)  # two rounds: one decision
+            cfg = pop_grpo(
+                *ROUNDS, *overrides, f"scheduler.population={mechanism}", "run.epochs=4"
+            )  # two rounds: one decision
             local = _drive(cfg, LocalExecutor(cfg))
             executor.load_member_states(members)
             executor.load_archive_states(archives)
@@ -165,8 +158,8 @@ def test_every_mechanism_runs_on_ray_as_in_process(ray_local):
 
 def test_pop_with_one_member_is_its_own_soup_plus_perturbation():
     # The ingredient arm "Pop-GRPO with K = 1": no population, only the round's perturbation and reset.
-    one = _cfg("population.size=1", "scheduler.top_m=1")
-    off = _cfg("population.size=1", "scheduler.enabled=false")
+    one = pop_grpo(*ROUNDS, "population.size=1", "scheduler.top_m=1")
+    off = pop_grpo(*ROUNDS, "population.size=1", "scheduler.enabled=false")
     records = []
     pop, alone = LocalExecutor(one), LocalExecutor(off)
     run_rounds(one, pop, lambda i, e, rows, record: records.append(record))
@@ -180,7 +173,9 @@ def test_a_round_over_some_members_touches_only_them():
     # What an asynchronous round does: decide and adopt for the members that reported.
     from popgrpo.runtime.scheduler import PopulationRounds
 
-    cfg = _cfg("scheduler.population=truncation", "scheduler.truncation_fraction=0.5", "scheduler.perturb_sigma=0")
+    cfg = pop_grpo(
+        *ROUNDS, "scheduler.population=truncation", "scheduler.truncation_fraction=0.5", "scheduler.perturb_sigma=0"
+    )
     executor = LocalExecutor(cfg)
     rows = executor.train(2)
     before = executor.get_weights(range(K))

@@ -8,9 +8,12 @@ import torch
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor
+from tests.configs import RAY_POPULATION, pop_grpo
 from tests.driving import drive
 
 pytestmark = pytest.mark.ray
+
+SHAPE = (*RAY_POPULATION, "run.epochs=4", "grpo.steps_per_epoch=2")
 
 
 def _run(executor_cls, cfg):
@@ -24,25 +27,8 @@ def _run(executor_cls, cfg):
     return rows, lineage, archives, weights
 
 
-def _cfg(shared):
-    return load_config(
-        preset_path("pop_grpo"),
-        [
-            "population.size=4",
-            "population.members_per_actor=2",
-            "population.resources.num_cpus=0.5",
-            "run.epochs=4",
-            "scheduler.interval_epochs=2",
-            "grpo.steps_per_epoch=2",
-            "qd.enabled=true",
-            "maxent.novelty.enabled=true",
-            f"archive.shared={str(shared).lower()}",
-        ],
-    )
-
-
 def test_ray_equals_local_with_private_archives(ray_local):
-    cfg = _cfg(shared=False)
+    cfg = pop_grpo(*SHAPE, "archive.shared=false")
     local = _run(LocalExecutor, cfg)
     remote = _run(RayExecutor, cfg)
     assert remote[0] == local[0]  # every metrics row, bit for bit
@@ -67,7 +53,7 @@ def test_archive_holds_exactly_the_reported_elites(ray_local):
 def test_shared_archive_accounts_for_every_member(ray_local):
     # Members on different actors reach a shared archive in timing-dependent order, so a
     # shared-archive run on Ray is not bit-for-bit reproducible; its bookkeeping must be.
-    cfg = _cfg(shared=True)
+    cfg = pop_grpo(*SHAPE, "archive.shared=true")
     rows, lineage, archives, _ = _run(RayExecutor, cfg)
     assert len(archives) == 1
     assert len(rows) == 4 * 4 and {r["member"] for r in rows} == {0, 1, 2, 3}
