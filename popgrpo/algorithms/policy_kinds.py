@@ -131,7 +131,7 @@ class CausalLMKind(PolicyKind):
             return None
         from popgrpo.policies.shared_base import SharedBase
 
-        return SharedBase(config.policy.causal_lm, list(member_ids), device)
+        return SharedBase(config.policy.causal_lm, list(member_ids), device, group_size=config.grpo.group_size)
 
     def rollouts(
         self,

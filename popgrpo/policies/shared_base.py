@@ -26,19 +26,23 @@ no adapter (the route :data:`BASE`), computed once for all members.
 from __future__ import annotations
 
 import contextlib
+import logging
 import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from popgrpo.policies.causal_lm import CausalLMPolicy, Rollout, completion_mask, load_base, lora_config
 
 if TYPE_CHECKING:
     from popgrpo.config import CausalLMConfig
 
-__all__ = ["BASE", "AdapterPolicy", "MixedBatch", "SharedBase", "adapter_name"]
+__all__ = ["BASE", "AdapterPolicy", "MemoryEstimate", "MixedBatch", "SharedBase", "adapter_name", "estimate_memory"]
+
+log = logging.getLogger(__name__)
 
 BASE = "__base__"  # the route of rows that take no adapter (the reference policy)
 Segments = tuple[tuple[str, int], ...]
@@ -93,6 +97,121 @@ class MixedBatch:
         )
 
 
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_SAFETENSORS_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I8": 1, "U8": 1, "BOOL": 1}
+_ACTIVATION_VALUES = 24  # values a decoder layer keeps per token and hidden unit for the backward pass (rough)
+_RUNTIME_BYTES = 1 << 30  # the interpreter, torch and transformers themselves
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """What ``M`` members on one base need, in bytes: an estimate from the model's sizes, not a
+    measurement. The activations depend on the prompts' length, which is known only per step:
+    ``activations`` counts completions alone (a lower bound), ``activations_at_longest`` prompts
+    of ``max_prompt_tokens`` tokens."""
+
+    weights: int  # the base model, once
+    adapters: int  # every member's adapter with its gradient and Adam moments
+    activations: int  # the larger of an update's (every row's layers, one member's logits) and generation's cache
+    activations_at_longest: int
+    runtime: int  # the interpreter, torch and transformers (on the CPU)
+
+    @property
+    def at_least(self) -> int:
+        return self.weights + self.adapters + self.activations + self.runtime
+
+    @property
+    def at_most(self) -> int:
+        return self.weights + self.adapters + self.activations_at_longest + self.runtime
+
+
+def estimate_memory(
+    cfg: CausalLMConfig, n_members: int, group_size: int, device: torch.device
+) -> MemoryEstimate | None:
+    """What :class:`SharedBase` with ``n_members`` members will need, from the model directory's
+    ``config.json`` and safetensors headers without loading it; None where ``cfg.model`` is not a
+    local directory of safetensors files."""
+    import json
+    from pathlib import Path
+
+    folder = Path(cfg.model or "")
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    if not files or not (folder / "config.json").is_file():
+        return None
+    config = json.loads((folder / "config.json").read_text())
+    config = config.get("text_config", config)
+    dtype = cfg.dtype if cfg.dtype != "auto" else ("bfloat16" if device.type == "cuda" else "float32")
+    width = _DTYPE_BYTES[dtype]
+    n_weights = 0
+    for path in files:
+        with path.open("rb") as handle:
+            header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        for key, info in header.items():
+            if key != "__metadata__" and info["dtype"] in _SAFETENSORS_BYTES:
+                n = 1
+                for d in info["shape"]:
+                    n *= d
+                n_weights += n
+    hidden, layers = int(config["hidden_size"]), int(config["num_hidden_layers"])
+    inner, vocab = int(config.get("intermediate_size", 4 * hidden)), int(config["vocab_size"])
+    heads = int(config.get("num_attention_heads", 1))
+    kv = hidden * int(config.get("num_key_value_heads", heads)) // heads
+    r = cfg.lora.r
+    # all-linear LoRA on a decoder layer: q, k, v, o, and the MLP's three projections.
+    per_layer = r * ((hidden + hidden) * 2 + (hidden + kv) * 2 + (hidden + inner) * 3)
+    rows = n_members * cfg.prompts_per_step * group_size
+    logits = (rows // n_members) * cfg.max_new_tokens * vocab * 4 * 4  # one member's, float32, ×4 copies
+
+    def activations(tokens: int) -> int:
+        update = rows * tokens * hidden * layers * _ACTIVATION_VALUES * width + logits
+        cache = rows * tokens * layers * 2 * kv * width
+        return max(update, cache)
+
+    return MemoryEstimate(
+        weights=n_weights * width,
+        adapters=n_members * per_layer * layers * 4 * 4,  # weights, gradient, Adam's two moments (float32)
+        activations=activations(cfg.max_new_tokens),
+        activations_at_longest=activations(cfg.max_prompt_tokens + cfg.max_new_tokens),
+        runtime=_RUNTIME_BYTES if device.type == "cpu" else 0,
+    )
+
+
+def _available_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def check_fits(cfg: CausalLMConfig, n_members: int, group_size: int, device: torch.device) -> None:
+    """Raise :class:`MemoryError` (one line: what is needed, what is free, what to lower) when
+    ``n_members`` members on one base cannot fit in the memory free on ``device`` now, even with
+    the shortest prompts; log a warning when they fit only with prompts shorter than ``max_prompt_tokens``."""
+    estimate = estimate_memory(cfg, n_members, group_size, device)
+    if estimate is None:
+        return
+    free, gib = _available_bytes(device), 2**30
+    if estimate.at_least > free:
+        raise MemoryError(
+            f"policy.causal_lm.share_base: {n_members} members on one base need at least "
+            f"{estimate.at_least / gib:.1f} GiB (model {estimate.weights / gib:.1f}, adapters with Adam "
+            f"{estimate.adapters / gib:.2f}, a step's activations {estimate.activations / gib:.1f}, runtime "
+            f"{estimate.runtime / gib:.1f}) and {free / gib:.1f} GiB are free on {device}: lower "
+            "population.members_per_actor, policy.causal_lm.prompts_per_step or grpo.group_size"
+        )
+    if estimate.at_most > free:
+        log.warning(
+            "policy.causal_lm.share_base: %d members on one base need %.1f-%.1f GiB by the prompts' length "
+            "(up to max_prompt_tokens) and %.1f GiB are free on %s",
+            n_members,
+            estimate.at_least / gib,
+            estimate.at_most / gib,
+            free / gib,
+            device,
+        )
+
+
 class SharedBase:
     """One frozen base model with a LoRA adapter for each of ``member_ids``.
 
@@ -100,9 +219,20 @@ class SharedBase:
         cfg: :class:`popgrpo.config.CausalLMConfig` (its ``model``, ``dtype``, ``lora``, sampling).
         member_ids: the members whose adapters it holds.
         device: where the model computes.
+        group_size: completions per prompt; given, the base first checks that its members' steps
+            fit in the memory free on ``device`` (:func:`check_fits`).
+
+    Raises:
+        MemoryError: the members would not fit (one line saying what they need).
     """
 
-    def __init__(self, cfg: CausalLMConfig, member_ids: Sequence[int], device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        cfg: CausalLMConfig,
+        member_ids: Sequence[int],
+        device: str | torch.device = "cpu",
+        group_size: int | None = None,
+    ) -> None:
         from peft import get_peft_model
 
         if not member_ids:
@@ -110,6 +240,8 @@ class SharedBase:
         self.cfg = cfg
         self.device = torch.device(device)
         self.member_ids = list(member_ids)
+        if group_size is not None:  # before loading anything: a base that cannot fit fails here, at start-up
+            check_fits(cfg, len(self.member_ids), group_size, self.device)
         self.tokenizer, base = load_base(cfg, self.device)
         names = [adapter_name(k) for k in self.member_ids]
         self.model = get_peft_model(base, lora_config(cfg), adapter_name=names[0])
@@ -214,22 +346,61 @@ class SharedBase:
         self, batch: MixedBatch, with_entropy: bool = False, reference: bool = False
     ) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """Each member's ``[N_i, T_i]`` token log-probs (and entropies) from one forward of ``batch``,
-        with gradient; ``reference``: under the base model, no adapter (call it without gradient)."""
+        with gradient; ``reference``: under the base model, no adapter (call it without gradient).
+
+        The transformer body runs once for every row; the output layer and the softmax over the
+        vocabulary run member by member, and with gradient each member's are recomputed in the
+        backward pass (activation checkpointing), so the ``[rows, T, vocabulary]`` logits are held
+        for one member's rows at a time, not all members'. Models whose forward does more to the
+        logits than the output layer (a logit scale or soft cap) take one whole forward instead.
+        """
         attention = batch.attention_mask
         positions = (attention.long().cumsum(dim=1) - 1).clamp_min(0)  # as generate numbers left-padded rows
         route = [(BASE, batch.sequences.shape[0])] if reference else batch.route
-        with self.route(route):
-            out = self.model(input_ids=batch.sequences, attention_mask=attention, position_ids=positions)
-        start = batch.prompt_length - 1  # logits at position i predict token i + 1
-        logits = out.logits[:, start:-1, :].float() / self.cfg.temperature
+        start = batch.prompt_length - 1  # the output at position i predicts token i + 1
         tokens = batch.sequences[:, batch.prompt_length :]
+        inner = self.model.base_model.model  # the transformers model peft wraps
+        split = self._split_head(inner)
+        with self.route(route):
+            if split is None:
+                out = self.model(input_ids=batch.sequences, attention_mask=attention, position_ids=positions)
+                states = out.logits[:, start:-1, :]
+            else:
+                body, _ = split
+                states = body(
+                    input_ids=batch.sequences, attention_mask=attention, position_ids=positions
+                ).last_hidden_state[:, start:-1, :]
+        temperature = self.cfg.temperature
+
+        def scores(hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            logits = hidden if split is None else split[1](hidden)
+            logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+            logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(dim=-1) if with_entropy else logp.new_zeros(())
+            return logp, entropy
+
         results: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         for rows, length in zip(batch.rows, batch.lengths, strict=True):
-            logp_all = torch.log_softmax(logits[rows, :length], dim=-1)
-            logp = logp_all.gather(-1, tokens[rows, :length].unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(dim=-1) if with_entropy else None
-            results.append((logp, entropy))
+            args = (states[rows, :length], tokens[rows, :length])
+            if split is not None and torch.is_grad_enabled():
+                logp, entropy = checkpoint(scores, *args, use_reentrant=False)
+            else:
+                logp, entropy = scores(*args)
+            results.append((logp, entropy if with_entropy else None))
         return results
+
+    @staticmethod
+    def _split_head(inner: Any) -> tuple[Any, Any] | None:
+        """The model's body and output layer when its forward is ``output_layer(body(...))``;
+        None where it also scales or caps the logits."""
+        config = inner.config
+        if any(getattr(config, key, None) for key in ("final_logit_softcapping", "logit_scale", "logits_scaling")):
+            return None
+        try:
+            body, head = inner.get_decoder(), inner.get_output_embeddings()
+        except (AttributeError, NotImplementedError):
+            return None
+        return None if body is None or head is None else (body, head)
 
 
 class AdapterPolicy(CausalLMPolicy):

@@ -134,3 +134,20 @@ def test_a_real_architecture_shape_loads_and_generates_fixed_lengths(tmp_path):
     assert policy.tokenizer.decode(policy.tokenizer("x = 1").input_ids) == "x = 1"
     rollout = policy.rollout(["x = 1"], 4, torch.Generator().manual_seed(1))
     assert rollout.completion_mask.shape == (4, 6) and bool(rollout.completion_mask.all())
+
+
+def test_members_that_cannot_fit_fail_before_the_model_loads(tiny_lm, monkeypatch):
+    """The estimate from the model's own sizes, against the memory free now: a base whose members'
+    steps cannot fit is refused with one line that says what they need, before anything loads."""
+    import popgrpo.policies.shared_base as shared_base
+
+    cfg = _cfg(tiny_lm)
+    estimate = shared_base.estimate_memory(cfg, 4, 8, torch.device("cpu"))
+    assert estimate is not None and estimate.weights > 0 and estimate.at_least <= estimate.at_most
+    assert shared_base.estimate_memory(cfg, 8, 8, torch.device("cpu")).at_least > estimate.at_least
+    monkeypatch.setattr(shared_base, "_available_bytes", lambda device: estimate.at_least - 1)
+    loaded = []
+    monkeypatch.setattr(shared_base, "load_base", lambda *a: loaded.append(a))
+    with pytest.raises(MemoryError, match=r"4 members on one base need at least .* GiB .* lower population") as error:
+        SharedBase(cfg, range(4), "cpu", group_size=8)
+    assert "\n" not in str(error.value) and not loaded
