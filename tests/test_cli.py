@@ -1,6 +1,7 @@
 import json
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -216,6 +217,22 @@ def test_first_hour_mistakes_exit_2_with_one_line_and_leave_no_run_directory(tmp
         assert not (tmp_path / "r").exists(), args
         print(f"{args}: exit 2 after {elapsed:.2f} s")
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny-lm"]
+
+
+def test_the_first_start_up_line_comes_before_torch_loads(tmp_path: Path):
+    """A default `popgrpo train` says what it starts before it imports torch (3 s on a busy
+    2-core machine): its first line takes the config, the checks and nothing heavier."""
+    code = (
+        "import sys, popgrpo.cli as c\n"
+        "def first(message):\n"
+        "    print('torch' in sys.modules, message, file=sys.stderr)\n"
+        "    sys.exit(0)\n"
+        "c._say = first\n"
+        f"c.main(['train', '--out', {str(tmp_path / 'r')!r}])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.startswith("False run pop_grpo: 5 member(s) × 120 epochs, into "), res.stderr
 
 
 def test_a_successful_run_removes_the_error_log_an_earlier_failure_left(tmp_path: Path):

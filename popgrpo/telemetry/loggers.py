@@ -46,7 +46,6 @@ import numpy as np
 
 from popgrpo.config import Config, ConfigError
 from popgrpo.registry import LOGGERS
-from popgrpo.telemetry.code_population import population_code_scalars
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -131,6 +130,10 @@ def population_scalars(rows: Sequence[dict]) -> dict[int, dict[str, float]]:
     """Per epoch: the mean over members of every numeric column (NaN values left out), plus
     ``population_max_reward`` (the best member's ``reward_max``) and, for a code run, the
     population's pooled pass@k and problems solved (:mod:`popgrpo.telemetry.code_population`)."""
+    # Imported here: it imports popgrpo.core (torch), and `popgrpo train` imports this module to
+    # check the trackers' clients before torch loads (its first line comes before torch).
+    from popgrpo.telemetry.code_population import population_code_scalars
+
     by_epoch: dict[int, list[dict]] = {}
     for row in rows:
         by_epoch.setdefault(int(row["epoch"]), []).append(row)
