@@ -7,7 +7,8 @@ runs it for one, with the model's work batched:
 
 1. every member draws its prompts and its sampling seed from its own stream, as it would alone;
 2. one ``generate`` for every member's rows (:meth:`SharedBase.mixed_rollouts`), each member's
-   tokens drawn with its own seeded generator;
+   tokens drawn with its own seeded generator; or, with ``policy.causal_lm.rollout`` on a
+   worker, each member's completions from the worker's engine, as a member alone gets them;
 3. one forward of the base with no adapter gives every member's reference log-probs;
 4. rewards, archive and advantages per member (:meth:`Member.score_begin` / :meth:`Member.score_end`);
 5. one forward and one backward for every member's loss: the losses are summed, and each
@@ -46,14 +47,17 @@ class SharedBaseMembers:
             rollouts, policy = member.rollouts, member.rollouts.policy
             if not isinstance(rollouts, TextRollouts) or not isinstance(policy, AdapterPolicy):
                 raise TypeError(f"member {member.member_id} is not a language-model member on a shared base")
-            if rollouts.engine is not None:
-                raise ValueError("members on a shared base generate on it, not on a rollout worker")
             self.rollouts.append(rollouts)
             self.policies.append(policy)
         self.base: SharedBase = self.policies[0].base
         if any(p.base is not self.base for p in self.policies):
             raise ValueError("these members do not share one base model")
         self.config = self.members[0].config
+        # policy.causal_lm.rollout on a worker: each member's completions come from the worker's
+        # engine (its adapter pushed there), and the reference pass and the update stay batched here.
+        self.on_worker = any(r.engine is not None for r in self.rollouts)
+        if self.on_worker and not all(r.engine is not None for r in self.rollouts):
+            raise ValueError("members on one base either all generate on the rollout worker or none does")
 
     def train_epochs(self, n_epochs: int) -> list[list[dict[str, Any]]]:
         """``n_epochs`` epochs for every member; per member, one metrics row per epoch."""
@@ -70,10 +74,17 @@ class SharedBaseMembers:
         group = self.config.grpo.group_size
         prompts: list[list[str]] = []
         seeds: list[int] = []
-        for member, rollouts in zip(self.members, self.rollouts, strict=True):
+        outs: list[Rollout] = []
+        engine_logp: list[torch.Tensor | None] = [None] * len(self.members)
+        for k, (member, rollouts) in enumerate(zip(self.members, self.rollouts, strict=True)):
             prompts.append(rollouts.draw_prompts(member.generator))  # as TextRollouts.sample: prompts,
-            seeds.append(draw_seed(member.generator))  # then the seed of the member's generate call
-        outs = self.base.mixed_rollouts(self.policies, prompts, group, seeds)
+            if rollouts.engine is not None:  # ... then the worker's rollout, which draws the seed
+                rollout, engine_logp[k] = rollouts.engine.rollout(prompts[-1], group, member.generator)
+                outs.append(rollout)
+            else:
+                seeds.append(draw_seed(member.generator))  # ... then the seed of the member's generate call
+        if not self.on_worker:
+            outs = self.base.mixed_rollouts(self.policies, prompts, group, seeds)
         batch = MixedBatch.of(self.policies, outs)
         with torch.no_grad():
             reference = self.base.mixed_log_probs(batch, reference=True)
@@ -87,6 +98,7 @@ class SharedBaseMembers:
                 ref_logp=reference[k][0],
                 n_prompts=len(prompts[k]),
                 group_size=rollout.group_size,
+                rollout_logp=engine_logp[k],
             )
             for k, rollout in enumerate(outs)
         ]

@@ -423,7 +423,7 @@ class CausalLMConfig(Section):
     )
     share_base: bool = Field(
         default=False,
-        description="The members of one actor (population.members_per_actor; every member with --executor local) hold one frozen base model and one LoRA adapter each, and generate and update in one mixed-adapter batch: a member's numbers are what it would get alone up to float rounding. Needs merged_generation and overlap off and no rollout worker. See docs/guides/lm.md for what it saves.",
+        description="The members of one actor (population.members_per_actor; every member with --executor local) hold one frozen base model and one LoRA adapter each, and generate and update in one mixed-adapter batch: a member's numbers are what it would get alone up to float rounding. With a rollout worker (policy.causal_lm.rollout) the completions come from its engine and the reference pass and update stay batched. Needs merged_generation and overlap off. See docs/guides/lm.md for what it saves.",
     )
     overlap: bool = Field(
         default=False,
@@ -983,7 +983,6 @@ class Config(Section):
                 for name, on in (
                     ("policy.causal_lm.merged_generation", lm.merged_generation),
                     ("policy.causal_lm.overlap", lm.overlap),
-                    ("policy.causal_lm.rollout (a worker)", lm.rollout.on_worker()),
                 )
                 if on
             ]

@@ -99,3 +99,26 @@ def test_share_base_refuses_what_a_mixed_batch_cannot_do(tiny_lm):
     data["policy"]["causal_lm"]["merged_generation"] = True
     with pytest.raises(ValueError, match=r"turn off policy\.causal_lm\.merged_generation"):
         Config.model_validate(data)
+
+
+def test_shared_members_generate_on_the_rollout_worker_as_separate_members_do(tiny_lm):
+    """policy.causal_lm.rollout on a worker (the hf engine in this process): members on one base get
+    their completions from the worker, with the engine's log-probs, and train as separate members do."""
+    rows, versions = {}, {}
+    for share in (False, True):
+        config = _config(
+            tiny_lm, share, run={"epochs": 1, "seed": 2}, grpo={"group_size": 4, "steps_per_epoch": 2, "lr": 0.03}
+        )
+        config.policy.causal_lm.rollout.worker = True
+        executor = LocalExecutor(config)
+        assert executor.rollout_server is not None
+        rows[share] = executor.train(1)
+        versions[share] = executor.rollout_server.adapter_versions()
+    # A push per step whose update changed the adapter (a member whose group's rewards were all
+    # equal has nothing to learn from that step), the same pushes either way.
+    assert versions[True] == versions[False] and set(versions[True]) == set(range(M))
+    assert all(1 <= v <= 2 for v in versions[True].values()) and sum(versions[True].values()) > M
+    for a, b in zip(rows[False], rows[True], strict=True):
+        for key, value in a[0].items():
+            if isinstance(value, float) and not math.isnan(value):
+                assert b[0][key] == pytest.approx(value, abs=1e-4, rel=1e-4), key
