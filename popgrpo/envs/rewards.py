@@ -15,7 +15,8 @@ against its own tests by the sandbox's harness (:mod:`popgrpo.envs.harness`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import string
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -51,12 +52,15 @@ def execution_score(
     site_packages: bool = True,
     isolation: str = "bwrap",
     pool_size: int | None = 0,
+    **columns: Sequence[Any],
 ) -> tuple[list[float], list[str]]:
     """Run each completion's code in the sandbox; the program's global ``score`` is the reward.
 
     The program is ``template`` with ``{code}`` replaced by the completion's code (its last
     fenced block when ``fenced``, else the whole completion) and ``{prompt}`` by the prompt
-    (as a Python string literal). The program must run to its end and leave a number in the
+    (as a Python string literal); any other field names a dataset column (``columns``: passed
+    as keyword lists, TRL's convention, e.g. ``env.text.columns``), replaced by the
+    completion's value as a Python literal. The program must run to its end and leave a number in the
     global ``score``, inside ``score_range`` (default ``[0, 1]``; outside scores 0,
     ``out_of_range``). Printed output is never a score. A run that times out, exhausts memory,
     crashes, touches what it may not, leaves a process behind or sets no score scores 0, with that
@@ -74,7 +78,7 @@ def execution_score(
     code, from values whose type you check (``type(value) in (int, float)``), so that an object
     the code returns cannot compute its own score.
     """
-    programs = _programs(prompts, completions, template, fenced)
+    programs = _programs(prompts, completions, template, fenced, columns)
     sandbox = execution_sandbox(
         timeout_s, cpu_s, memory_mb, max_workers, score_range, site_packages, isolation, pool_size
     )
@@ -112,14 +116,33 @@ def execution_sandbox(
     return shared_pool(limits, pool_size, max_workers, span, site_packages=site_packages, isolation=isolation)
 
 
-def _programs(prompts: Sequence[str], completions: Sequence[str], template: str, fenced: bool) -> list[str | None]:
-    """Each completion's program (``template`` around its code), None where it has no code."""
+def _programs(
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    template: str,
+    fenced: bool,
+    columns: Mapping[str, Any] | None = None,
+) -> list[str | None]:
+    """Each completion's program (``template`` around its code), None where it has no code.
+
+    ``{prompt}`` and any other field the template names (a dataset column of ``columns``, one
+    value per completion) become Python literals (``repr``); ``{code}`` is the code itself.
+    """
     from popgrpo.envs.sandbox import extract_code
 
+    fields = {name for _, name, _, _ in string.Formatter().parse(template) if name} - {"code", "prompt"}
+    columns = columns or {}
+    missing = sorted(f for f in fields if f not in columns)
+    if missing:
+        raise ValueError(f"the template names {missing}, which are neither code, prompt nor a column of the call")
+    for name in fields:
+        if len(columns[name]) != len(completions):
+            raise ValueError(f"column {name!r}: {len(columns[name])} values for {len(completions)} completions")
     programs: list[str | None] = []
-    for prompt, completion in zip(prompts, completions, strict=True):
+    for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
         code = extract_code(completion) if fenced else completion
-        programs.append(None if code is None else template.format(code=code, prompt=repr(prompt)))
+        values = {name: repr(columns[name][i]) for name in fields}
+        programs.append(None if code is None else template.format(code=code, prompt=repr(prompt), **values))
     return programs
 
 
@@ -241,7 +264,7 @@ class SandboxReward:
         column = self.tests_column or next((c for c in TEST_COLUMNS if c in kwargs), None)
         if column is not None:
             return self._score_tests(texts, prompt_texts, column, kwargs)
-        results = self.sandbox.run_many(_programs(prompt_texts, texts, self.template, self.fenced))
+        results = self.sandbox.run_many(_programs(prompt_texts, texts, self.template, self.fenced, kwargs))
         self.last_reasons = [r.reason for r in results]
         return [r.score for r in results]
 

@@ -8,7 +8,8 @@ of prompts; this module says what they are worth and where they sit:
 * **Rewards** are Python callables named by import path (``package.module:name``), called
   as ``fn(prompts, completions, **columns, **kwargs)``, TRL's reward-function convention: the
   columns of the prompts file that ``env.text.columns`` names come as keyword lists, one value
-  per completion (the value of its prompt's record). Each returns one
+  per completion (the value of its prompt's record), to each callable that takes that keyword
+  or ``**kwargs``. Each returns one
   float per completion (None for "no reward": it counts as a bad reward), or ``(floats,
   reasons)`` where a reason says why a completion scored what it did (the sandboxed execution
   reward's ``timeout``, ``crash``, …; counted per epoch). The weighted sum is the reward.
@@ -71,6 +72,15 @@ def resolve_callable(path: str) -> Callable:
     if not callable(fn):
         raise ValueError(f"reward {path!r}: {module_name} has no callable {attr!r}")
     return fn
+
+
+def _takes(fn: Callable, name: str) -> bool:
+    """Whether ``fn`` accepts the keyword ``name`` (a parameter of that name, or ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a callable without a signature (a C function)
+        return False
+    return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def _with_pool_size(fn: Callable, kwargs: dict, pool_size: int | None) -> dict:
@@ -293,7 +303,8 @@ class TextEnv:
         for index, (name, fn, weight, kwargs) in enumerate(self.rewards):
             out = self._take_prefetched(index, prompts, completions) if self._prefetched else None
             if out is None:
-                out = fn(list(prompts), list(completions), **{**self.reward_columns(prompts), **kwargs})
+                columns = {k: v for k, v in self.reward_columns(prompts).items() if _takes(fn, k)}
+                out = fn(list(prompts), list(completions), **{**columns, **kwargs})
             values, why = out if isinstance(out, tuple) else (out, None)
             if len(values) != len(completions):
                 raise ValueError(f"reward {name} returned {len(values)} values for {len(completions)} completions")

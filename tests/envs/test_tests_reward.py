@@ -89,3 +89,30 @@ def test_text_env_columns_reach_reward_callables(tmp_path):
 def exact_answer(prompts, completions, answer):
     """A reward callable as TRL writes them: the dataset's column as a keyword list."""
     return [float(c == a) for c, a in zip(completions, answer, strict=True)]
+
+
+def test_templates_may_name_columns(tmp_path):
+    # The template reads the row's expected answer as a literal; the code cannot change it.
+    template = "{code}\nscore = float(result == {answer})\n"
+    reward = SandboxReward(template=template, timeout_s=3, site_packages=False, pool_size=0)
+    completions = ["```python\nresult = 4\n```", "```python\nresult = 4\n```"]
+    assert reward(completions=completions, prompts=["2+2", "3+3"], answer=[4, 6]) == [1.0, 0.0]
+    with pytest.raises(ValueError, match=r"the template names \['answer'\]"):
+        reward(completions=completions, prompts=["2+2", "3+3"])
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": p, "answer": a}) for p, a in [("2+2", 4), ("3+3", 6)]) + "\n")
+    env = TextEnv(
+        TextEnvConfig(
+            prompts_path=str(path),
+            columns=["answer"],
+            rewards=[
+                {
+                    "fn": "popgrpo.envs.rewards:execution_score",
+                    "kwargs": {"template": template, "pool_size": 0, "site_packages": False},
+                },
+                {"fn": "popgrpo.envs.rewards:target_fraction", "weight": 0.0},  # takes no columns: gets none
+            ],
+        )
+    )
+    values, reasons = env.reward(["2+2", "3+3"], completions)
+    assert values.tolist() == [1.0, 0.0] and reasons["execution_score:ok"] == 2
