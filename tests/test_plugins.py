@@ -106,6 +106,29 @@ def test_plugin_environment_and_merge_train_on_ray(plugin_path, tmp_path):
     assert (tmp_path / "ray" / "summary.json").read_text() == (tmp_path / "local" / "summary.json").read_text()
 
 
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_a_plugin_policy_trains_as_the_builtin_one(plugin_path, tmp_path, vectorize):
+    """``toy_gaussian`` is the built-in Gaussian policy registered as a plain factory: a run with it
+    gives the built-in's metrics and lineage bit for bit, packed or not, with the svd mutation
+    (which starts from each member's round-0 weights at the environment's ``idea_dim``)."""
+    common = [
+        "--config", "pop_grpo", "--set", "population.size=3", "--set", "scheduler.top_m=2",
+        "--set", "run.epochs=4", "--set", "grpo.steps_per_epoch=2", "--set", "scheduler.interval_epochs=2",
+        "--set", "scheduler.mutate=svd", "--set", f"population.vectorize={str(vectorize).lower()}",
+        "--executor", "local", "--quiet",
+    ]  # fmt: skip
+    runs = {}
+    for kind in ("gaussian", "toy_gaussian"):
+        out = tmp_path / kind
+        res = popgrpo(plugin_path, "train", *common, "--set", f"policy.kind={kind}", "--out", str(out))
+        assert res.returncode == 0, res.stderr
+        runs[kind] = out
+    plugin, builtin = (pd.read_parquet(runs[k] / "metrics.parquet") for k in ("toy_gaussian", "gaussian"))
+    pd.testing.assert_frame_equal(plugin, builtin, check_exact=True)
+    assert (runs["toy_gaussian"] / "lineage.jsonl").read_text() == (runs["gaussian"] / "lineage.jsonl").read_text()
+    assert len(plugin) == 3 * 4 and plugin["reward_mean"].notna().all()
+
+
 def test_the_extend_guide_shows_the_plugins_registrations():
     """docs/guides/extend.md quotes the plugin's register calls as they are."""
     import re
