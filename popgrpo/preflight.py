@@ -68,7 +68,7 @@ def check_run(config: Config, config_path: str | Path | None = None) -> None:
     Raises:
         ConfigError: one line naming the field, what is wrong and a suggestion.
     """
-    if config.env.kind != "text":
+    if config.env.kind not in ("text", "code"):  # code: a text environment whose prompts are its problems
         return
     use_import_paths(reward_import_paths(config_path))
     text = config.env.text
@@ -81,7 +81,8 @@ def check_run(config: Config, config_path: str | Path | None = None) -> None:
     # Second pass: import what the first found, read the prompts.
     for i, spec in enumerate(text.rewards):
         _import_reward(f"env.text.rewards[{i}].fn", spec.fn)
-    _load_prompts(text)
+    if config.env.kind == "text":
+        _load_prompts(text)
 
 
 # ---- reward callables ---------------------------------------------------------------------------

@@ -92,3 +92,25 @@ def test_a_bad_problem_file_exits_2_naming_row_and_column_before_anything(tmp_pa
     assert res.stderr.count("\n") == 1
     assert "problems.jsonl: row 2, column 'test': the test code does not compile (SyntaxError line 1)" in res.stderr
     assert not out.exists()
+
+
+def test_a_missing_model_exits_2_before_anything(tmp_path):
+    out = tmp_path / "run"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "popgrpo",
+            "train",
+            "--config",
+            "code_programs",
+            "--out",
+            str(out),
+            *_sets([f"policy.causal_lm.model={tmp_path / 'no-model'}"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith("popgrpo: policy.causal_lm.model:")
+    assert not out.exists()
