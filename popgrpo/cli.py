@@ -89,19 +89,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _check_problems(config)
         config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
         check_run(config, config_file)
-    # Imported after validation so a bad config fails fast, before torch loads.
-    if config is not None and say is not None:
-        out = args.out or f"runs/{config.run.name}-<timestamp>"
-        say(f"run {config.run.name}: {config.population.size} member(s) × {config.run.epochs} epochs, into {out}")
-    from popgrpo.telemetry.run_dir import writable_directory
-    from popgrpo.train import ResumeError, default_run_dir, resume, train
+    from popgrpo.telemetry.run_dir import default_run_dir, writable_directory
 
     if config is None:
         run_dir = Path(args.resume)
     else:
         _check_executor(config, args.executor)
         run_dir = writable_directory(Path(args.out) if args.out else default_run_dir(config), "run directory")
+        if say is not None:  # every check passed: the first line, before torch loads
+            say(
+                f"run {config.run.name}: {config.population.size} member(s) × {config.run.epochs} epochs, into {run_dir}"
+            )
+    # Imported after the checks so that bad input fails fast, before torch loads.
     from popgrpo.telemetry.watching import watch_lines
+    from popgrpo.train import ResumeError, resume, train
 
     if args.executor == "local":
         from popgrpo.runtime.executor import LocalExecutor

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -21,7 +20,7 @@ from popgrpo.runtime.stopping import deferred, deferring
 from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.telemetry.loggers import Loggers, RoundReport, archive_heatmaps, make_loggers
 from popgrpo.telemetry.plots import plot_training_dynamics
-from popgrpo.telemetry.run_dir import RunDirectory
+from popgrpo.telemetry.run_dir import RunDirectory, default_run_dir
 from popgrpo.telemetry.summary import RewardWindow, summarise
 from popgrpo.telemetry.writer import BackgroundWriter
 
@@ -33,10 +32,6 @@ Say = Callable[[str], None]  # prints one start-up line (the CLI's, with the sec
 
 class ResumeError(ValueError):
     """The directory cannot be resumed (not a run directory, or already finished)."""
-
-
-def default_run_dir(config: Config, root: str | Path = "runs") -> Path:
-    return Path(root) / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def train(

@@ -270,11 +270,19 @@ def test_config_command_prints_resolved_yaml():
 def test_default_executor_is_embedded_ray_with_the_same_numbers(tmp_path: Path):
     # The five members in one actor: one actor start instead of five, half the test's time on 2
     # cores. Ray equals local with one member per actor in tests/runtime/test_ray_executor.py.
-    args = ["train", "--config", "pop_grpo", *SHORT[2:], "--set", "population.members_per_actor=5", "--quiet"]
+    args = ["train", "--config", "pop_grpo", *SHORT[2:], "--set", "population.members_per_actor=5"]
     on_ray = popgrpo(*args, "--out", str(tmp_path / "ray"))
     assert on_ray.returncode == 0, on_ray.stderr
-    local = popgrpo(*args, "--executor", "local", "--out", str(tmp_path / "local"))
+    local = popgrpo(*args, "--executor", "local", "--out", str(tmp_path / "local"), "--quiet")
     assert local.returncode == 0, local.stderr
+    # The start on Ray says what it is doing, a line a step, with the seconds since it was typed.
+    said = [re.sub(r" \(\d+\.\d s\)$", "", line) for line in on_ray.stderr.splitlines() if line.endswith(" s)")]
+    assert said == [
+        f"popgrpo: run pop_grpo: 5 member(s) × 4 epochs, into {tmp_path / 'ray'}",
+        "popgrpo: starting Ray (embedded, on 127.0.0.1 only; Ray's own lines follow)",
+        "popgrpo: Ray is up; placing 1 member actor(s), 5 members each",
+        "popgrpo: round 0 begins (epoch 0 of 4)",
+    ]
     assert (tmp_path / "ray" / "summary.json").read_text() == (tmp_path / "local" / "summary.json").read_text()
     assert (tmp_path / "ray" / "lineage.jsonl").read_text() == (tmp_path / "local" / "lineage.jsonl").read_text()
 

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,13 +24,18 @@ from popgrpo.config import Config, ConfigError
 from popgrpo.schema import metrics_schema
 from popgrpo.telemetry.atomic import atomic_path, atomic_write
 
-__all__ = ["RunDirectory", "metrics_schema", "writable_directory"]
+__all__ = ["RunDirectory", "default_run_dir", "metrics_schema", "writable_directory"]
 
 PARTS_DIR = "metrics.parts"
 _PART = re.compile(r"part-(\d{6,})\.parquet")
 # metrics.parquet's schema metadata: the last part number its rows include (parts up to it
 # are already in the file: a run killed between writing it and deleting them reads each row once)
 _THROUGH = b"popgrpo.parts_through"
+
+
+def default_run_dir(config: Config, root: str | Path = "runs") -> Path:
+    """``runs/<run.name>-<timestamp>``: where a run goes without ``--out``."""
+    return Path(root) / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def writable_directory(path: Path, label: str) -> Path:
