@@ -16,7 +16,10 @@ control descriptor named by its only argument:
 
 Then the audit hook is installed with the nonce (:func:`install_hook`), the program runs in a
 fresh ``__main__`` with its own copy of the builtins, and its global ``score`` is reported on the
-status descriptor as ``score<TAB>nonce<TAB>float.hex`` (:func:`run_program`). The nonce lives only
+status descriptor as ``score<TAB>nonce<TAB>float.hex`` (:func:`run_program`). A payload whose source
+starts with :data:`TESTS_MARK` is a test run instead: a problem's program and tests as JSON,
+run by the harness (:func:`run_tests`), which reports each test's outcome, tagged under the
+nonce, rather than a score (:mod:`popgrpo.envs.harness`). The nonce lives only
 in the hook's closure while the program runs. Every name the hook uses is bound before it is
 installed, and it checks exact types, so no code of the program's ever runs inside the hook.
 The threat model, the reasons and how the trainer reads them are in :mod:`popgrpo.envs.sandbox`.
