@@ -1,7 +1,9 @@
 """Members on one shared base against the same members each with a model of its own.
 
 ``python -m benchmarks.shared_base --model DIR [--members 1,2,4,8] [--repeats 3] [--device cpu|cuda]
-[--dtype float32|bfloat16] [--label NAME] [--json PATH] [--write BENCHMARKS.md]``
+[--dtype float32|bfloat16] [--label NAME] [--json PATH] [--write BENCHMARKS.md]``;
+``python -m benchmarks.shared_base --render A.json [B.json ...] --write BENCHMARKS.md`` redraws the
+section from saved results.
 
 For each M in ``--members`` and each side, a fresh process builds M members and times
 ``--steps`` member steps after one untimed warm-up step:
@@ -41,7 +43,7 @@ from typing import Any
 from benchmarks.common import md_table, write_between
 
 PROMPTS = ["def add(a, b):", "x = 3 * (4 + 5)", "for i in range(3):", "print(1 + 2)", "y = [1, 2]", "z = 7 - 2"]
-BEGIN, END = "<!-- shared-base:begin -->", "<!-- shared-base:end -->"
+BEGIN, END = "<!-- shared-base-cpu:begin -->", "<!-- shared-base-cpu:end -->"
 
 
 def _child(args: argparse.Namespace) -> dict[str, Any]:
@@ -230,7 +232,7 @@ def render(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="a save_pretrained model (popgrpo lm tiny / lm init)")
+    parser.add_argument("--model", help="a save_pretrained model (popgrpo lm tiny / lm init)")
     parser.add_argument("--members", default="1,2,4,8", help="the M values, comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2, help="timed member steps after one warm-up step")
@@ -245,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="the model's name in the section's title")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--write", help="rewrite this file's shared-base section (BENCHMARKS.md)")
+    parser.add_argument("--render", nargs="+", help="only redraw the section from these saved --json files")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("separate", "shared"), help=argparse.SUPPRESS)
     parser.add_argument("--m", type=int, help=argparse.SUPPRESS)
@@ -252,6 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(_child(args)))
         return 0
+    if args.render:
+        text = "\n\n".join(render(json.loads(Path(p).read_text())) for p in args.render)
+        print(text)
+        if args.write:
+            write_between(Path(args.write), text, BEGIN, END)
+        return 0
+    if not args.model:
+        parser.error("--model is required (or --render saved results)")
     import torch
 
     members = [int(x) for x in args.members.split(",")]
@@ -289,13 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     text = render(result)
     print(text)
     if args.write:
-        label = settings["label"].replace(" ", "-")
-        write_between(
-            Path(args.write),
-            text,
-            BEGIN.replace("shared-base", f"shared-base-{label}-{args.device}"),
-            END.replace("shared-base", f"shared-base-{label}-{args.device}"),
-        )
+        write_between(Path(args.write), text, BEGIN, END)
     return 0
 
 

@@ -122,3 +122,28 @@ def test_shared_members_generate_on_the_rollout_worker_as_separate_members_do(ti
         for key, value in a[0].items():
             if isinstance(value, float) and not math.isnan(value):
                 assert b[0][key] == pytest.approx(value, abs=1e-4, rel=1e-4), key
+
+
+def test_a_shared_base_run_resumes_to_the_numbers_of_one_run(tiny_lm, tmp_path):
+    """A finished run of two epochs on one base, continued from its checkpoint to four, equals a
+    run asked for four from the start: the members' adapters, Adam states and streams come back
+    from the restore points into a new base."""
+    import pandas as pd
+
+    from popgrpo.train import resume, train
+
+    def config(epochs):
+        return _config(
+            tiny_lm,
+            True,
+            run={"epochs": epochs, "seed": 4},
+            grpo={"group_size": 4, "steps_per_epoch": 2, "lr": 0.05, "kl_coef": 0.02},
+            scheduler={"enabled": True, "interval_epochs": 2, "top_m": 2, "perturb_sigma": 0.001},
+        )
+
+    train(config(4), tmp_path / "whole", progress=False)
+    train(config(2), tmp_path / "part", progress=False)
+    resume(tmp_path / "part", progress=False, epochs=4)
+    whole, part = (pd.read_parquet(tmp_path / d / "metrics.parquet") for d in ("whole", "part"))
+    pd.testing.assert_frame_equal(part, whole, check_exact=True)
+    assert (tmp_path / "part" / "lineage.jsonl").read_text() == (tmp_path / "whole" / "lineage.jsonl").read_text()
