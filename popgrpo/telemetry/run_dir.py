@@ -80,9 +80,16 @@ class RunDirectory:
 
     @staticmethod
     def _table(rows: list[dict]) -> pa.Table:
-        # Rows read back by a resumed run carry pandas' NaN where a text column was null.
-        rows = [r if isinstance(r.get("reward_reasons"), str) else {**r, "reward_reasons": None} for r in rows]
-        return pa.Table.from_pylist(rows, schema=metrics_schema())
+        # Rows read back by a resumed run carry pandas' NaN where a text column (reward_reasons,
+        # code_problems, …) was null: null again.
+        schema = metrics_schema()
+        text = [f.name for f in schema if pa.types.is_string(f.type)]
+
+        def nulls(row: dict) -> dict:
+            nan = [c for c in text if isinstance(row.get(c), float)]
+            return {**row, **dict.fromkeys(nan)} if nan else row
+
+        return pa.Table.from_pylist([nulls(r) for r in rows], schema=schema)
 
     def _write_compacted(self, table: pa.Table, through: int) -> Path:
         target = self.path / "metrics.parquet"
