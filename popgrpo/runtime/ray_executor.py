@@ -70,7 +70,7 @@ from popgrpo.runtime.naming import (
     wait_until_free,
 )
 from popgrpo.runtime.progress import EpochCounter, read_counter
-from popgrpo.runtime.reaper import Ending, end_actor, end_actors, is_stopped
+from popgrpo.runtime.reaper import Ending, end_actor, end_actors, is_stopped, process_state
 from popgrpo.runtime.recovery import RecoveryLog
 from popgrpo.runtime.rollout_worker import RolloutWorker
 from popgrpo.runtime.transport import pack, unpack
@@ -174,7 +174,9 @@ class RayExecutor:
             pop.construction_deadline_factor,
         )
         self._lost_nodes: set[str] = set()  # nodes that did not answer: no actor is placed there again
-        self._archive_back_at = 0.0  # when a hung archive actor was last restarted (time.monotonic)
+        # When a hung archive actor (or rollout worker) was last replaced (time.monotonic): the
+        # calls that were waiting for it count their deadlines from then.
+        self._archive_back_at = 0.0
         self.restarts = 0
         self.events: list[dict] = []
         self.metrics_restarts: dict[str, int] = {}  # restarts by cause, as popgrpo_restarts_total counts them
@@ -314,7 +316,7 @@ class RayExecutor:
             ready, _ = ray.wait(list(refs.values()), num_returns=1, timeout=self._wait_s(method, waiting, epochs))
             if not ready:  # some call may be past its deadline, or its process stopped: that actor is hung
                 hung = self._hung(method, waiting, epochs)
-                if hung and self._archive_stalled():  # they were waiting for the archive actor
+                if hung and (self._archive_stalled() or self._rollout_stalled()):  # they were waiting for it
                     continue
                 for g, reason in hung.items():
                     del refs[g]
@@ -520,6 +522,40 @@ class RayExecutor:
         self._restart_archive(f"no answer to a probe within {seconds:.0f} s (hung)")
         return True
 
+    def _rollout_stalled(self) -> bool:
+        """Whether the rollout worker is what the members wait for (every language-model member
+        generates there): its process is stopped, or its node does not answer (read on the node,
+        not through the worker's queue of generations, :func:`process_state`). If so it is
+        replaced (:meth:`_replace_rollout_worker`): True."""
+        if self.rollout_worker is None:
+            return False
+        state = process_state(self.rollout_worker)
+        if state not in ("T", "t", "unreachable"):
+            return False
+        why = "its process stopped" if state != "unreachable" else "its node did not answer"
+        self._replace_rollout_worker(f"{why} while members waited for it (hung)")
+        return True
+
+    def _replace_rollout_worker(self, reason: str) -> None:
+        """End the rollout worker's process for real, start a new one (under the same name), and
+        end every member actor: they hold the old worker's handle, so each is rebuilt as lost
+        (from its restore point, pushing its adapter to the new worker as a first push)."""
+        start = time.monotonic()
+        ended = self._end(self.rollout_worker, "RolloutWorker")
+        log.warning("rollout worker lost: %s; its process: %s; starting a new one", reason, ended.describe())
+        wait_until_free(rollout_worker_name(self.run_tag), self.namespace)
+        self.rollout_worker = self._start_rollout_worker(self.config)
+        for actor in self._actors:
+            self._end(actor, "MemberGroup")
+        seconds = time.monotonic() - start
+        self._archive_back_at = time.monotonic()
+        self._count_restart("hung")
+        line = f"{reason}; replaced in {seconds:.1f} s, every member actor rebuilt; old process: {ended.describe()}"
+        self.events.append(
+            {"event": "rollout_worker_restarted", "reason": line, "cause": "hung", "seconds": round(seconds, 3)}
+        )
+        log.warning("rollout worker replaced: %s", line)
+
     def _restart_archive(self, reason: str) -> None:
         """End the archive actor's process for real and wait until Ray has restarted it (it
         restores the last snapshot, and Redis's elites); :class:`RebuildFailed` when it does
@@ -663,7 +699,7 @@ class RayExecutor:
             ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=self._wait_s("train", started, epochs.__getitem__))
             if not ready:  # some actor is past its deadline: hung
                 hung = self._hung("train", started, epochs.__getitem__)
-                if hung and self._archive_stalled():  # they were waiting for the archive actor
+                if hung and (self._archive_stalled() or self._rollout_stalled()):  # they were waiting for it
                     continue
                 for g, reason in hung.items():
                     i = next(i for i, h in enumerate(handles) if h[0] == g)

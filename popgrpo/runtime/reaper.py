@@ -37,7 +37,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-__all__ = ["Ending", "end_actor", "end_actors", "is_stopped", "locate", "sigkill_worker"]
+__all__ = ["Ending", "end_actor", "end_actors", "is_stopped", "locate", "process_state", "sigkill_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,33 @@ def is_stopped(actor: Any) -> bool:
     if state is None:  # gone: a restarted actor (the archive's) has a new process
         del _located[key]
     return state in ("T", "t")
+
+
+def process_state(actor: Any, node_answer_s: float = NODE_ANSWER_S) -> str | None:
+    """The state letter of ``actor``'s process (``R``, ``S``, ``T`` stopped…), read on its node
+    (here, or by a task pinned there), without a call into the actor (whose queue may be long);
+    None when it has no process (gone, or not started); ``"unreachable"`` when its node did
+    not run the task within ``node_answer_s`` (a frozen node)."""
+    pid, node, _ = locate(actor)
+    if pid is None or node is None:
+        return None
+    if node == ray.get_runtime_context().get_node_id():
+        return _state(pid)
+    global _remote_state
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if _remote_state is None:
+        _remote_state = ray.remote(num_cpus=0, max_retries=0)(_state)
+    ref = _remote_state.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False), name="popgrpo-process-state"
+    ).remote(pid)
+    try:
+        return ray.get(ref, timeout=node_answer_s)
+    except RayError:  # not cancelled: see _sigkill_on
+        return "unreachable"
+
+
+_remote_state: Any = None
 
 
 def sigkill_worker(pid: int, class_name: str, wait_s: float = 10.0, grace_s: float = 0.0) -> str:
@@ -180,9 +207,10 @@ def _sigkill_on(node_id: str, pid: int, class_name: str, timeout_s: float) -> st
     ref = _submit_sigkill(node_id, pid, class_name)
     try:
         return ray.get(ref, timeout=timeout_s)
-    except RayError:  # GetTimeoutError: the node did not run it; any other: it could not
-        with contextlib.suppress(Exception):
-            ray.cancel(ref, force=True)
+    except RayError:  # GetTimeoutError: the node did not run it; any other: it could not (node gone)
+        # Not cancelled: ray.cancel racing the task's end crashed the driver's core worker
+        # ("Tried to complete task that was not pending", Ray 2.60). Left pending on a frozen
+        # node, it fails with the node, or kills only that actor's old process if it runs late.
         return None
 
 
@@ -241,10 +269,14 @@ def end_actor(
         how, node_lost = "ray.kill; its node was taken as lost before", True
     elif node == ray.get_runtime_context().get_node_id():
         how = f"SIGKILL from the driver: {sigkill_worker(pid, class_name)}"
+    elif not _node_alive(node):
+        how, node_lost = "its node is gone (Ray reports it dead)", True
     else:
         answer = _sigkill_on(node, pid, class_name, node_answer_s)
         if answer is not None:
             how = f"SIGKILL from a task on its node: {answer}"
+        elif not _node_alive(node):  # it went while the task was sent
+            how, node_lost = "its node is gone (Ray reports it dead)", True
         else:
             node_lost = True
             removed = remove_node(node)
@@ -284,14 +316,14 @@ def end_actors(actors: Sequence[tuple[Any, str]], node_answer_s: float = 10.0) -
         if pid is not None and node is not None:
             located.append((pid, node, class_name))
     here = ray.get_runtime_context().get_node_id()
+    alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]} if located else set()
     refs = []
     for pid, node, class_name in located:
+        if node not in alive:  # gone with its node
+            continue
         if node == here:
             sigkill_worker(pid, class_name, wait_s=1.0, grace_s=2.0)
         else:
             refs.append(_submit_sigkill(node, pid, class_name, grace_s=2.0))
     if refs:
-        ray.wait(refs, num_returns=len(refs), timeout=node_answer_s)
-        for ref in refs:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
+        ray.wait(refs, num_returns=len(refs), timeout=node_answer_s)  # the rest left pending: see _sigkill_on

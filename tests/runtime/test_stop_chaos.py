@@ -279,3 +279,45 @@ def test_a_stopped_archive_actor_is_restarted_and_the_run_finishes(ray_local, tm
     restarted = [e for e in events if e["event"] == "archive_actor_restarted"]
     assert restarted and restarted[0]["cause"] == "hung" and "SIGKILL" in restarted[0]["reason"], events
     print(restarted[0]["reason"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_stopped_rollout_worker_is_replaced_and_the_run_is_unchanged(ray_local, tiny_lm):
+    """Every language-model member generates on the rollout worker: stopped, it stalls them
+    all. It is found stopped, ended, started anew, and every member actor is rebuilt from its
+    restore point (pushing its adapter to the new worker): the in-process run's numbers."""
+    from popgrpo.runtime.executor import LocalExecutor
+    from tests.driving import drive
+    from tests.lm import lm_config
+    from tests.services import require_module
+
+    require_module("peft")
+    cfg = lm_config(
+        tiny_lm,
+        run={"epochs": 4, "seed": 1},
+        grpo={"group_size": 4, "steps_per_epoch": 2, "lr": 0.03},
+        scheduler={"interval_epochs": 2},
+        population={"size": 2, "members_per_actor": 1, "resources": {"num_cpus": 0.5},
+                    "hang_deadline_factor": 8, "hang_deadline_min_s": 2, "max_restarts": 5},
+        policy={"kind": "causal_lm", "causal_lm": {"model": str(tiny_lm), "max_new_tokens": 8,
+                "prompts_per_step": 2, "lora": {"r": 4}, "rollout": {"worker": True}}},
+    )  # fmt: skip
+    reference, _ = drive(cfg, LocalExecutor(cfg))
+    stops, probes = Stops(), []
+    executor = RayExecutor(cfg)
+
+    def stop_worker_in_round_1(ex):  # round 1 has a measured round 0 to set its deadline
+        worker_pid = pid_of(ex.rollout_worker)
+        probes.append(kill_when_busy(ex._actors[0], lambda: stops.stop("rollout worker", worker_pid)))
+
+    try:
+        rows, _ = drive(cfg, executor, stop_worker_in_round_1)
+    finally:
+        executor.close()
+        stops.cleanup()
+    assert stops.moments() == ["rollout worker"]
+    replaced = [e for e in executor.events if e["event"] == "rollout_worker_restarted"]
+    assert len(replaced) == 1 and replaced[0]["cause"] == "hung", executor.events
+    print(replaced[0]["reason"])
+    pd.testing.assert_frame_equal(pd.DataFrame(rows), pd.DataFrame(reference), check_exact=True)
