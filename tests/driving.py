@@ -119,3 +119,18 @@ def kill_during_construction(count: int = 1, timeout: float = 300.0):
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread, killed
+
+
+def same_rows(a: list[dict], b: list[dict]) -> bool:
+    """Metrics rows equal bit for bit, a NaN equal to a NaN (columns a run does not measure are NaN,
+    and a NaN that crossed Ray's object store is no longer the same float object)."""
+    import math
+
+    def same(x: object, y: object) -> bool:
+        if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+            return True
+        return x == y
+
+    return len(a) == len(b) and all(
+        r.keys() == q.keys() and all(same(r[k], q[k]) for k in r) for r, q in zip(a, b, strict=True)
+    )
