@@ -136,6 +136,15 @@ class StoppingExecutor(RayExecutor):
             self._stop_when_busy(g)
         return handle
 
+    def close(self) -> None:
+        """First, what the dashboard's actor list shows: each member actor name's states."""
+        from ray.util.state import list_actors
+
+        self.listed: dict[str, list[str]] = {}
+        for a in list_actors(filters=[("ray_namespace", "=", self.namespace)], limit=1000, detail=True):
+            self.listed.setdefault(a.name, []).append(a.state)
+        super().close()
+
     def _new_group(self, group, build=0):
         actor = super()._new_group(group, build)
         if build > 0 and self._due("rebuild"):
@@ -207,6 +216,11 @@ def _run_with_stops(tmp_path: Path, cfg, plan: dict[str, int], in_constructor: b
     events = _events(tmp_path / "stopped")
     hung = [e for e in events if e.get("cause") == "hung"]
     print(f"stops {stops.done}; {seconds:.0f} s; " + " | ".join(e["reason"] for e in hung))  # pytest -s
+    # The dashboard's actor list: a replaced actor's name shows the old actor dead, the new alive.
+    listed = executors[0].listed
+    for e in hung:
+        name = next(n for n in listed if n.endswith(f"/members-{e['members'][0]}-{e['members'][-1]}"))
+        assert "ALIVE" in listed[name] and listed[name].count("DEAD") >= 1, listed
     return tmp_path / "stopped", summary, stops, hung
 
 
