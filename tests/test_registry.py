@@ -176,5 +176,7 @@ def test_unknown_environment_exits_2_from_the_command_line(tmp_path):
         text=True,
     )
     assert res.returncode == 2
-    assert res.stderr.endswith("(--set env.kind=nope): env.kind: unknown environment 'nope'; choices: code, idea, text\n")
+    assert res.stderr.endswith(
+        "(--set env.kind=nope): env.kind: unknown environment 'nope'; choices: code, idea, text\n"
+    )
     assert len(res.stderr.splitlines()) == 1

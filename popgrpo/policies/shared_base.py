@@ -26,8 +26,8 @@ no adapter (the route :data:`BASE`), computed once for all members.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -261,8 +261,7 @@ class SharedBase:
             if isinstance(module, LoraLayer):
                 if not isinstance(module, LoraLinear) or module.lora_variant:
                     raise TypeError(f"share_base supports plain LoRA on linear layers only; {name} is {type(module)}")
-                module.forward = types.MethodType(_segmented_lora_forward, module)
-                module.shared_base = self
+                module.forward = functools.partial(_segmented_lora_forward, module, self)
 
     @contextlib.contextmanager
     def route(self, segments: Sequence[tuple[str, int]]) -> Iterator[None]:
@@ -490,12 +489,12 @@ class _SegmentSampler:
         return picked
 
 
-def _segmented_lora_forward(self: Any, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+def _segmented_lora_forward(self: Any, base: SharedBase, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """A peft LoRA ``Linear``'s forward on a :class:`SharedBase`: the base layer's output plus each
     route segment's own LoRA delta ``(α / r)·B·A·x``, added in the adapters' dtype and rounded to
     the output's once, as peft's one-adapter forward does."""
     result = self.base_layer(x, *args, **kwargs)
-    route: Segments | None = self.shared_base._route
+    route: Segments | None = base._route
     if route is None:
         raise RuntimeError("a shared base model was called outside SharedBase.route")
     if all(name == BASE for name, _ in route):
