@@ -52,7 +52,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 
     from popgrpo.config import CausalLMConfig
     from popgrpo.policies.causal_lm import CausalLMPolicy
-    from popgrpo.policies.shared_base import MixedBatch, SharedBase
+    from popgrpo.policies.shared_base import MixedBatch, SharedBase, update_members
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -70,6 +70,7 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
             "min_new_tokens": args.tokens,
             "prompts_per_step": args.prompts,
             "lora": {"r": args.rank},
+            "share_base_update_members": args.update_members,
         }
     )
     m = args.m
@@ -127,14 +128,18 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
             refs = base.mixed_log_probs(batch, reference=True)
         sync()
         t2 = time.perf_counter()
-        passes = base.mixed_log_probs(batch, with_entropy=True)
-        losses = []
-        for (logp, entropy), (ref, _), rollout in zip(passes, refs, rollouts, strict=True):
-            assert entropy is not None
-            losses.append(loss_of(logp, ref, entropy, rollout.completion_mask.to(logp.device)))
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
-        torch.stack(losses).sum().backward()
+        chunk = update_members(cfg, m, device)  # as SharedBaseMembers passes the update
+        for start in range(0, m, chunk):
+            part = list(range(start, min(start + chunk, m)))
+            passes = base.mixed_log_probs(batch.select(part), with_entropy=True)
+            losses = []
+            for (logp, entropy), k in zip(passes, part, strict=True):
+                assert entropy is not None
+                mask = rollouts[k].completion_mask.to(logp.device)
+                losses.append(loss_of(logp, refs[k][0], entropy, mask))
+            torch.stack(losses).sum().backward()
         for opt in optimizers:
             opt.step()
         sync()
@@ -166,6 +171,8 @@ def _run_child(args: argparse.Namespace, mode: str, m: int) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks.shared_base", "--child", "--mode", mode, "--m", str(m)]
     for key in ("model", "device", "dtype", "steps", "prompts", "group", "tokens", "rank", "threads"):
         command += [f"--{key}", str(getattr(args, key))]
+    if args.update_members is not None:
+        command += ["--update-members", str(args.update_members)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, check=False)
     if done.returncode != 0:
         return {"mode": mode, "m": m, "error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
@@ -240,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=4, help="completions per prompt")
     parser.add_argument("--tokens", type=int, default=16, help="new tokens per completion (exactly)")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank")
+    parser.add_argument(
+        "--update-members", type=int, help="policy.causal_lm.share_base_update_members (default: its default)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process")
@@ -284,7 +294,18 @@ def main(argv: list[str] | None = None) -> int:
     settings = {
         **{
             k: getattr(args, k)
-            for k in ("repeats", "steps", "prompts", "group", "tokens", "rank", "device", "dtype", "threads")
+            for k in (
+                "repeats",
+                "steps",
+                "prompts",
+                "group",
+                "tokens",
+                "rank",
+                "device",
+                "dtype",
+                "threads",
+                "update_members",
+            )
         },
         "members": members,
         "label": args.label or Path(args.model).name,

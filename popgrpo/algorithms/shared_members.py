@@ -11,8 +11,11 @@ runs it for one, with the model's work batched:
    worker, each member's completions from the worker's engine, as a member alone gets them;
 3. one forward of the base with no adapter gives every member's reference log-probs;
 4. rewards, archive and advantages per member (:meth:`Member.score_begin` / :meth:`Member.score_end`);
-5. one forward and one backward for every member's loss: the losses are summed, and each
-   member's gradient lands in its own adapter, which its own Adam then steps.
+5. the update's forward and backward in passes of ``policy.causal_lm.share_base_update_members``
+   members' rows (all of them on CUDA, one at a time on the CPU by default): each pass sums its
+   members' losses, each member's gradient lands in its own adapter, and then every member's
+   own Adam steps. A pass holds its rows' activations, so fewer members a pass hold less memory;
+   on the CPU, where the update's arithmetic bounds it, a bigger pass gains little.
 
 So a member's numbers are what it would get alone up to float rounding (tested against
 separate members on the same seeds).
@@ -29,7 +32,7 @@ from popgrpo.algorithms.member import Member
 from popgrpo.algorithms.rollouts import TextRollouts
 from popgrpo.algorithms.step import Samples, StepStats
 from popgrpo.policies.causal_lm import Rollout, draw_seed
-from popgrpo.policies.shared_base import AdapterPolicy, MixedBatch, SharedBase
+from popgrpo.policies.shared_base import AdapterPolicy, MixedBatch, SharedBase, update_members
 
 __all__ = ["SharedBaseMembers"]
 
@@ -55,6 +58,8 @@ class SharedBaseMembers:
         self.config = self.members[0].config
         # policy.causal_lm.rollout on a worker: each member's completions come from the worker's
         # engine (its adapter pushed there), and the reference pass and the update stay batched here.
+        # policy.causal_lm.share_base_update_members: how many members' rows one update pass holds.
+        self.update_members = update_members(self.config.policy.causal_lm, len(self.members), self.base.device)
         self.on_worker = any(r.engine is not None for r in self.rollouts)
         if self.on_worker and not all(r.engine is not None for r in self.rollouts):
             raise ValueError("members on one base either all generate on the rollout worker or none does")
@@ -112,22 +117,24 @@ class SharedBaseMembers:
         batches = [m.score_end(p) for m, p in zip(members, pending, strict=True)]
         entropies: list[torch.Tensor] = []
         kls: list[torch.Tensor] = []
+        chunk = self.update_members
         for _ in range(self.config.grpo.updates_per_batch):
-            passes = self.base.mixed_log_probs(batch, with_entropy=True)
-            losses: list[torch.Tensor] = []
             entropies, kls = [], []
-            for k, (member, step_batch) in enumerate(zip(members, batches, strict=True)):
-                logp, token_entropy = passes[k]
-                assert token_entropy is not None  # with_entropy=True always computes it
-                entropy = self.rollouts[k].reduce(token_entropy, samples[k])
-                loss, kl = member.loss(step_batch, logp, entropy)
-                losses.append(loss)
-                entropies.append(entropy)
-                kls.append(kl)
             for member in members:
                 member.optimizer.zero_grad(set_to_none=True)
-            # A member's loss depends on its own adapter only: the sum's gradient is each loss's own.
-            torch.stack(losses).sum().backward()  # pyright: ignore[reportUnknownMemberType]
+            for start in range(0, len(members), chunk):
+                part = list(range(start, min(start + chunk, len(members))))
+                passes = self.base.mixed_log_probs(batch.select(part), with_entropy=True)
+                losses: list[torch.Tensor] = []
+                for k, (logp, token_entropy) in zip(part, passes, strict=True):
+                    assert token_entropy is not None  # with_entropy=True always computes it
+                    entropy = self.rollouts[k].reduce(token_entropy, samples[k])
+                    loss, kl = members[k].loss(batches[k], logp, entropy)
+                    losses.append(loss)
+                    entropies.append(entropy)
+                    kls.append(kl)
+                # A member's loss depends on its own adapter only: the sum's gradient is each loss's own.
+                torch.stack(losses).sum().backward()  # pyright: ignore[reportUnknownMemberType]
             for member in members:
                 member.optimizer.step()  # pyright: ignore[reportUnknownMemberType]
         return [m.finish_step(b, entropies[k], kls[k]) for k, (m, b) in enumerate(zip(members, batches, strict=True))]

@@ -425,6 +425,11 @@ class CausalLMConfig(Section):
         default=False,
         description="The members of one actor (population.members_per_actor; every member with --executor local) hold one frozen base model and one LoRA adapter each, and generate and update in one mixed-adapter batch: a member's numbers are what it would get alone up to float rounding. With a rollout worker (policy.causal_lm.rollout) the completions come from its engine and the reference pass and update stay batched. Needs merged_generation and overlap off. See docs/guides/lm.md for what it saves.",
     )
+    share_base_update_members: int | None = Field(
+        default=None,
+        ge=1,
+        description="With share_base: how many members' rows one forward and backward pass of the update holds (each pass holds its rows' activations). None: all of the actor's members on CUDA, one at a time on the CPU, where the update is bound by arithmetic and a bigger pass saves little time (BENCHMARKS.md). The numbers do not depend on it.",
+    )
     overlap: bool = Field(
         default=False,
         description="Overlap a step's phases (same results as one after another, tested): each completion's reward starts as soon as its row finishes generating (reward callables with `submit_one`, e.g. program_reward, with reward.source=execution), the reference log-probs are computed while the programs run, and the embeddings of the completions run on a background thread (one per process, shared by its members) when nothing needs them before the update. Pays where a core is free for the work beside the main thread: on the quiet 2-core machine 1.25x the sequential step's tokens/s (with merged_generation), under load 0.72x (BENCHMARKS.md), the work beside the main thread slowing its generation and reference pass; off by default.",

@@ -40,7 +40,16 @@ from popgrpo.policies.causal_lm import CausalLMPolicy, Rollout, completion_mask,
 if TYPE_CHECKING:
     from popgrpo.config import CausalLMConfig
 
-__all__ = ["BASE", "AdapterPolicy", "MemoryEstimate", "MixedBatch", "SharedBase", "adapter_name", "estimate_memory"]
+__all__ = [
+    "BASE",
+    "AdapterPolicy",
+    "MemoryEstimate",
+    "MixedBatch",
+    "SharedBase",
+    "adapter_name",
+    "estimate_memory",
+    "update_members",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +79,25 @@ class MixedBatch:
     rows: list[slice]
     lengths: list[int]  # T_i
     route: list[tuple[str, int]]  # (adapter, rows) of each member, in row order
+
+    def select(self, members: Sequence[int]) -> MixedBatch:
+        """The batch of the members at positions ``members`` only (their rows, in that order)."""
+        if list(members) == list(range(len(self.rows))):
+            return self
+        keep = torch.cat([torch.arange(self.rows[i].start, self.rows[i].stop) for i in members])
+        rows, start = [], 0
+        for i in members:
+            n = self.rows[i].stop - self.rows[i].start
+            rows.append(slice(start, start + n))
+            start += n
+        return MixedBatch(
+            self.sequences[keep.to(self.sequences.device)],
+            self.attention_mask[keep.to(self.attention_mask.device)],
+            self.prompt_length,
+            rows,
+            [self.lengths[i] for i in members],
+            [self.route[i] for i in members],
+        )
 
     @classmethod
     def of(cls, policies: Sequence[AdapterPolicy], rollouts: Sequence[Rollout]) -> MixedBatch:
@@ -125,6 +153,15 @@ class MemoryEstimate:
         return self.weights + self.adapters + self.activations_at_longest + self.runtime
 
 
+def update_members(cfg: CausalLMConfig, n_members: int, device: torch.device) -> int:
+    """How many members' rows one update pass holds: ``share_base_update_members``, or when unset
+    all ``n_members`` on CUDA and one on the CPU."""
+    setting = cfg.share_base_update_members
+    if setting is None:
+        setting = n_members if device.type == "cuda" else 1
+    return max(1, min(setting, n_members))
+
+
 def estimate_memory(
     cfg: CausalLMConfig, n_members: int, group_size: int, device: torch.device
 ) -> MemoryEstimate | None:
@@ -159,11 +196,12 @@ def estimate_memory(
     r = cfg.lora.r
     # all-linear LoRA on a decoder layer: q, k, v, o, and the MLP's three projections.
     per_layer = r * ((hidden + hidden) * 2 + (hidden + kv) * 2 + (hidden + inner) * 3)
-    rows = n_members * cfg.prompts_per_step * group_size
-    logits = (rows // n_members) * cfg.max_new_tokens * vocab * 4 * 4  # one member's, float32, ×4 copies
+    per_member = cfg.prompts_per_step * group_size
+    rows, update_rows = n_members * per_member, update_members(cfg, n_members, device) * per_member
+    logits = per_member * cfg.max_new_tokens * vocab * 4 * 4  # one member's, float32, ×4 copies
 
     def activations(tokens: int) -> int:
-        update = rows * tokens * hidden * layers * _ACTIVATION_VALUES * width + logits
+        update = update_rows * tokens * hidden * layers * _ACTIVATION_VALUES * width + logits
         cache = rows * tokens * layers * 2 * kv * width
         return max(update, cache)
 

@@ -39,8 +39,10 @@ def _members(config, shared):
     return [Member(k, config, new_archive(config), env, shared=shared) for k in range(M)]
 
 
-def test_shared_members_train_as_separate_members(tiny_lm):
-    """Two epochs of GRPO: the same metrics rows and adapters, shared base or not."""
+@pytest.mark.parametrize("update_members", [None, 3])
+def test_shared_members_train_as_separate_members(tiny_lm, update_members):
+    """Two epochs of GRPO: the same metrics rows and adapters, shared base or not, whether the
+    update passes one member's rows at a time (the CPU's default) or three members' and one's."""
     rows, weights = {}, {}
     for share in (False, True):
         config = _config(
@@ -49,11 +51,13 @@ def test_shared_members_train_as_separate_members(tiny_lm):
             run={"epochs": 2, "seed": 3},
             grpo={"group_size": 4, "steps_per_epoch": 2, "lr": 0.05, "kl_coef": 0.05, "updates_per_batch": 2},
         )
+        config.policy.causal_lm.share_base_update_members = update_members
         kind = policy_kind(config.policy.kind)
         members = _members(config, kind.shared(config, range(M), torch.device("cpu")))
         trainer = group_trainer(config, members)
         if share:
             assert isinstance(trainer, SharedBaseMembers)
+            assert trainer.update_members == (update_members or 1)
             rows[share] = trainer.train_epochs(2)
         else:
             assert trainer is None
