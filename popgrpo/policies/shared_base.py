@@ -386,9 +386,9 @@ class SharedBase:
         with gradient; ``reference``: under the base model, no adapter (call it without gradient).
 
         The transformer body runs once for every row; the output layer and the softmax over the
-        vocabulary run member by member, and with gradient each member's are recomputed in the
-        backward pass (activation checkpointing), so the ``[rows, T, vocabulary]`` logits are held
-        for one member's rows at a time, not all members'. Models whose forward does more to the
+        vocabulary run member by member, and with gradient and several members each member's are
+        recomputed in the backward pass (activation checkpointing), so the ``[rows, T, vocabulary]``
+        logits are held for one member's rows at a time, not all members'. Models whose forward does more to the
         logits than the output layer (a logit scale or soft cap) take one whole forward instead.
         """
         attention = batch.attention_mask
@@ -419,7 +419,9 @@ class SharedBase:
         results: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         for rows, length in zip(batch.rows, batch.lengths, strict=True):
             args = (states[rows, :length], tokens[rows, :length])
-            if split is not None and torch.is_grad_enabled():
+            # With more than one member in the pass, each member's logits are recomputed in the
+            # backward pass instead of all being held; one member's are held, as alone.
+            if split is not None and torch.is_grad_enabled() and len(batch.rows) > 1:
                 logp, entropy = checkpoint(scores, *args, use_reentrant=False)
             else:
                 logp, entropy = scores(*args)
