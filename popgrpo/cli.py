@@ -62,6 +62,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from popgrpo.preflight import check_run
 
     say = None if args.quiet else _say
+    # In this process or an embedded Ray: the run's workers import what they need here.
+    workers_here = args.executor == "local" or (args.address is None and not os.environ.get("RAY_ADDRESS"))
     if args.resume:
         if args.config or args.set or args.seed is not None or args.out:
             raise ConfigError(
@@ -71,7 +73,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         run_dir = Path(args.resume)
         if (run_dir / "config.yaml").is_file():  # resume() itself says what is wrong with a directory
             own = load_config(run_dir / "config.yaml")
-            check_run(own)
+            check_run(own, workers_here=workers_here)
             if args.epochs is not None and args.epochs < own.run.epochs:
                 raise ConfigError(
                     f"--epochs {args.epochs}: the run is set for {own.run.epochs} epochs; --epochs extends a run, "
@@ -88,7 +90,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _check_proxy(config)
         _check_problems(config)
         config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
-        check_run(config, config_file)
+        check_run(config, config_file, workers_here=workers_here)
     from popgrpo.telemetry.run_dir import default_run_dir, writable_directory
 
     if config is None:

@@ -60,10 +60,12 @@ def use_import_paths(paths: list[str]) -> None:
     importlib.invalidate_caches()
 
 
-def check_run(config: Config, config_path: str | Path | None = None) -> None:
+def check_run(config: Config, config_path: str | Path | None = None, workers_here: bool = True) -> None:
     """Check what ``config`` needs from outside itself (see the module docstring).
 
     ``config_path``: the file the config came from (its folder is searched for reward modules).
+    ``workers_here``: the run's workers run on this machine (in-process, or an embedded Ray), so
+    what they import must be installed here (a rollout worker's vLLM).
 
     Raises:
         ConfigError: one line naming the field, what is wrong and a suggestion.
@@ -74,6 +76,8 @@ def check_run(config: Config, config_path: str | Path | None = None) -> None:
     text = config.env.text
     if config.policy.kind == "causal_lm":
         _check_model(config)
+        if workers_here:
+            _check_rollout_engine(config)
     _check_prompt_file(text)
     _check_embedding_model(text)
     for i, spec in enumerate(text.rewards):
@@ -83,6 +87,15 @@ def check_run(config: Config, config_path: str | Path | None = None) -> None:
         _import_reward(f"env.text.rewards[{i}].fn", spec.fn)
     if config.env.kind == "text":
         _load_prompts(text)
+
+
+def _check_rollout_engine(config: Config) -> None:
+    """A rollout worker's vLLM engine needs vLLM installed here (the embedded Ray's worker imports it here)."""
+    rollout = config.policy.causal_lm.rollout
+    if rollout.on_worker() and rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        from popgrpo.policies.vllm_engine import MISSING_VLLM
+
+        raise ConfigError(MISSING_VLLM)
 
 
 # ---- reward callables ---------------------------------------------------------------------------
