@@ -84,7 +84,7 @@ def test_unknown_environment_lists_the_plugins_choice(plugin_path):
     res = popgrpo(plugin_path, "config", "--set", "env.kind=nope")
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
-    assert "env.kind: unknown environment 'nope'; choices: bowl, idea, text" in res.stderr
+    assert "env.kind: unknown environment 'nope'; choices: bowl, code, idea, text" in res.stderr
     merges = popgrpo(plugin_path, "config", "--set", "scheduler.merge=toy_bst")
     assert merges.returncode == 2 and "(did you mean 'toy_best'?)" in merges.stderr
 
