@@ -163,6 +163,8 @@ class CausalLMPolicy:
         generator: draws the adapters' initial values (None: peft's own initialisation).
     """
 
+    adapter = "default"  # the peft adapter its weights are (AdapterPolicy: its member's on a shared base)
+
     def __init__(
         self, cfg: CausalLMConfig, device: str | torch.device = "cpu", generator: torch.Generator | None = None
     ) -> None:
@@ -210,9 +212,8 @@ class CausalLMPolicy:
         """The adapters' weights, keyed by their peft names (float32 CPU copies)."""
         from peft import get_peft_model_state_dict
 
-        return {
-            k: v.detach().to("cpu", torch.float32, copy=True) for k, v in get_peft_model_state_dict(self.model).items()
-        }
+        state = get_peft_model_state_dict(self.model, adapter_name=self.adapter)
+        return {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in state.items()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load adapter weights; every adapter must be given, and nothing else."""
@@ -222,7 +223,7 @@ class CausalLMPolicy:
         if set(state) != expected:
             missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
             raise KeyError(f"adapter weights do not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
-        set_peft_model_state_dict(self.model, dict(state))
+        set_peft_model_state_dict(self.model, dict(state), adapter_name=self.adapter)
 
     def to(self, device: str | torch.device) -> CausalLMPolicy:
         self.device = torch.device(device)

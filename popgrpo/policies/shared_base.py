@@ -470,23 +470,6 @@ class AdapterPolicy(CausalLMPolicy):
     def _routed(self, n_rows: int) -> contextlib.AbstractContextManager[None]:
         return self.base.route([(self.adapter, n_rows)])
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """This member's adapter, keyed as a member with its own model keys it (float32 CPU copies)."""
-        from peft import get_peft_model_state_dict
-
-        state = get_peft_model_state_dict(self.model, adapter_name=self.adapter)
-        return {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in state.items()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Load this member's adapter; every adapter weight must be given, and nothing else."""
-        from peft import set_peft_model_state_dict
-
-        expected = set(self.state_dict())
-        if set(state) != expected:
-            missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
-            raise KeyError(f"adapter weights do not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
-        set_peft_model_state_dict(self.model, dict(state), adapter_name=self.adapter)
-
     @torch.no_grad()
     def reference_log_probs(self, rollout: Rollout) -> torch.Tensor:
         """Token log-probs ``[N, T]`` under the base model (no adapter): GRPO's reference."""
