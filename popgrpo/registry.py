@@ -49,6 +49,7 @@ __all__ = [
     "REWARD_SOURCES",
     "ROLLOUT_ENGINES",
     "SELECTION_STATISTICS",
+    "STUDIES",
     "TEXT_IDEAS",
     "VECTOR_IDEAS",
     "DuplicateChoice",
@@ -300,6 +301,11 @@ ROLLOUT_ENGINES: Registry[Callable[..., Any]] = Registry(
 GROUP_TRAINERS: Registry[Callable[..., Any]] = Registry(
     "group trainer", "PolicyKind.trainer", "(members: Sequence[Member]) -> GroupTrainer (train_epochs)"
 )
+# Not a config field's choices: the studies `popgrpo reproduce --study` runs and `popgrpo report`
+# redraws (popgrpo.study.kinds.StudyKind).
+STUDIES: Registry[Any] = Registry(
+    "study", "popgrpo reproduce --study", "StudyKind (popgrpo.study.kinds): plan, default --out, report"
+)
 REGISTRIES: tuple[Registry[Any], ...] = (
     ENVIRONMENTS,
     POLICIES,
@@ -364,6 +370,9 @@ for _name in ("single", "ens", "warm"):
     PROXY_COMBINES.register(_name, f"popgrpo.reward_models.proxy:{_name}_models")
 GROUP_TRAINERS.register("packed", "popgrpo.algorithms.packed:PackedMembers")
 GROUP_TRAINERS.register("shared_base", "popgrpo.algorithms.shared_members:SharedBaseMembers")
+for _name, _attr in (("paper", "PAPER"), ("warm", "WARM"), ("lm", "LM"), ("discovery", "DISCOVERY"),
+                     ("discovery-tuning", "DISCOVERY_TUNING"), ("code-run", "CODE_RUN")):  # fmt: skip
+    STUDIES.register(_name, f"popgrpo.study.kinds:{_attr}")
 ROLLOUT_ENGINES.register("hf", "popgrpo.policies.engines:hf_engine")
 ROLLOUT_ENGINES.register("vllm", "popgrpo.policies.vllm_engine:vllm_engine")
 _state.builtin = False

@@ -8,6 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from popgrpo.registry import STUDIES
+from popgrpo.study.kinds import OPTIONS, report_kind, study_kind
+
 __all__ = ["add_parsers"]
 
 
@@ -30,49 +33,38 @@ def _seed_list(text: str) -> tuple[int, ...]:
     return seeds
 
 
-def _cmd_reproduce_warm(args: argparse.Namespace) -> int:
-    from popgrpo.study.warm import FULL, QUICK, run_warm_study
-
-    if args.address or args.landscape != "collapse" or args.epochs:
-        from popgrpo.config import ConfigError
-
-        raise ConfigError(
-            "--study warm runs in this process with its own plan: drop --address, --landscape and --epochs"
-        )
-    out = Path(args.out or ("runs/warm-quick" if args.quick else "runs/warm"))
-    result = run_warm_study(out, QUICK if args.quick else FULL, progress=args.verbose > 0)
-    print(f"WARM study in {result['seconds']:.0f} s; tables and figures in {out}/:")
-    for path in result["written"]:
-        print(f"  {path}")
-    return 0
+def _given_options(args: argparse.Namespace) -> list[str]:
+    """The study-specific options of ``popgrpo reproduce`` given on the command line (not at their defaults)."""
+    given = {
+        "landscape": args.landscape != "collapse",
+        "model": bool(args.model),
+        "seeds": args.seeds is not None,
+        "epochs": args.epochs is not None,
+        "address": bool(args.address),
+        "num_cpus": args.num_cpus is not None,
+    }
+    return [name for name in OPTIONS if given[name]]
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    if args.study == "warm":
-        return _cmd_reproduce_warm(args)
+    from popgrpo.config import ConfigError
+
+    kind = study_kind(args.study)
+    unused = kind.unused(_given_options(args))
+    if unused:
+        takers = [n for n in STUDIES.names() if study_kind(n).reproducible and not study_kind(n).unused(unused)]
+        flags = ", ".join("--" + name.replace("_", "-") for name in unused)
+        where = f" (it is for --study {' or '.join(takers)})" if takers else ""
+        raise ConfigError(f"--study {args.study} does not take {flags}{where}: drop it")
+    out = Path(args.out or kind.default_out(args.quick, args.landscape))
+    if kind.run is not None:  # a study with its own plan, run in this process
+        result = kind.run_here(out, args.quick, progress=args.verbose > 0)
+        print(f"{args.study} study in {result['seconds']:.0f} s; tables and figures in {out}/:")
+        for path in result["written"]:
+            print(f"  {path}")
+        return 0
     from popgrpo.study.run import reproduce
 
-    if args.study.startswith("discovery"):
-        from popgrpo.study.discovery_report import render_discovery as render
-
-        default = "runs/" + args.study + ("-quick" if args.quick else "")
-        if args.model:
-            from popgrpo.config import ConfigError
-
-            raise ConfigError("--model is for --study lm")
-    elif args.study == "lm":
-        from popgrpo.study.lm_report import render_lm as render
-
-        default = "runs/lm-study" + ("-quick" if args.quick else "")
-    else:
-        from popgrpo.study.report import render
-
-        default = "runs/reproduce" + ("-quick" if args.quick else "") + ("-paper" if args.landscape == "paper" else "")
-        if args.model:
-            from popgrpo.config import ConfigError
-
-            raise ConfigError("--model is for --study lm")
-    out = Path(args.out or default)
     try:
         result = reproduce(
             out,
@@ -87,8 +79,6 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
             seeds=args.seeds,
         )
     except ValueError as exc:
-        from popgrpo.config import ConfigError
-
         raise ConfigError(str(exc)) from None
     if result["unfinished"]:  # interrupted (Ctrl-C): Tune saved where it was
         done = result["trials"] - result["unfinished"]
@@ -96,7 +86,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         return 130
     with (out / "wall.jsonl").open("a") as log:  # every invocation's share: a resumed study sums them
         log.write(json.dumps({"seconds": result["seconds"], "trials": result["trials"], "cpus": args.num_cpus}) + "\n")
-    written = render(out)
+    written = kind.redraw(out)
     print(f"{result['trials']} trials in {result['seconds']:.0f} s on {args.num_cpus or os.cpu_count()} CPUs")
     print(f"tables and figures in {out}/:")
     for path in written:
@@ -105,25 +95,10 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from popgrpo.study.report import render
-
-    plan_file = Path(args.dir) / "plan.json"
-    kind = json.loads(plan_file.read_text()).get("study") if plan_file.is_file() else None
-    if kind == "lm":
-        from popgrpo.study.lm_report import render_lm as render
-    elif kind in ("discovery", "discovery-tuning"):
-        from popgrpo.study.discovery_report import render_discovery as render
-    elif (Path(args.dir) / "corruption.parquet").is_file():  # a WARM study (popgrpo.study.warm)
-        from popgrpo.study.warm_report import render_warm as render
-    else:
-        from popgrpo.study.code_report import is_code_run, render_code
-
-        if is_code_run(args.dir):  # one code run's directory (env.kind=code): its pass@k curves
-            render = render_code
     from popgrpo.study.warm_report import WarmStudyError
 
     try:
-        written = render(args.dir)
+        written = report_kind(args.dir).redraw(args.dir)
     except (FileNotFoundError, WarmStudyError) as exc:
         print(f"popgrpo: {exc}", file=sys.stderr)
         return 2
@@ -232,14 +207,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default="collapse",
         help="collapse: today's presets (default); paper: the calibrated paper_* presets of `popgrpo calibrate`",
     )
+    studies = [name for name in STUDIES.names() if study_kind(name).reproducible]
     rep.add_argument(
         "--study",
-        choices=("paper", "warm", "lm", "discovery", "discovery-tuning"),
+        choices=studies,
         default="paper",
-        help="paper: the main paper's studies (default); warm: WARM's reward-model study (docs/WARM.md), in this process; "
-        "lm: the collapse study on real programs with the causal LM of --model (docs/RESULTS_LM.md); "
-        "discovery: population mechanisms against best-of-K, the pre-registered confirmatory design "
-        "(docs/DISCOVERY.md); discovery-tuning: the same on the tuning seeds and instance",
+        help="; ".join(f"{name}: {study_kind(name).help}" for name in studies) + " (default paper)",
     )
     rep.add_argument(
         "--seeds",

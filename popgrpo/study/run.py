@@ -22,9 +22,18 @@ import json
 import time
 from pathlib import Path
 
+from popgrpo.study.kinds import study_kind
 from popgrpo.study.plan import EPOCHS, QUICK_EPOCHS, build_plan
 
-__all__ = ["collect_metrics", "reproduce", "run_trial"]
+__all__ = [
+    "collect_metrics",
+    "discovery_plan",
+    "discovery_tuning_plan",
+    "lm_plan",
+    "paper_plan",
+    "reproduce",
+    "run_trial",
+]
 
 EXPERIMENT = "reproduce"
 
@@ -90,8 +99,9 @@ def reproduce(
     ``address``: a Ray cluster to run the trials on (default: an embedded local Ray). On a
     multi-node cluster ``out`` must be on storage every node sees. ``seeds`` / ``epochs``
     shrink the plan further (tests); a restored study keeps the plan it started with.
-    ``study``: ``paper`` (:func:`popgrpo.study.plan.build_plan`) or ``lm``, the collapse study
-    on real programs (:mod:`popgrpo.study.lm`) on the causal LM in ``model``.
+    ``study``: a :data:`popgrpo.registry.STUDIES` name whose kind builds a plan (``paper``:
+    :func:`paper_plan`; ``lm``: :func:`lm_plan` on the causal LM in ``model``; ``discovery``,
+    ``discovery-tuning``: :func:`discovery_plan`).
     """
     import ray
     from ray import tune
@@ -104,7 +114,7 @@ def reproduce(
         saved = json.loads(plan_file.read_text())
         if saved.get("study", "paper") != study:
             raise ValueError(f"{out} holds a --study {saved.get('study', 'paper')} study: use another --out")
-        if not saved.get("study", "").startswith("discovery") and saved.get("landscape", "collapse") != landscape:
+        if saved.get("landscape", "collapse") not in ("both", landscape):  # "both": a plan over every landscape
             raise ValueError(
                 f"{out} holds a study on the {saved.get('landscape', 'collapse')} landscape: use another --out"
             )
@@ -121,7 +131,8 @@ def reproduce(
         if seeds is not None and {t["seed"] for t in trials} != set(seeds):
             raise ValueError(f"{out} holds a study of seeds {sorted({t['seed'] for t in trials})}: use another --out")
     else:
-        plan = _new_plan(study, quick, seeds, epochs, landscape, model)  # before mkdir: a bad plan leaves nothing
+        # Before mkdir: a bad plan leaves nothing.
+        plan = study_kind(study).new_plan(study, quick, seeds, epochs, landscape, model)
         trials = plan["trials"]
         out.mkdir(parents=True, exist_ok=True)
         plan_file.write_text(json.dumps(plan, indent=1))
@@ -160,58 +171,70 @@ def reproduce(
     return {"trials": len(trials), "unfinished": len(unfinished), "seconds": time.time() - started}
 
 
-def _new_plan(study, quick, seeds, epochs, landscape, model) -> dict:
-    """plan.json's content for a new study: its kind and size, and every trial."""
-    if study == "lm":
-        from dataclasses import replace
-
-        from popgrpo.study.lm import FULL, QUICK, build_lm_plan
-
-        if landscape != "collapse":
-            raise ValueError("--study lm has no landscapes: drop --landscape")
-        if not model or not (Path(model) / "config.json").is_file():
-            raise ValueError(f"--model {model}: not a saved causal LM (run `popgrpo lm pretrain --out {model}` first)")
-        size = replace(QUICK if quick else FULL, **({"epochs": epochs} if epochs else {}))
-        trials = [t.to_json() for t in build_lm_plan(size, str(Path(model).resolve()), seeds)]
-        return {
-            "study": "lm",
-            "quick": quick,
-            "landscape": landscape,
-            "epochs": size.epochs,
-            "window": size.window,
-            "model": str(Path(model).resolve()),
-            "trials": trials,
-        }
-    if study in ("discovery", "discovery-tuning"):
-        return _discovery_plan(study, quick, seeds, epochs, landscape)
-    if study != "paper":
-        raise ValueError(f"unknown study {study!r}")
+def paper_plan(study, quick, seeds, epochs, landscape, model) -> dict:
+    """plan.json of the main paper's studies (:func:`popgrpo.study.plan.build_plan`)."""
+    del study, model
     trials = [t.to_json() for t in build_plan(quick, seeds, epochs, landscape, regime=not quick)]
     effective_epochs = epochs or (QUICK_EPOCHS if quick else EPOCHS)
     return {"study": "paper", "quick": quick, "landscape": landscape, "epochs": effective_epochs, "trials": trials}
 
 
-def _discovery_plan(study, quick, seeds, epochs, landscape) -> dict:
-    """plan.json of a discovery study: the pre-registered confirmatory design (``discovery``) or
-    the tuning design (``discovery-tuning``), with ``--seeds``, ``--quick`` and ``--epochs`` applied."""
+def lm_plan(study, quick, seeds, epochs, landscape, model) -> dict:
+    """plan.json of the collapse study on real programs (:mod:`popgrpo.study.lm`) with the causal LM in ``model``."""
     from dataclasses import replace
 
-    from popgrpo.study.discovery_plan import TUNING, build_discovery_plan, load_preregistration, quick_design
+    from popgrpo.study.lm import FULL, QUICK, build_lm_plan
 
+    del study
+    if landscape != "collapse":
+        raise ValueError("--study lm has no landscapes: drop --landscape")
+    if not model or not (Path(model) / "config.json").is_file():
+        raise ValueError(f"--model {model}: not a saved causal LM (run `popgrpo lm pretrain --out {model}` first)")
+    size = replace(QUICK if quick else FULL, **({"epochs": epochs} if epochs else {}))
+    trials = [t.to_json() for t in build_lm_plan(size, str(Path(model).resolve()), seeds)]
+    return {
+        "study": "lm",
+        "quick": quick,
+        "landscape": landscape,
+        "epochs": size.epochs,
+        "window": size.window,
+        "model": str(Path(model).resolve()),
+        "trials": trials,
+    }
+
+
+def discovery_plan(study, quick, seeds, epochs, landscape, model) -> dict:
+    """plan.json of the pre-registered confirmatory discovery study (``discovery``)."""
+    from popgrpo.study.discovery_plan import load_preregistration
+
+    design, sha = load_preregistration()
+    return _discovery(study, design, sha, quick, seeds, epochs, landscape, model)
+
+
+def discovery_tuning_plan(study, quick, seeds, epochs, landscape, model) -> dict:
+    """plan.json of the discovery study's tuning design (``discovery-tuning``)."""
+    from popgrpo.study.discovery_plan import TUNING
+
+    return _discovery(study, TUNING, None, quick, seeds, epochs, landscape, model)
+
+
+def _discovery(study, design, sha, quick, seeds, epochs, landscape, model) -> dict:
+    """A discovery plan of ``design`` (pre-registered when ``sha``, its file's hash, is given), with
+    ``--seeds``, ``--quick`` and ``--epochs`` applied."""
+    from dataclasses import replace
+
+    from popgrpo.study.discovery_plan import TUNING, build_discovery_plan, quick_design
+
+    del model
     if landscape != "collapse":
         raise ValueError(f"--study {study} runs both landscapes: drop --landscape")
-    sha = None
-    if study == "discovery":
-        design, sha = load_preregistration()
-    else:
-        design = TUNING
     if quick:
         design = quick_design(design, seeds)
     elif seeds:
         design = replace(design, seeds=tuple(seeds))
     if epochs:
         design = replace(design, epochs=epochs)
-    if study == "discovery" and not quick and set(design.seeds) & set(TUNING.seeds):
+    if sha is not None and not quick and set(design.seeds) & set(TUNING.seeds):
         raise ValueError(f"--seeds {sorted(set(design.seeds) & set(TUNING.seeds))} are tuning seeds: confirm on others")
     trials = build_discovery_plan(design)
     return {
