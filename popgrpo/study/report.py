@@ -18,7 +18,6 @@ Numbers per trial follow :func:`popgrpo.telemetry.summary.summarise`: the mean o
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -29,6 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from popgrpo.markdown import md_table
 from popgrpo.study.plan import (
     ABLATIONS,
     CONTROLS,
@@ -38,12 +38,21 @@ from popgrpo.study.plan import (
     PAPER_TABLE1,
     REGIME_METHODS,
 )
-from popgrpo.study.stats import ALPHA, judge
-from popgrpo.study.stats import Claim as StatClaim
+from popgrpo.study.stats import (
+    ALPHA,
+    VERDICT,
+    Claim,
+    Column,
+    Verdict,
+    judge,
+    label_column,
+    verdicts_markdown,
+    write_verdicts,
+)
 from popgrpo.telemetry.plots import save_figure
 from popgrpo.telemetry.summary import population_by_epoch
 
-__all__ = ["FIGURES", "Claim", "check_claims", "render", "results_verdicts_markdown", "trial_table", "verdict_cell"]
+__all__ = ["FIGURES", "check_claims", "holds", "render", "results_verdicts_markdown", "trial_table", "verdict_cell"]
 
 METRICS = (
     ("mean_reward", "mean R"),
@@ -144,19 +153,17 @@ def table1_markdown(table: pd.DataFrame) -> str:
         "Paper: the main paper's Table 1 (one seed). `max R` is the mean over members of each member's "
         "best reward per step; for a population, `best member's max R` is the population's discovery number.",
         "",
-        "| method | " + " | ".join(label for _, label in METRICS) + " |",
-        "| --- |" + " --- |" * len(METRICS),
     ]
+    body = []
     for method in METHODS:
         rows = t1[t1.label == method]
         if rows.empty:
             continue
-        ours = [_cell(rows[key]) for key, _ in METRICS]
-        lines.append(f"| {method} | " + " | ".join(ours) + " |")
+        body.append([method, *(_cell(rows[key]) for key, _ in METRICS)])
         paper = PAPER_TABLE1.get(method)
         if paper:
-            cells = [f"{paper[k]:.4f}" if k in paper else "–" for k, _ in METRICS]
-            lines.append("| *paper* | " + " | ".join(f"*{c}*" for c in cells) + " |")
+            body.append(["*paper*", *(f"*{paper[k]:.4f}*" if k in paper else "*–*" for k, _ in METRICS)])
+    lines += [md_table(["method", *(name for _, name in METRICS)], body)]
     lines += ["", "Multi-seed numbers the paper prints (§6.4):", ""]
     for (method, key), (mean, std) in PAPER_MULTISEED.items():
         ours = t1[t1.label == method][key]
@@ -176,17 +183,17 @@ def paired(table: pd.DataFrame, a: str, b: str, key: str, study: str = "table1")
 
 
 def paired_markdown(table: pd.DataFrame) -> str:
-    lines = [
-        "## Paired: Pop-GRPO − GRPO, per seed",
-        "",
-        "| metric | per-seed difference | mean | Pop-GRPO ahead | paired t-test p |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    rows = []
     for key in ("max_reward", "population_max_reward", "diversity"):
         r = paired(table, "Pop-GRPO", "GRPO", key)
-        per_seed = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(r["seeds"], r["diff"], strict=True))
-        lines.append(f"| {key} | {per_seed} | {r['mean']:+.4f} | {r['wins']}/{len(r['seeds'])} | {r['p']:.3g} |")
-    return "\n".join(lines) + "\n"
+        rows.append([key, _per_seed(r), f"{r['mean']:+.4f}", f"{r['wins']}/{len(r['seeds'])}", f"{r['p']:.3g}"])
+    header = ["metric", "per-seed difference", "mean", "Pop-GRPO ahead", "paired t-test p"]
+    return f"## Paired: Pop-GRPO − GRPO, per seed\n\n{md_table(header, rows)}\n"
+
+
+def _per_seed(r: dict) -> str:
+    """The per-seed differences of :func:`paired`: ``seed: difference, …``."""
+    return ", ".join(f"{s}: {d:+.3f}" for s, d in zip(r["seeds"], r["diff"], strict=True))
 
 
 # The control each population claim must survive: (population label, its best-of-K control).
@@ -206,24 +213,18 @@ def controls_markdown(table: pd.DataFrame) -> str:
         "Best-of-K GRPO is the Pop-GRPO population with the scheduler off: K GRPO members that never "
         "select, merge or mutate, scored the same way. `own inits`: population.shared_init false.",
         "",
-        "| run | " + " | ".join(label for _, label in keys) + " |",
-        "| --- |" + " --- |" * len(keys),
     ]
-    for label in CONTROLS:
-        cells = rows[rows.label == label]
-        if not cells.empty:
-            lines.append(f"| {label} | " + " | ".join(_cell(cells[k]) for k, _ in keys) + " |")
-    lines += ["", "| comparison | metric | per-seed difference | mean | ahead | paired t-test p |"]
-    lines.append("|" + " --- |" * 6)
+    cells = {name: rows[rows.label == name] for name in CONTROLS}
+    runs = [[name, *(_cell(cell[k]) for k, _ in keys)] for name, cell in cells.items() if not cell.empty]
+    lines += [md_table(["run", *(name for _, name in keys)], runs), ""]
+    comparisons = []
     for pop, control in CONTROL_PAIRS:
         for key in ("population_max_reward", "max_reward"):
             r = paired(table, pop, control, key, study="controls")
-            per_seed = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(r["seeds"], r["diff"], strict=True))
-            lines.append(
-                f"| {pop} − {control} | {key} | {per_seed} | {r['mean']:+.4f} | {r['wins']}/{len(r['seeds'])} "
-                f"| {r['p']:.3g} |"
-            )
-    return "\n".join(lines) + "\n"
+            mean, ahead = f"{r['mean']:+.4f}", f"{r['wins']}/{len(r['seeds'])}"
+            comparisons.append([f"{pop} − {control}", key, _per_seed(r), mean, ahead, f"{r['p']:.3g}"])
+    header = ["comparison", "metric", "per-seed difference", "mean", "ahead", "paired t-test p"]
+    return "\n".join([*lines, md_table(header, comparisons)]) + "\n"
 
 
 def _paper_diversity_order() -> list[str]:
@@ -246,7 +247,7 @@ def regime_rows(table: pd.DataFrame) -> pd.DataFrame:
     """
     rows = table[table.study == "regime"]
     paper_order = _paper_diversity_order()
-    verdicts = {c.comparison: c.verdict for c in check_claims(table) if c.comparison.endswith("(regime)")}
+    verdicts = {v.claim.name: v.word for v in check_claims(table) if v.claim.name.endswith("(regime)")}
     out = []
     for intensity, cell in rows.groupby("value"):
         diversity = cell.groupby("label")["diversity"].mean().reindex(paper_order)
@@ -283,16 +284,15 @@ def regime_markdown(table: pd.DataFrame) -> str:
         "ordering: Kendall's τ of the four methods' diversity with the paper's order (1 = as in Table 1); "
         "Pop − best-of-K: best member's max R; GRPO complexity last/first: < 1 is a collapse.",
         "",
-        "| updates/epoch | diversity ordering τ | Pop − best-of-K (mean) | Pop ahead | verdict (Holm) "
-        f"| GRPO complexity last/first | GRPO diversity | diversity of {', '.join(order)} |",
-        "|" + " --- |" * 8,
     ]
+    header = ["updates/epoch", "diversity ordering τ", "Pop − best-of-K (mean)", "Pop ahead", "verdict (Holm)"]
+    header += ["GRPO complexity last/first", "GRPO diversity", f"diversity of {', '.join(order)}"]
+    rows = []
     for r in regime.itertuples():
-        lines.append(
-            f"| {r.updates_per_epoch} | {r.ordering:+.2f} | {r.pop_minus_control:+.3f} | {r.pop_ahead} | {r.pop_verdict} "
-            f"| {r.grpo_complexity_ratio:.3f} | {r.grpo_diversity:.3f} | {r.diversity_in_paper_order} |"
-        )
-    return "\n".join(lines) + "\n"
+        claims = [r.updates_per_epoch, f"{r.ordering:+.2f}", f"{r.pop_minus_control:+.3f}", r.pop_ahead, r.pop_verdict]
+        grpo = [f"{r.grpo_complexity_ratio:.3f}", f"{r.grpo_diversity:.3f}", r.diversity_in_paper_order]
+        rows.append([*claims, *grpo])
+    return "\n".join([*lines, md_table(header, rows)]) + "\n"
 
 
 def ablation_markdown(table: pd.DataFrame) -> str:
@@ -301,15 +301,9 @@ def ablation_markdown(table: pd.DataFrame) -> str:
         rows = table[table.study == study]
         if rows.empty:
             continue
-        lines += [
-            f"## Ablation: {symbol} ({preset}), mean ± std over seeds",
-            "",
-            f"| {symbol} | " + " | ".join(label for _, label in METRICS) + " |",
-            "| --- |" + " --- |" * len(METRICS),
-        ]
-        for value, cell in rows.groupby("value"):
-            lines.append(f"| {value:g} | " + " | ".join(_cell(cell[key]) for key, _ in METRICS) + " |")
-        lines.append("")
+        body = [[f"{value:g}", *(_cell(cell[key]) for key, _ in METRICS)] for value, cell in rows.groupby("value")]
+        lines += [f"## Ablation: {symbol} ({preset}), mean ± std over seeds", ""]
+        lines += [md_table([symbol, *(name for _, name in METRICS)], body), ""]
     return "\n".join(lines)
 
 
@@ -319,17 +313,14 @@ def merge_markdown(table: pd.DataFrame) -> str:
     if rows.empty:
         return ""
     keys = ("max_reward", "population_max_reward", "diversity", "mean_reward")
+    cells = {name: rows[rows.label == name] for name in MERGE_STRATEGIES}
+    body = [[name, *(_cell(cell[k]) for k in keys)] for name, cell in cells.items() if not cell.empty]
     lines = [
         "## Merge strategies (Pop-GRPO setting), mean ± std over seeds",
         "",
-        "| strategy | " + " | ".join(keys) + " |",
-        "| --- |" + " --- |" * len(keys),
+        md_table(["strategy", *keys], body),
+        "",
     ]
-    for label in MERGE_STRATEGIES:
-        cell = rows[rows.label == label]
-        if not cell.empty:
-            lines.append(f"| {label} | " + " | ".join(_cell(cell[k]) for k in keys) + " |")
-    lines.append("")
     for key in ("population_max_reward", "max_reward", "diversity"):
         best, wins = merge_winner(rows, key)
         lines.append(f"- best on {key}: **{best}** (highest mean; best in {wins} of {rows.seed.nunique()} seeds)")
@@ -359,35 +350,9 @@ MARGINS = {
 }
 
 
-@dataclass
-class Claim:
-    """One tested part of a paper's claim, as ``claims.md`` reports it.
-
-    ``verdict`` is :attr:`popgrpo.study.stats.Verdict.word` of the paired comparison
-    ``comparison``, Holm-corrected across every comparison of the report (one family);
-    ``expected`` is the verdict the paper's claim predicts (``better`` or ``worse``).
-    """
-
-    claim: str
-    comparison: str
-    expected: str
-    evidence: str
-    verdict: str
-    record: dict = field(default_factory=dict)
-
-    @property
-    def holds(self) -> bool:
-        """The comparison came out as the claim predicts (whatever the margin says)."""
-        return self.verdict.split(",")[0] == self.expected
-
-
-@dataclass
-class _Part:
-    claim: str
-    comparison: str
-    expected: str
-    evidence: str
-    test: StatClaim | None  # None: no paired seeds to compare
+def holds(verdict: Verdict) -> bool:
+    """The comparison came out as the paper's claim predicts (``expected``), whatever the margin says."""
+    return verdict.word.split(",")[0] == verdict.extra["expected"]
 
 
 def _seed_means(table: pd.DataFrame, study: str, key: str, *, label: str | None = None, values=None) -> pd.Series:
@@ -400,24 +365,26 @@ def _seed_means(table: pd.DataFrame, study: str, key: str, *, label: str | None 
     return rows.groupby("seed")[key].mean()
 
 
-def _part(claim: str, comparison: str, expected: str, key: str, a: pd.Series, b: pd.Series, note: str = "") -> _Part:
-    """The paired comparison ``a − b`` of ``key`` over the seeds both have."""
+def _part(claim: str, comparison: str, expected: str, key: str, a: pd.Series, b: pd.Series, note: str = "") -> Claim:
+    """The paired comparison ``a − b`` of ``key`` over the seeds both have, named ``comparison``;
+    labelled with the paper's ``claim`` and the verdict it predicts (``expected``), and noting the
+    per-seed differences (and ``note``) for claims.md."""
     seeds = sorted(set(a.index) & set(b.index))
     diffs = [float(a[s] - b[s]) for s in seeds]
     evidence = f"per seed {', '.join(f'{s}: {d:+.3f}' for s, d in zip(seeds, diffs, strict=True))}"
     evidence += f"; ahead in {sum(d > 0 for d in diffs)}/{len(seeds)} seeds" + (f"; {note}" if note else "")
-    test = StatClaim(f"{comparison}", tuple(diffs), MARGINS[key]) if seeds else None
-    return _Part(claim, comparison, expected, evidence, test)
+    labels = {"paper_claim": claim, "comparison": comparison, "expected": expected}
+    return Claim(comparison, tuple(diffs), MARGINS[key], labels=labels, note=evidence)
 
 
 def _means(table: pd.DataFrame, study: str, key: str) -> pd.Series:
     return table[table.study == study].groupby("value" if study != "table1" else "label")[key].mean()
 
 
-def claim_parts(table: pd.DataFrame) -> list[_Part]:
+def claim_parts(table: pd.DataFrame) -> list[Claim]:
     """Every comparison the report judges: the paper's §6 claims, the controls, the ablations
     and each cell of the regime map, as paired differences over seeds."""
-    parts: list[_Part] = []
+    parts: list[Claim] = []
     t1 = table[table.study == "table1"]
     grpo = t1[t1.label == "GRPO"].set_index("seed")
     collapse = "GRPO's diversity and complexity fall over training (collapse)."
@@ -518,11 +485,11 @@ def _trend(series: pd.Series) -> float:
     return float(stats.spearmanr(series.index, series.values).statistic)  # pyright: ignore[reportAttributeAccessIssue]
 
 
-def _ablation_parts(table: pd.DataFrame) -> list[_Part]:
+def _ablation_parts(table: pd.DataFrame) -> list[Claim]:
     """The paper's ablation claims, each part a paired comparison of two settings over seeds
     (a trend's endpoints, or the settings the claim names), so that curves flat to the third
     decimal do not pass on their rank order. Spearman's ρ of the mean curve is evidence only."""
-    parts: list[_Part] = []
+    parts: list[Claim] = []
     for study, reading in (("entropy_target", ""), ("entropy_target_joint", " (H* as the joint entropy)")):
         if not (table.study == study).any():
             continue
@@ -612,46 +579,47 @@ def _ablation_parts(table: pd.DataFrame) -> list[_Part]:
     return parts
 
 
-def check_claims(table: pd.DataFrame, *, alpha: float = ALPHA) -> list[Claim]:
+def check_claims(table: pd.DataFrame, *, alpha: float = ALPHA) -> list[Verdict]:
     """Every comparison of :func:`claim_parts`, judged as one Holm family by
-    :func:`popgrpo.study.stats.judge` (paired t-test, TOST at the metric's margin, bootstrap CI)."""
-    parts = claim_parts(table)
-    tested = [p for p in parts if p.test is not None]
-    verdicts = dict(
-        zip(map(id, tested), judge([p.test for p in tested if p.test is not None], alpha=alpha), strict=True)
-    )
-    claims = []
-    for part in parts:
-        verdict = verdicts.get(id(part))
-        if verdict is None:
-            claims.append(Claim(part.claim, part.comparison, part.expected, part.evidence, "inconclusive"))
-            continue
-        lo, hi = verdict.ci
-        evidence = (
-            f"mean {verdict.test.mean:+.4f} [95% CI {lo:+.3f}, {hi:+.3f}]; {part.evidence}; "
-            f"t-test p = {verdict.p:.3g}, Holm p = {verdict.p_holm:.3g}; TOST ±{verdict.claim.margin:g} "
-            f"Holm p = {verdict.p_tost:.3g}"
-        )
-        claims.append(Claim(part.claim, part.comparison, part.expected, evidence, verdict.word, verdict.record()))
-    return claims
+    :func:`popgrpo.study.stats.judge` (paired t-test, TOST at the metric's margin, bootstrap CI);
+    a comparison without a seed both sides have is ``not measured``."""
+    return judge(claim_parts(table), alpha=alpha, min_n=1)
 
 
 def _fmt(series: pd.Series) -> str:
     return ", ".join(f"{k:g}: {v:.3f}" for k, v in series.items())
 
 
-def claims_markdown(claims: list[Claim]) -> str:
+def _measured(verdict: Verdict) -> str:
+    """What claims.md says a comparison measured: the effect, the seeds, and the tests' p."""
+    if verdict.outcome == "not measured":
+        return verdict.claim.note
+    lo, hi = verdict.ci
+    return (
+        f"mean {verdict.test.mean:+.4f} [95% CI {lo:+.3f}, {hi:+.3f}]; {verdict.claim.note}; "
+        f"t-test p = {verdict.p:.3g}, Holm p = {verdict.p_holm:.3g}; TOST ±{verdict.claim.margin:g} "
+        f"Holm p = {verdict.p_tost:.3g}"
+    )
+
+
+CLAIM_COLUMNS: list[Column] = [
+    label_column("claim", "paper_claim"),
+    label_column("comparison", "comparison"),
+    ("measured", _measured),
+    label_column("claimed", "expected"),
+    VERDICT,
+]
+
+
+def claims_markdown(verdicts: list[Verdict]) -> str:
     lines = [
         "## Claims",
         "",
-        f"Each row is a paired comparison over seeds; verdicts are Holm-corrected across all {len(claims)} rows "
+        f"Each row is a paired comparison over seeds; verdicts are Holm-corrected across all {len(verdicts)} rows "
         f"(α = {ALPHA}); `equivalent within ±m` needs TOST at the stated margin m (popgrpo.study.stats).",
         "",
-        "| claim | comparison | measured | claimed | verdict |",
-        "| --- | --- | --- | --- | --- |",
     ]
-    lines += [f"| {c.claim} | {c.comparison} | {c.evidence} | {c.expected} | **{c.verdict}** |" for c in claims]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + verdicts_markdown(verdicts, CLAIM_COLUMNS)
 
 
 def verdict_cell(record: dict) -> str:
@@ -678,10 +646,7 @@ def results_verdicts_markdown(landscapes: dict[str, list[dict]]) -> str:
     columns = list(landscapes.values())
     if not columns or len({len(c) for c in columns}) != 1:
         raise ValueError("every landscape needs the same number of verdicts")
-    lines = [
-        "| claim (paper) | comparison, paired by seed | " + " | ".join(landscapes) + " |",
-        "| --- | --- |" + " --- |" * len(columns),
-    ]
+    rows = []
     previous = None
     for row in zip(*columns, strict=True):
         first = row[0]
@@ -693,8 +658,8 @@ def results_verdicts_markdown(landscapes: dict[str, list[dict]]) -> str:
         ]
         claim = first["paper_claim"] if first["paper_claim"] != previous else "…"
         previous = first["paper_claim"]
-        lines.append(f"| {claim} | {first['comparison']} | " + " | ".join(cells) + " |")
-    lines.append("")
+        rows.append([claim, first["comparison"], *cells])
+    lines = [md_table(["claim (paper)", "comparison, paired by seed", *landscapes], rows), ""]
     for name, records in landscapes.items():
         outcomes = [
             "as claimed"
@@ -911,11 +876,10 @@ def render(out: str | Path) -> list[Path]:
     sections = (table1_markdown(table), paired_markdown(table), controls_markdown(table), regime_markdown(table))
     text = "\n".join((*sections, ablation_markdown(table), merge_markdown(table)))
     (out / "table1.md").write_text(text)
-    claims = check_claims(table)
-    (out / "claims.md").write_text(claims_markdown(claims))
-    records = [{"paper_claim": c.claim, "comparison": c.comparison, "expected": c.expected, **c.record} for c in claims]
-    (out / "verdicts.json").write_text(json.dumps(records, indent=1) + "\n")
-    written += [out / "table1.md", out / "claims.md", out / "verdicts.json"]
+    verdicts = check_claims(table)
+    (out / "claims.md").write_text(claims_markdown(verdicts))
+    records = [v.record(first=("paper_claim", "comparison", "expected")) for v in verdicts]
+    written += [out / "table1.md", out / "claims.md", write_verdicts(out / "verdicts.json", records)]
 
     by_method = _method_epochs(plan, per_epoch(metrics))
     written.append(fig_training_dynamics(by_method, out / FIGURES[0]))

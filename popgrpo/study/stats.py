@@ -1,4 +1,5 @@
-"""The statistics every study report uses: paired tests, Holm, bootstrap effect sizes, TOST, verdicts.
+"""The statistics every study report uses: paired tests, Holm, bootstrap effect sizes, TOST,
+verdicts, and survival comparisons; and the one way a report writes its verdicts.
 
 A study compares two arms on paired units (the same seed, and landscape instance, in both
 arms) and states claims about the paired differences ``d = a − b``. One claim is judged so:
@@ -19,39 +20,75 @@ arms) and states claims about the paired differences ``d = a − b``. One claim 
 :func:`judge` does all four for a family of :class:`Claim` and returns one :class:`Verdict`
 each, whose :attr:`Verdict.word` is the one wording reports use: ``better``, ``worse``,
 ``equivalent within ±m`` or ``inconclusive`` (a significant difference that TOST also bounds
-inside the margin adds ``, within ±m``). :func:`verdicts_markdown` and
-:meth:`Verdict.record` (for ``verdicts.json``) format them.
+inside the margin adds ``, within ±m``); a claim with fewer paired units than a report asks for
+is ``not measured`` and stays out of the family.
+
+Every study report goes the same way from its data to its pages: it states its claims as
+:class:`Claim` (its own columns in :attr:`Claim.labels`), judges each family with
+:func:`judge`, writes :meth:`Verdict.record` of each with :func:`write_verdicts` (its
+``verdicts.json``) and draws the table of its page with :func:`verdicts_markdown`, picking
+the columns (:func:`default_columns`, :func:`label_column`, or its own).
+
+Where the comparison is *when* something happens and some units never see it within the
+time observed (right-censored), means are not defined: :func:`survival_test` compares two arms
+paired by unit with Kaplan–Meier curves (:func:`km_curve`), a log-rank test stratified by unit
+(:func:`logrank`) and the difference of restricted mean survival times (:func:`rmst`) with a
+bootstrap interval over units; :func:`holm_survival` corrects a family of them.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from scipy import stats
 
+from popgrpo.markdown import md_table
+
 __all__ = [
     "ALPHA",
+    "CLAIM",
+    "HOLM",
+    "TOST",
+    "VERDICT",
     "Claim",
+    "Column",
     "Equivalence",
+    "N",
     "PairedTest",
+    "SurvivalTest",
     "Verdict",
     "bootstrap_ci",
+    "default_columns",
+    "effect",
+    "format_diff",
+    "format_p",
     "hierarchical_bootstrap_ci",
     "holm",
+    "holm_survival",
     "judge",
+    "km_curve",
+    "km_median",
+    "label_column",
+    "logrank",
     "paired_test",
+    "rmst",
+    "survival_test",
     "tost_paired",
+    "verdicts_json",
     "verdicts_markdown",
+    "write_verdicts",
 ]
 
 ALPHA = 0.05
 """The family-wise error rate of every verdict unless a report states another."""
 
-VerdictWord = Literal["better", "worse", "equivalent", "inconclusive"]
+VerdictWord = Literal["better", "worse", "equivalent", "inconclusive", "not measured"]
 
 
 def _p_of(result: Any) -> float:
@@ -225,6 +262,10 @@ class Claim:
     the same units, stated before looking at the result; ``groups`` (optional, one label per
     unit: the landscape instance) switches the confidence interval to the hierarchical
     bootstrap; ``test`` picks the test whose p enters the family: ``t`` or ``wilcoxon``.
+
+    ``labels``: the report's own columns of the claim (what it compares, the paper's claim…),
+    carried into :attr:`Verdict.extra` and its record; ``note``: what the report's page says of
+    the data beside the statistics (per-unit differences, a trend), left out of the record.
     """
 
     name: str
@@ -233,6 +274,8 @@ class Claim:
     higher_is_better: bool = True
     groups: tuple[Hashable, ...] | None = None
     test: Literal["t", "wilcoxon"] = "t"
+    labels: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    note: str = field(default="", compare=False)
 
     @classmethod
     def paired(
@@ -283,13 +326,19 @@ class Verdict:
             return f"{self.outcome}, {margin}"
         return self.outcome
 
-    def record(self) -> dict[str, Any]:
-        """The verdict as a JSON-ready dict (``verdicts.json``): NaN becomes None."""
+    def record(self, first: Sequence[str] = ()) -> dict[str, Any]:
+        """The verdict as a JSON-ready dict (``verdicts.json``): NaN becomes None.
 
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else float(x)
-
+        The statistics, then :attr:`extra` (the claim's labels and what the report added); the
+        keys of ``extra`` named in ``first`` lead instead (a study's identifying columns). A claim
+        not measured has its name, ``n`` and verdict only."""
+        lead = {k: self.extra[k] for k in first if k in self.extra}
+        rest = {k: v for k, v in self.extra.items() if k not in lead}
+        if self.outcome == "not measured":
+            return {**lead, "claim": self.claim.name, "n": self.test.n, "verdict": self.word, **rest}
+        num = _json_number
         return {
+            **lead,
             "claim": self.claim.name,
             "n": self.test.n,
             "mean_diff": num(self.test.mean),
@@ -304,8 +353,12 @@ class Verdict:
             "alpha": self.alpha,
             "outcome": self.outcome,
             "verdict": self.word,
-            **self.extra,
+            **rest,
         }
+
+
+def _json_number(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
 
 
 def judge(
@@ -315,13 +368,28 @@ def judge(
     confidence: float = 0.95,
     n_resamples: int = 9999,
     seed: int = 0,
+    min_n: int = 0,
 ) -> list[Verdict]:
-    """Verdicts of a family of claims, corrected together.
+    """Verdicts of a family of claims, corrected together, one per claim in their order.
 
     A claim is ``better`` or ``worse`` (by its sign and ``higher_is_better``) when its
     Holm-adjusted p is below ``alpha``; otherwise ``equivalent`` when its Holm-adjusted TOST p
-    is below ``alpha``; otherwise ``inconclusive``.
+    is below ``alpha``; otherwise ``inconclusive``. A claim with fewer than ``min_n`` paired
+    units is ``not measured`` (NaN statistics) and is not counted in the family. Each verdict's
+    :attr:`~Verdict.extra` starts as a copy of its claim's labels.
     """
+    measured = [c for c in claims if len(c.diffs) >= min_n]
+    judged = iter(_judge(measured, alpha=alpha, confidence=confidence, n_resamples=n_resamples, seed=seed))
+    nan = math.nan
+    return [
+        next(judged)
+        if len(c.diffs) >= min_n
+        else Verdict(c, paired_test(c.diffs), (nan, nan), nan, nan, nan, "not measured", alpha, dict(c.labels))
+        for c in claims
+    ]
+
+
+def _judge(claims: Sequence[Claim], *, alpha: float, confidence: float, n_resamples: int, seed: int) -> list[Verdict]:
     tests = [paired_test(c.diffs) for c in claims]
     raw = [t.t_p if c.test == "t" else t.wilcoxon_p for c, t in zip(claims, tests, strict=True)]
     adjusted, reject = holm(raw, alpha)
@@ -341,36 +409,238 @@ def judge(
             outcome = "equivalent"
         else:
             outcome = "inconclusive"
-        verdicts.append(Verdict(claim, test, ci, raw[i], adjusted[i], tost_adjusted[i], outcome, alpha))
+        verdicts.append(
+            Verdict(claim, test, ci, raw[i], adjusted[i], tost_adjusted[i], outcome, alpha, dict(claim.labels))
+        )
     return verdicts
 
 
-def _num(x: float, digits: int = 3) -> str:
+# ---- writing verdicts ------------------------------------------------------------------------
+def format_diff(x: float, digits: int = 3) -> str:
+    """A signed difference to ``digits`` decimals (``+0.012``), ``n/a`` for NaN."""
     return "n/a" if math.isnan(x) else f"{x:+.{digits}f}"
 
 
-def _p(x: float) -> str:
+def format_p(x: float) -> str:
+    """A p-value to three significant digits, ``n/a`` for NaN."""
     return "n/a" if math.isnan(x) else f"{x:.3g}"
 
 
-def verdicts_markdown(
-    verdicts: Sequence[Verdict],
-    digits: int = 3,
-    *,
-    after_claim: Sequence[tuple[str, str]] = (),
-    last: Sequence[tuple[str, str]] = (),
-) -> str:
-    """A Markdown table of verdicts: claim, n, mean difference [CI], Holm p, TOST p, verdict.
+Column = tuple[str, Callable[[Verdict], object]]
+"""A column of :func:`verdicts_markdown`: its header and its cell of a verdict."""
 
-    ``after_claim`` and ``last``: extra columns ``(header, key of Verdict.extra)`` placed after
-    the claim's name and after the verdict."""
-    head = ["claim", *(h for h, _ in after_claim), "n", "mean difference [95% CI]", "p (Holm)"]
-    head += ["TOST p (Holm), margin", "verdict", *(h for h, _ in last)]
-    lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
-    for v in verdicts:
-        ci = f"[{_num(v.ci[0], digits)}, {_num(v.ci[1], digits)}]"
-        cells = [v.claim.name, *(str(v.extra[k]) for _, k in after_claim), str(v.test.n)]
-        cells += [f"{_num(v.test.mean, digits)} {ci}", _p(v.p_holm), f"{_p(v.p_tost)}, ±{v.claim.margin:g}"]
-        cells += [f"**{v.word}**", *(str(v.extra[k]) for _, k in last)]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+CLAIM: Column = ("claim", lambda v: v.claim.name)
+N: Column = ("n", lambda v: v.test.n)
+HOLM: Column = ("p (Holm)", lambda v: format_p(v.p_holm))
+TOST: Column = ("TOST p (Holm), margin", lambda v: f"{format_p(v.p_tost)}, ±{v.claim.margin:g}")
+VERDICT: Column = ("verdict", lambda v: f"**{v.word}**")
+
+
+def effect(digits: int = 3) -> Column:
+    """The mean difference and its 95% confidence interval, to ``digits`` decimals."""
+
+    def cell(v: Verdict) -> str:
+        ci = f"[{format_diff(v.ci[0], digits)}, {format_diff(v.ci[1], digits)}]"
+        return f"{format_diff(v.test.mean, digits)} {ci}"
+
+    return ("mean difference [95% CI]", cell)
+
+
+def label_column(header: str, key: str) -> Column:
+    """The verdict's :attr:`~Verdict.extra` ``key`` (a label of its claim, or what the report added)."""
+    return (header, lambda v: v.extra[key])
+
+
+def default_columns(digits: int = 3) -> list[Column]:
+    """Claim, n, mean difference [CI], Holm p, TOST p and margin, verdict."""
+    return [CLAIM, N, effect(digits), HOLM, TOST, VERDICT]
+
+
+def verdicts_markdown(verdicts: Sequence[Verdict], columns: Sequence[Column] | None = None) -> str:
+    """A Markdown table of verdicts, one row each, in ``columns`` (default :func:`default_columns`)."""
+    columns = default_columns() if columns is None else columns
+    rows = [[cell(v) for _, cell in columns] for v in verdicts]
+    return md_table([h for h, _ in columns], rows) + "\n"
+
+
+def verdicts_json(records: Any) -> str:
+    """``records`` (a list of :meth:`Verdict.record`, or an object holding them) as ``verdicts.json``
+    writes them: indented one space, numpy scalars as floats, a final newline."""
+    return json.dumps(records, indent=1, default=float) + "\n"
+
+
+def write_verdicts(path: str | Path, records: Any) -> Path:
+    """Write :func:`verdicts_json` of ``records`` to ``path``; return the path."""
+    path = Path(path)
+    path.write_text(verdicts_json(records))
+    return path
+
+
+# ---- survival: when an event happens, with censored units --------------------------------------
+def km_curve(time: np.ndarray, event: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kaplan–Meier estimate of P(no event after t) as a step function from (0, 1).
+
+    ``time [n]``, ``event [n]`` (bool: the event, else censored there) → ``t [k + 1]``,
+    ``S [k + 1]``: S holds from t[i] until t[i + 1] (``SurvfuncRight``'s event times, t = 0 first).
+    """
+    from statsmodels.duration.survfunc import SurvfuncRight
+
+    fit = SurvfuncRight(np.asarray(time, dtype=float), np.asarray(event, dtype=int))
+    return np.concatenate([[0.0], fit.surv_times]), np.concatenate([[1.0], fit.surv_prob])
+
+
+def rmst(time: np.ndarray, event: np.ndarray, tau: float) -> float:
+    """Restricted mean survival time: the area under the KM curve over [0, tau], in ``time``'s units."""
+    t, s = km_curve(time, event)
+    edges = np.append(np.clip(t, 0.0, tau), tau)
+    return float(np.sum(s * np.diff(edges)))
+
+
+def km_median(time: np.ndarray, event: np.ndarray) -> tuple[float, float, float]:
+    """The KM median time to the event and its 95% CI (statsmodels; NaN where not reached or undefined)."""
+    from statsmodels.duration.survfunc import SurvfuncRight
+
+    fit = SurvfuncRight(np.asarray(time, dtype=float), np.asarray(event, dtype=int))
+    if not np.any(event):
+        return math.nan, math.nan, math.nan
+    median = float(fit.quantile(0.5))
+    try:
+        with np.errstate(divide="ignore", invalid="ignore"):  # its log-log transform at S = 0 or 1
+            low, high = (float(x) for x in fit.quantile_ci(0.5))
+    except (ValueError, ZeroDivisionError, FloatingPointError, IndexError):
+        low, high = math.nan, math.nan
+    return median, low, high
+
+
+def logrank(time: np.ndarray, event: np.ndarray, group: np.ndarray, strata: np.ndarray) -> tuple[float, float]:
+    """statsmodels' log-rank test (``survdiff``) of ``group`` stratified by ``strata``: ``(χ², p)``,
+    NaN without any event."""
+    from statsmodels.duration.survfunc import survdiff
+
+    if not np.any(event):
+        return math.nan, math.nan
+    try:
+        chisq, p = survdiff(time, event.astype(int), group, strata=strata)
+    except np.linalg.LinAlgError:  # no event in any stratum where both arms are at risk
+        return math.nan, math.nan
+    return float(chisq), float(p)
+
+
+def event_order(
+    time_a: np.ndarray, event_a: np.ndarray, time_b: np.ndarray, event_b: np.ndarray
+) -> tuple[int, int, int]:
+    """Per unit (``[n]`` each, paired by position): does ``a``'s event come later, in an unknown order, or earlier?
+
+    ``a`` is later where ``b``'s event came before ``a``'s time (an event or censored there),
+    earlier the other way round; equal times, and two censored units, leave the order unknown.
+    """
+    later = int(np.sum(event_b & (time_a > time_b)))
+    earlier = int(np.sum(event_a & (time_b > time_a)))
+    return later, len(time_a) - later - earlier, earlier
+
+
+@dataclass(frozen=True)
+class SurvivalTest:
+    """Arm ``a`` against arm ``b``, paired by unit: does the event come later in ``a``?
+
+    ``rmst_a``/``rmst_b``: restricted mean survival times up to ``tau`` (time without the event
+    on average over the first tau); ``ci`` the bootstrap interval of their difference over
+    units; ``chisq``/``p``: the log-rank test stratified by unit; ``p_holm`` across the family
+    (:func:`holm_survival`); ``order``: units where ``a``'s event is later / in an unknown order /
+    earlier (:func:`event_order`). ``labels``: the report's own columns, written into the record.
+    """
+
+    name: str
+    n: int
+    tau: float
+    rmst_a: float
+    rmst_b: float
+    ci: tuple[float, float]
+    chisq: float
+    p: float
+    p_holm: float = math.nan
+    alpha: float = ALPHA
+    order: tuple[int, int, int] = (0, 0, 0)
+    labels: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def diff(self) -> float:
+        return self.rmst_a - self.rmst_b
+
+    @property
+    def outcome(self) -> str:
+        """``later`` / ``earlier`` (``a``'s event later or earlier than ``b``'s, Holm p < α) or ``inconclusive``."""
+        if math.isnan(self.p_holm) or self.p_holm >= self.alpha:
+            return "inconclusive"
+        return "later" if self.diff > 0 else "earlier"
+
+    def record(self) -> dict[str, Any]:
+        """The test as a JSON-ready dict (``verdicts.json``): NaN becomes None; the labels follow the claim."""
+        num = _json_number
+        return {
+            "claim": self.name,
+            **self.labels,
+            "n": self.n,
+            "test": "log-rank, stratified by seed",
+            "rmst_tau": self.tau,
+            "rmst_a": self.rmst_a,
+            "rmst_b": self.rmst_b,
+            "mean_diff": self.diff,
+            "ci_low": num(self.ci[0]),
+            "ci_high": num(self.ci[1]),
+            "seeds_later_tied_earlier": list(self.order),
+            "chisq": num(self.chisq),
+            "p": num(self.p),
+            "p_holm": num(self.p_holm),
+            "alpha": self.alpha,
+            "verdict": self.outcome,
+        }
+
+
+def survival_test(
+    name: str,
+    time_a: np.ndarray,
+    event_a: np.ndarray,
+    time_b: np.ndarray,
+    event_b: np.ndarray,
+    *,
+    rng: np.random.Generator,
+    n_resamples: int = 999,
+    alpha: float = ALPHA,
+    labels: Mapping[str, Any] | None = None,
+) -> SurvivalTest:
+    """Arms ``a`` and ``b`` (``[n]`` times and event flags each, paired by unit): the log-rank test
+    stratified by unit, the RMSTs up to the latest time of either, and the percentile bootstrap
+    CI of their difference (``n_resamples`` draws of units with replacement, both arms together,
+    keeping the pairing, from ``rng``; none with one unit). Holm-correct a family with
+    :func:`holm_survival`."""
+    n = len(time_a)
+    time = np.concatenate([time_a, time_b]).astype(float)
+    event = np.concatenate([event_a, event_b]).astype(bool)
+    chisq, p = logrank(time, event, np.repeat([0, 1], n), np.tile(np.arange(n), 2))
+    tau = float(time.max())
+    ci = (math.nan, math.nan)
+    if n > 1:
+        draws = rng.integers(0, n, size=(n_resamples, n))
+        diffs = [rmst(time_a[i], event_a[i], tau) - rmst(time_b[i], event_b[i], tau) for i in draws]
+        low, high = np.quantile(diffs, [0.025, 0.975])
+        ci = (float(low), float(high))
+    return SurvivalTest(
+        name,
+        n,
+        tau,
+        rmst(time_a, event_a, tau),
+        rmst(time_b, event_b, tau),
+        ci,
+        chisq,
+        p,
+        alpha=alpha,
+        order=event_order(time_a, event_a, time_b, event_b),
+        labels=dict(labels or {}),
+    )
+
+
+def holm_survival(tests: Sequence[SurvivalTest], alpha: float = ALPHA) -> list[SurvivalTest]:
+    """The tests with their log-rank p Holm-adjusted across them (:func:`holm`)."""
+    adjusted, _ = holm([t.p for t in tests], alpha)
+    return [replace(t, p_holm=p) for t, p in zip(tests, adjusted, strict=True)]

@@ -11,11 +11,11 @@ M independent replicates.
 When a run is hacked is a **survival** question: many runs are never hacked within the epochs
 trained (right-censored), so a mean "hacked epoch" is not defined. :func:`hacking_times` gives
 each run a time and an event flag; the single-RM arm gives one per seed (the epoch by which
-half of the seed's RMs are hacked, censored when fewer are). Kaplan–Meier curves
-(``statsmodels.duration.survfunc.SurvfuncRight``) and log-rank tests stratified by seed
-(``survdiff``) compare the arms; the effect size is the difference of restricted mean
-survival times (RMST: the area under the KM curve up to the last epoch, in epochs) with a
-bootstrap interval over seeds. The log-rank tests are their own Holm family.
+half of the seed's RMs are hacked, censored when fewer are). The survival statistics of
+:mod:`popgrpo.study.stats` compare the arms: Kaplan–Meier curves, log-rank tests stratified by
+seed, and the difference of restricted mean survival times (RMST: the area under the KM curve
+up to the last epoch, in epochs) with a bootstrap interval over seeds. The log-rank tests are
+their own Holm family.
 
 ``render_warm`` writes ``warm.md``, ``verdicts.json`` and the figures; ``popgrpo report DIR``
 calls it for a directory that holds the study's Parquet files (e.g. the committed
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -37,7 +36,30 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from popgrpo.study.stats import ALPHA, Claim, Verdict, holm, judge, verdicts_markdown
+from popgrpo.markdown import md_table
+from popgrpo.study.stats import (
+    ALPHA,
+    CLAIM,
+    HOLM,
+    TOST,
+    VERDICT,
+    Claim,
+    N,
+    SurvivalTest,
+    Verdict,
+    effect,
+    format_diff,
+    format_p,
+    holm_survival,
+    judge,
+    km_curve,
+    km_median,
+    label_column,
+    rmst,
+    survival_test,
+    verdicts_markdown,
+    write_verdicts,
+)
 from popgrpo.telemetry.plots import save_figure
 
 __all__ = [
@@ -45,14 +67,11 @@ __all__ = [
     "MARGINS",
     "TABLES",
     "WARM_FIGURES",
-    "SurvivalTest",
-    "WarmClaim",
     "WarmStudyError",
     "hacking_summary",
     "hacking_times",
     "is_single",
     "judge_claims",
-    "km_curve",
     "load_warm",
     "paper_status",
     "render_warm",
@@ -136,41 +155,26 @@ def hacking_summary(curve: pd.DataFrame, window: int, smooth: int = 3) -> dict:
 
 
 # ---- paired claims ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class WarmClaim:
-    """One of WARM's claims as a paired comparison over seeds.
-
-    ``at_least``: the paper claims "at least as good" (equivalence within the margin supports
-    it, as a significant gain does); otherwise it claims "better".
-    """
-
-    test: Claim
-    measure: str
-    at_least: bool = False
-
-
-def _paired(name: str, a: pd.Series, b: pd.Series, margin: float) -> Claim | None:
-    """The claim ``a − b`` over the seeds both series have (indexed by seed); None without any."""
-    seeds = sorted(set(a.dropna().index) & set(b.dropna().index))
-    if not seeds:
-        return None
-    return Claim.paired(name, [float(a[s]) for s in seeds], [float(b[s]) for s in seeds], margin)
-
-
-def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[WarmClaim]:
+def warm_claims(frames: dict[str, pd.DataFrame], window: int) -> list[Claim]:
     """Each claim of WARM that the study's tables test, as a paired comparison over seeds.
 
-    RL claims compare WARM M against "one RM": per seed, the mean over that seed's single-RM
-    runs (:func:`single_means`). When runs are hacked is not a paired claim but a survival
-    comparison (:func:`survival_tests`).
+    Each claim's labels: ``family`` (``paired``), ``measure`` and ``paper_claims``: ``at least
+    as good`` (equivalence within the margin supports it, as a significant gain does) or
+    ``better``. RL claims compare WARM M against "one RM": per seed, the mean over that seed's
+    single-RM runs (:func:`single_means`). When runs are hacked is not a paired claim but a
+    survival comparison (:func:`survival_tests`).
     """
     lmc, cor, bon, rl = frames["lmc"], frames["corruption"], frames["bon"], frames["rl"]
-    claims: list[WarmClaim] = []
+    claims: list[Claim] = []
 
     def add(name: str, measure: str, a: pd.Series, b: pd.Series, kind: str, at_least: bool = False) -> None:
-        claim = _paired(name, a, b, MARGINS[kind])
-        if claim is not None:
-            claims.append(WarmClaim(claim, measure, at_least))
+        """The claim ``a − b`` over the seeds both series have (indexed by seed); none without any."""
+        seeds = sorted(set(a.dropna().index) & set(b.dropna().index))
+        if seeds:
+            paper = "at least as good" if at_least else "better"
+            labels = {"family": "paired", "measure": measure, "paper_claims": paper}
+            a_values, b_values = [float(a[s]) for s in seeds], [float(b[s]) for s in seeds]
+            claims.append(Claim.paired(name, a_values, b_values, MARGINS[kind], labels=labels))
 
     M = int(cor["m"].max())
     for setting in sorted(lmc["setting"].unique()):
@@ -276,21 +280,13 @@ def paper_status(verdict: Verdict, at_least: bool) -> str:
     return "not shown"
 
 
-def judge_claims(claims: list[WarmClaim], alpha: float = ALPHA) -> list[Verdict]:
+def judge_claims(claims: list[Claim], alpha: float = ALPHA) -> list[Verdict]:
     """The claims judged as one Holm family (:func:`popgrpo.study.stats.judge`); each verdict's
-    ``extra`` carries its measure, the claim's kind and :func:`paper_status`."""
-    verdicts = judge([c.test for c in claims], alpha=alpha) if claims else []
-    return [
-        replace(
-            v,
-            extra={
-                "measure": c.measure,
-                "paper_claims": "at least as good" if c.at_least else "better",
-                "paper_claim_status": paper_status(v, c.at_least),
-            },
-        )
-        for c, v in zip(claims, verdicts, strict=True)
-    ]
+    ``extra`` carries its claim's labels and :func:`paper_status`."""
+    verdicts = judge(claims, alpha=alpha)
+    for v in verdicts:
+        v.extra["paper_claim_status"] = paper_status(v, v.extra["paper_claims"] == "at least as good")
+    return verdicts
 
 
 # ---- hacking as survival ---------------------------------------------------------------------
@@ -329,118 +325,6 @@ def hacking_times(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["setting", "seed", "arm", "time", "hacked", "runs"])
 
 
-def km_curve(time: np.ndarray, hacked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kaplan–Meier estimate of P(not hacked after epoch t) as a step function from (0, 1).
-
-    ``time [n]``, ``hacked [n]`` (bool: event, else censored) → ``t [k + 1]``, ``S [k + 1]``:
-    S holds from t[i] until t[i + 1] (``SurvfuncRight``'s event times, with t = 0 first).
-    """
-    from statsmodels.duration.survfunc import SurvfuncRight
-
-    fit = SurvfuncRight(np.asarray(time, dtype=float), np.asarray(hacked, dtype=int))
-    return np.concatenate([[0.0], fit.surv_times]), np.concatenate([[1.0], fit.surv_prob])
-
-
-def _rmst(time: np.ndarray, hacked: np.ndarray, tau: float) -> float:
-    """Restricted mean survival time: the area under the KM curve over [0, tau], in epochs."""
-    t, s = km_curve(time, hacked)
-    edges = np.append(np.clip(t, 0.0, tau), tau)
-    return float(np.sum(s * np.diff(edges)))
-
-
-def _km_median(time: np.ndarray, hacked: np.ndarray) -> tuple[float, float, float]:
-    """The KM median time to hacking and its 95% CI (statsmodels; NaN where not reached)."""
-    from statsmodels.duration.survfunc import SurvfuncRight
-
-    fit = SurvfuncRight(np.asarray(time, dtype=float), np.asarray(hacked, dtype=int))
-    if not np.any(hacked):
-        return math.nan, math.nan, math.nan
-    median = float(fit.quantile(0.5))
-    try:
-        with np.errstate(divide="ignore", invalid="ignore"):  # its log-log transform at S = 0 or 1
-            low, high = (float(x) for x in fit.quantile_ci(0.5))
-    except (ValueError, ZeroDivisionError, FloatingPointError, IndexError):
-        low, high = math.nan, math.nan
-    return median, low, high
-
-
-@dataclass(frozen=True)
-class SurvivalTest:
-    """Arm ``a`` against arm ``b`` (paired by seed): is ``a`` hacked later?
-
-    ``rmst_a``/``rmst_b``: restricted mean survival times up to ``tau`` (epochs unhacked on
-    average over the first tau); ``ci`` the bootstrap interval of their difference over seeds;
-    ``chisq``/``p``: the log-rank test stratified by seed; ``p_holm`` across the family.
-    """
-
-    setting: str
-    a: str
-    b: str
-    n: int
-    tau: float
-    rmst_a: float
-    rmst_b: float
-    ci: tuple[float, float]
-    chisq: float
-    p: float
-    p_holm: float = math.nan
-    alpha: float = ALPHA
-    # seeds where a is hacked later than b / neither order is known (same epoch, or both
-    # censored) / a is hacked earlier; a censored time is later than any earlier hacking
-    order: tuple[int, int, int] = (0, 0, 0)
-
-    @property
-    def diff(self) -> float:
-        return self.rmst_a - self.rmst_b
-
-    @property
-    def outcome(self) -> str:
-        """``later`` / ``earlier`` (``a`` hacked later or earlier than ``b``, Holm p < α) or ``inconclusive``."""
-        if math.isnan(self.p_holm) or self.p_holm >= self.alpha:
-            return "inconclusive"
-        return "later" if self.diff > 0 else "earlier"
-
-    @property
-    def name(self) -> str:
-        return f"RL ({self.setting}): hacked later against {self.a} than against {self.b}"
-
-    def record(self) -> dict[str, Any]:
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else float(x)
-
-        return {
-            "claim": self.name,
-            "family": "survival",
-            "n": self.n,
-            "test": "log-rank, stratified by seed",
-            "rmst_tau": self.tau,
-            "rmst_a": self.rmst_a,
-            "rmst_b": self.rmst_b,
-            "mean_diff": self.diff,
-            "ci_low": num(self.ci[0]),
-            "ci_high": num(self.ci[1]),
-            "seeds_later_tied_earlier": list(self.order),
-            "chisq": num(self.chisq),
-            "p": num(self.p),
-            "p_holm": num(self.p_holm),
-            "alpha": self.alpha,
-            "verdict": self.outcome,
-        }
-
-
-def _logrank(time: np.ndarray, hacked: np.ndarray, group: np.ndarray, strata: np.ndarray) -> tuple[float, float]:
-    """statsmodels' log-rank test (``survdiff``) stratified by ``strata``; NaN without any event."""
-    from statsmodels.duration.survfunc import survdiff
-
-    if not np.any(hacked):
-        return math.nan, math.nan
-    try:
-        chisq, p = survdiff(time, hacked.astype(int), group, strata=strata)
-    except np.linalg.LinAlgError:  # no event in any stratum where both arms are at risk
-        return math.nan, math.nan
-    return float(chisq), float(p)
-
-
 def survival_tests(
     times: pd.DataFrame,
     pairs: list[tuple[str, str]],
@@ -449,11 +333,11 @@ def survival_tests(
     n_resamples: int = 999,
     seed: int = 0,
 ) -> list[SurvivalTest]:
-    """Log-rank test and RMST difference of each pair of arms in each setting, Holm across all.
+    """:func:`popgrpo.study.stats.survival_test` of each pair of arms in each setting, Holm across all.
 
     ``times`` from :func:`hacking_times`; a pair enters a setting where both arms have seeds
-    in common (its units). The RMST difference's CI resamples seeds with replacement (both arms
-    together, keeping the pairing), percentile, ``n_resamples`` draws from ``seed``.
+    in common (its units, paired by seed). The RMST differences' bootstrap draws come from one
+    generator seeded ``seed``, in the order of the tests.
     """
     rng = np.random.default_rng(seed)
     tests: list[SurvivalTest] = []
@@ -464,46 +348,24 @@ def survival_tests(
             seeds = sorted(set(ta.index) & set(tb.index))
             if not seeds:
                 continue
-            ta, tb = ta.loc[seeds], tb.loc[seeds]
-            time = np.concatenate([ta["time"], tb["time"]]).astype(float)
-            hacked = np.concatenate([ta["hacked"], tb["hacked"]]).astype(bool)
-            group = np.repeat([0, 1], len(seeds))
-            strata = np.tile(np.arange(len(seeds)), 2)
-            chisq, p = _logrank(time, hacked, group, strata)
-            tau = float(time.max())
-            ra = _rmst(ta["time"].to_numpy(float), ta["hacked"].to_numpy(bool), tau)
-            rb = _rmst(tb["time"].to_numpy(float), tb["hacked"].to_numpy(bool), tau)
-            ci = (math.nan, math.nan)
-            if len(seeds) > 1:
-                draws = rng.integers(0, len(seeds), size=(n_resamples, len(seeds)))
-                (time_a, hacked_a), (time_b, hacked_b) = (
-                    (t["time"].to_numpy(float), t["hacked"].to_numpy(bool)) for t in (ta, tb)
-                )
-                diffs = [_rmst(time_a[i], hacked_a[i], tau) - _rmst(time_b[i], hacked_b[i], tau) for i in draws]
-                low, high = np.quantile(diffs, [0.025, 0.975])
-                ci = (float(low), float(high))
-            order = _seed_order(
-                ta["time"].to_numpy(float),
-                ta["hacked"].to_numpy(bool),
-                tb["time"].to_numpy(float),
-                tb["hacked"].to_numpy(bool),
+            (time_a, hacked_a), (time_b, hacked_b) = (
+                (t.loc[seeds, "time"].to_numpy(float), t.loc[seeds, "hacked"].to_numpy(bool)) for t in (ta, tb)
             )
-            tests.append(SurvivalTest(setting, a, b, len(seeds), tau, ra, rb, ci, chisq, p, alpha=alpha, order=order))
-    adjusted, _ = holm([t.p for t in tests], alpha)
-    return [replace(t, p_holm=p) for t, p in zip(tests, adjusted, strict=True)]
-
-
-def _seed_order(
-    time_a: np.ndarray, hacked_a: np.ndarray, time_b: np.ndarray, hacked_b: np.ndarray
-) -> tuple[int, int, int]:
-    """Per seed (``[n]`` each, paired by position): is ``a`` hacked later, in an unknown order, or earlier?
-
-    ``a`` is later where ``b`` was hacked before ``a``'s time (hacked or censored there), earlier
-    the other way round; equal times, and two censored runs, leave the order unknown.
-    """
-    later = int(np.sum(hacked_b & (time_a > time_b)))
-    earlier = int(np.sum(hacked_a & (time_b > time_a)))
-    return later, len(time_a) - later - earlier, earlier
+            name = f"RL ({setting}): hacked later against {a} than against {b}"
+            tests.append(
+                survival_test(
+                    name,
+                    time_a,
+                    hacked_a,
+                    time_b,
+                    hacked_b,
+                    rng=rng,
+                    n_resamples=n_resamples,
+                    alpha=alpha,
+                    labels={"family": "survival"},
+                )
+            )
+    return holm_survival(tests, alpha)
 
 
 def _survival_pairs(times: pd.DataFrame) -> list[tuple[str, str]]:
@@ -640,39 +502,26 @@ def fig_survival(times: pd.DataFrame, path: Path) -> Path:
 
 
 # ---- tables ----------------------------------------------------------------------------------
-def _num(x: float, digits: int = 3) -> str:
-    return "n/a" if math.isnan(x) else f"{x:+.{digits}f}"
-
-
-def _p(x: float) -> str:
-    return "n/a" if math.isnan(x) else f"{x:.3g}"
-
-
 def _claims_md(verdicts: list[Verdict]) -> str:
-    return verdicts_markdown(
-        verdicts, after_claim=[("measure", "measure")], last=[("WARM's claim", "paper_claim_status")]
-    )
+    columns = [CLAIM, label_column("measure", "measure"), N, effect(), HOLM, TOST, VERDICT]
+    return verdicts_markdown(verdicts, [*columns, label_column("WARM's claim", "paper_claim_status")])
 
 
 def _km_md(times: pd.DataFrame) -> str:
-    lines = [
-        "| setting | arm | units (seeds) | hacked | censored | KM median epoch [95% CI] | RMST (epochs) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    rows = []
     for setting in sorted(times["setting"].unique()):
         part = times[times.setting == setting]
         tau = float(part["time"].max())
         for arm in _km_arms(part):
-            rows = part[part.arm == arm]
-            time, hacked = rows["time"].to_numpy(float), rows["hacked"].to_numpy(bool)
-            median, low, high = _km_median(time, hacked)
+            units = part[part.arm == arm]
+            time, hacked = units["time"].to_numpy(float), units["hacked"].to_numpy(bool)
+            median, low, high = km_median(time, hacked)
             med = "not reached" if math.isnan(median) else f"{median:g}{_median_ci(low, high)}"
             name = "single (half of the seed's RMs)" if arm == "single" else arm
-            lines.append(
-                f"| {setting} | {name} | {len(rows)} | {int(hacked.sum())} | {int((~hacked).sum())} | {med} "
-                f"| {_rmst(time, hacked, tau):.2f} |"
-            )
-    return "\n".join(lines) + "\n"
+            hacked_n, censored = int(hacked.sum()), int((~hacked).sum())
+            rows.append([setting, name, len(units), hacked_n, censored, med, f"{rmst(time, hacked, tau):.2f}"])
+    header = ["setting", "arm", "units (seeds)", "hacked", "censored", "KM median epoch [95% CI]", "RMST (epochs)"]
+    return md_table(header, rows) + "\n"
 
 
 def _median_ci(low: float, high: float) -> str:
@@ -684,35 +533,37 @@ def _median_ci(low: float, high: float) -> str:
 
 
 def _survival_md(tests: list[SurvivalTest]) -> str:
-    lines = [
-        "| comparison | n seeds | seeds: later / same / earlier | RMST a − b, epochs [95% CI] | log-rank χ² | p | p (Holm) | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    header = ["comparison", "n seeds", "seeds: later / same / earlier", "RMST a − b, epochs [95% CI]"]
+    header += ["log-rank χ²", "p", "p (Holm)", "verdict"]
+    rows = [
+        [
+            t.name,
+            t.n,
+            " / ".join(map(str, t.order)),
+            f"{t.rmst_a:.2f} − {t.rmst_b:.2f} = {format_diff(t.diff, 2)} "
+            f"[{format_diff(t.ci[0], 2)}, {format_diff(t.ci[1], 2)}]",
+            "n/a" if math.isnan(t.chisq) else f"{t.chisq:.2f}",
+            format_p(t.p),
+            format_p(t.p_holm),
+            f"**{t.outcome}**",
+        ]
+        for t in tests
     ]
-    for t in tests:
-        lines.append(
-            f"| {t.name} | {t.n} | {' / '.join(map(str, t.order))} | {t.rmst_a:.2f} − {t.rmst_b:.2f} = {_num(t.diff, 2)} [{_num(t.ci[0], 2)}, "
-            f"{_num(t.ci[1], 2)}] | {'n/a' if math.isnan(t.chisq) else f'{t.chisq:.2f}'} | {_p(t.p)} | {_p(t.p_holm)} "
-            f"| **{t.outcome}** |"
-        )
-    return "\n".join(lines) + "\n"
+    return md_table(header, rows) + "\n"
 
 
 def _corruption_md(cor: pd.DataFrame) -> str:
     M = int(cor["m"].max())
-    lines = [
-        f"| setting | subset | oracle E[R] | single RM (M = 1) | ENS M = {M} | WA M = {M} |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    rows = []
     for setting in ("clean", "corrupt"):
         for subset in ("train_clean", "train_corrupt", "test", "shifted"):
             p = cor[(cor.setting == setting) & (cor.subset == subset)]
             if p.empty or p["wa"].isna().all():
                 continue
-            lines.append(
-                f"| {setting} | {subset} | {_ms(p[p.m == 1]['oracle'])} | {_ms(p[p.m == 1]['wa'])} "
-                f"| {_ms(p[p.m == M]['ens'])} | {_ms(p[p.m == M]['wa'])} |"
-            )
-    return "\n".join(lines) + "\n"
+            one, full = p[p.m == 1], p[p.m == M]
+            rows.append([setting, subset, _ms(one["oracle"]), _ms(one["wa"]), _ms(full["ens"]), _ms(full["wa"])])
+    header = ["setting", "subset", "oracle E[R]", "single RM (M = 1)", f"ENS M = {M}", f"WA M = {M}"]
+    return md_table(header, rows) + "\n"
 
 
 def _rl_md(table: pd.DataFrame, times: pd.DataFrame) -> str:
@@ -720,16 +571,12 @@ def _rl_md(table: pd.DataFrame, times: pd.DataFrame) -> str:
     of each seed (± sd over seeds, the unit every claim uses) and every RM's run on its own
     (± sd over seeds × RMs: the spread between individual RMs, descriptive only). "hacked"
     counts units hacked within the epochs trained (the single-RM unit: half of a seed's RMs)."""
-    lines = [
-        "| setting | proxy | control E[R] first epoch | control peak (epoch) | hacked | control mean | control final | proxy final |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    rows = []
 
     def row(setting: str, name: str, p: pd.DataFrame, hacked: str) -> None:
-        lines.append(
-            f"| {setting} | {name} | {_ms(p['control_initial'])} | {_ms(p['control_peak'])} ({_ms(p['peak_epoch'].astype(float))}) "
-            f"| {hacked} | {_ms(p['control_mean'])} | {_ms(p['control_final'])} | {_ms(p['proxy_final'])} |"
-        )
+        peak = f"{_ms(p['control_peak'])} ({_ms(p['peak_epoch'].astype(float))})"
+        after = [_ms(p["control_mean"]), _ms(p["control_final"]), _ms(p["proxy_final"])]
+        rows.append([setting, name, _ms(p["control_initial"]), peak, hacked, *after])
 
     for setting, part in table.groupby("setting", sort=False):
         single = is_single(part["proxy"])
@@ -750,13 +597,14 @@ def _rl_md(table: pd.DataFrame, times: pd.DataFrame) -> str:
                     row(
                         str(setting), f"single (each of {k} RMs)", each, f"{int(each['hacked'].sum())}/{len(each)} runs"
                     )
-    return "\n".join(lines) + "\n"
+    header = ["setting", "proxy", "control E[R] first epoch", "control peak (epoch)", "hacked", "control mean"]
+    return md_table([*header, "control final", "proxy final"], rows) + "\n"
 
 
 def _bon_md(bon: pd.DataFrame) -> str:
     ns = sorted(bon["n"].unique())
     M = max(int(p.removeprefix("warm")) for p in bon["proxy"].unique() if p.startswith("warm"))
-    lines = ["| setting | proxy | " + " | ".join(f"N={n}" for n in ns) + " |", "| --- | --- |" + " --- |" * len(ns)]
+    rows = []
     for setting in sorted(bon["setting"].unique()):
         part = bon[bon.setting == setting]
         single = part[part.proxy.str.startswith("single_")].assign(proxy="single (mean)")
@@ -764,22 +612,20 @@ def _bon_md(bon: pd.DataFrame) -> str:
             ("single (mean)", single),
             *((n, part[part.proxy == n]) for n in ("ens2", f"ens{M}", "warm2", f"warm{M}")),
         ]:
-            cells = [_ms(p[p.n == n].groupby("seed")["control"].mean()) for n in ns]
-            lines.append(f"| {setting} | {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+            rows.append([setting, name, *(_ms(p[p.n == n].groupby("seed")["control"].mean()) for n in ns)])
+    return md_table(["setting", "proxy", *(f"N={n}" for n in ns)], rows) + "\n"
 
 
 def _invocations_md(invocations: list[dict]) -> list[str]:
     """What each recorded invocation of the study cost (``study.json``), as Markdown lines."""
     if not invocations:
         return []
-    lines = ["| invocation finished | seeds | RL runs trained | wall seconds |", "| --- | --- | --- | --- |"]
+    rows = []
     for inv in invocations:
         seeds = ", ".join(map(str, inv.get("seeds", [])))
-        lines.append(
-            f"| {inv.get('finished', '?')} | {seeds} | {inv.get('runs_trained', '?')} | {inv['seconds']:.0f} |"
-        )
-    return [*lines, ""]
+        rows.append([inv.get("finished", "?"), seeds, inv.get("runs_trained", "?"), f"{inv['seconds']:.0f}"])
+    header = ["invocation finished", "seeds", "RL runs trained", "wall seconds"]
+    return [*md_table(header, rows).split("\n"), ""]
 
 
 # ---- all of it -------------------------------------------------------------------------------
@@ -899,6 +745,5 @@ def render_warm(
         _rl_md(table, times),
     ]
     (out / "warm.md").write_text("\n".join(text))
-    records = [{"family": "paired", **v.record()} for v in verdicts] + [t.record() for t in tests]
-    (out / "verdicts.json").write_text(json.dumps(records, indent=1) + "\n")
-    return [*written, out / "warm.md", out / "verdicts.json"]
+    records = [v.record(first=("family",)) for v in verdicts] + [t.record() for t in tests]
+    return [*written, out / "warm.md", write_verdicts(out / "verdicts.json", records)]

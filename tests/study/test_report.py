@@ -11,7 +11,7 @@ import pytest
 from popgrpo.cli import main
 from popgrpo.config import load_config, preset_path
 from popgrpo.study.plan import ABLATIONS, MERGE_STRATEGIES, METHODS, build_plan
-from popgrpo.study.report import FIGURES, check_claims, claims_markdown, load, trial_table
+from popgrpo.study.report import FIGURES, check_claims, claims_markdown, holds, load, trial_table
 
 EPOCHS = 12
 
@@ -132,20 +132,20 @@ def test_claim_verdicts_follow_the_numbers(study_dir):
     claims = check_claims(trial_table(plan, metrics))
     by_claim: dict[str, list] = {}
     for c in claims:
-        by_claim.setdefault(c.claim.split(":")[0].split(" (")[0], []).append(c)
+        by_claim.setdefault(c.extra["paper_claim"].split(":")[0].split(" (")[0], []).append(c)
     collapse = by_claim["GRPO's diversity and complexity fall over training"]
-    assert [c.verdict for c in collapse] == ["worse", "worse"] and all(c.holds for c in collapse)
-    assert all(c.verdict == "better" for c in by_claim["Pop-GRPO's max reward beats GRPO's"])
+    assert [c.word for c in collapse] == ["worse", "worse"] and all(holds(c) for c in collapse)
+    assert all(c.word == "better" for c in by_claim["Pop-GRPO's max reward beats GRPO's"])
     maxent = by_claim["MaxEnt-GRPO has the highest diversity and complexity and the lowest reward."]
-    assert len(maxent) == 4 and all(c.holds for c in maxent)
-    assert [c.verdict for c in by_claim["QD-GRPO covers more of the archive than GRPO."]] == ["better"]
+    assert len(maxent) == 4 and all(holds(c) for c in maxent)
+    assert [c.word for c in by_claim["QD-GRPO covers more of the archive than GRPO."]] == ["better"]
     # every comparison is one member of one Holm family
-    assert all(c.record["p_holm"] is None or c.record["p_holm"] >= c.record["p"] for c in claims)
+    assert all(c.record()["p_holm"] is None or c.record()["p_holm"] >= c.record()["p"] for c in claims)
     # flip the data: GRPO no longer collapses, so the first claim must fail
     metrics.loc[metrics.trial.isin(metrics[metrics.trial.str.startswith("grpo-")].trial), "diversity"] = 0.9
     metrics.loc[metrics.trial.str.startswith("grpo-"), "complexity"] = 3.5
     claims = check_claims(trial_table(plan, metrics))
-    assert claims[0].verdict == "equivalent within ±0.02" and not claims[0].holds
+    assert claims[0].word == "equivalent within ±0.02" and not holds(claims[0])
     assert "| GRPO's diversity and complexity fall" in claims_markdown(claims)
 
 
@@ -153,11 +153,11 @@ def test_ablation_parts_need_a_paired_difference_beyond_the_margin(study_dir):
     plan, metrics = load(study_dir)
     table = trial_table(plan, metrics)
     key = "diversity, H* = 4 − H* = 0 (entropy_target)"
-    flat = {c.comparison: c for c in check_claims(table)}[key]
-    assert flat.verdict == "equivalent within ±0.02" and not flat.holds  # a flat curve is no rise
+    flat = {c.claim.name: c for c in check_claims(table)}[key]
+    assert flat.word == "equivalent within ±0.02" and not holds(flat)  # a flat curve is no rise
     table.loc[(table.study == "entropy_target") & (table.value == 4), "diversity"] += 0.1
-    risen = {c.comparison: c for c in check_claims(table)}[key]
-    assert risen.verdict == "better" and risen.holds
+    risen = {c.claim.name: c for c in check_claims(table)}[key]
+    assert risen.word == "better" and holds(risen)
 
 
 def test_report_on_a_directory_without_a_study_is_a_clear_error(tmp_path, capsys):
@@ -180,11 +180,11 @@ def test_controls_score_best_of_k_like_the_population_and_decide_whether_the_cla
     # a population below its control in every seed: the claim is refuted; above it: it holds
     pop = table[(table.study == "controls") & (table.label == "Pop-GRPO")].trial.unique()
     metrics.loc[metrics.trial.isin(pop), "reward_max"] -= 1.0
-    claims = {c.claim: c.verdict for c in check_claims(trial_table(plan, metrics))}
+    claims = {c.extra["paper_claim"]: c.word for c in check_claims(trial_table(plan, metrics))}
     key = next(k for k in claims if k.startswith("Pop-GRPO's best member beats the best of K"))
     assert claims[key] == "worse"
     metrics.loc[metrics.trial.isin(pop), "reward_max"] += 2.0
-    claims = {c.claim: c.verdict for c in check_claims(trial_table(plan, metrics))}
+    claims = {c.extra["paper_claim"]: c.word for c in check_claims(trial_table(plan, metrics))}
     assert claims[key] == "better"
     assert "## Controls: Pop-GRPO against the best of K" in main_report_text(study_dir)
 

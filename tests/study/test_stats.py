@@ -146,3 +146,44 @@ def test_a_real_difference_smaller_than_the_margin_says_so():
 def test_paired_claims_need_one_value_per_unit():
     with pytest.raises(ValueError, match="one of each per unit"):
         Claim.paired("x", [1.0, 2.0], [1.0], margin=0.1)
+
+
+def test_a_claim_with_too_few_units_is_not_measured_and_stays_out_of_the_family():
+    d = [0.05, 0.09, 0.01, 0.06, 0.04]
+    claims = [Claim("gain", tuple(d), margin=0.01), Claim("one seed", (0.3,), margin=0.01, labels={"arm": "x"})]
+    counted = judge(claims, n_resamples=99)  # min_n 0: the one-seed claim's NaN p counts as 1 in Holm
+    gain, one = judge(claims, n_resamples=99, min_n=2)
+    assert one.outcome == "not measured" and one.word == "not measured" and math.isnan(one.p_holm)
+    assert gain.p_holm == pytest.approx(gain.p) and counted[0].p_holm == pytest.approx(2 * gain.p)
+    assert one.record() == {"claim": "one seed", "n": 1, "verdict": "not measured", "arm": "x"}
+
+
+def test_a_records_labels_follow_the_statistics_unless_named_first():
+    claim = Claim("a − b", (0.1, 0.2, 0.15), margin=0.05, labels={"study": "s", "metric": "m"}, note="per seed")
+    (verdict,) = judge([claim], n_resamples=99)
+    assert verdict.extra == {"study": "s", "metric": "m"}
+    keys = list(verdict.record())
+    assert keys[0] == "claim" and keys[-3:] == ["verdict", "study", "metric"] and "per seed" not in str(keys)
+    assert list(verdict.record(first=("study",)))[:2] == ["study", "claim"]
+
+
+def test_verdicts_markdown_draws_the_columns_asked_for():
+    from popgrpo.study.stats import CLAIM, VERDICT, label_column, verdicts_json
+
+    claim = Claim("a − b", (0.1, 0.2, 0.15), margin=0.05, labels={"metric": "reward"})
+    verdicts = judge([claim], n_resamples=99)
+    table = verdicts_markdown(verdicts, [CLAIM, label_column("metric", "metric"), VERDICT])
+    assert table == f"| claim | metric | verdict |\n| --- | --- | --- |\n| a − b | reward | **{verdicts[0].word}** |\n"
+    assert verdicts_json([{"x": np.float32(0.5)}]) == '[\n {\n  "x": 0.5\n }\n]\n'
+
+
+def test_survival_test_pairs_units_and_counts_who_was_first():
+    from popgrpo.study.stats import holm_survival, survival_test
+
+    rng = np.random.default_rng(0)
+    late = np.array([9.0, 9.0, 9.0, 9.0]), np.array([False, False, False, False])  # censored at 9
+    early = np.array([2.0, 3.0, 2.0, 9.0]), np.array([True, True, True, False])
+    test = survival_test("late − early", *late, *early, rng=rng, n_resamples=99, labels={"family": "x"})
+    assert test.order == (3, 1, 0) and test.tau == 9.0 and test.rmst_a == 9.0 and test.diff > 0
+    (adjusted,) = holm_survival([test])
+    assert adjusted.p_holm == pytest.approx(test.p) and adjusted.record()["family"] == "x"

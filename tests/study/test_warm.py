@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from popgrpo.cli import main
+from popgrpo.study.stats import km_curve
 from popgrpo.study.warm import QUICK, quick, run_warm_study
 from popgrpo.study.warm_report import (
     TABLES,
@@ -16,7 +17,6 @@ from popgrpo.study.warm_report import (
     hacking_summary,
     hacking_times,
     judge_claims,
-    km_curve,
     rl_table,
     single_means,
     survival_tests,
@@ -177,35 +177,36 @@ def test_claims_compare_wa_with_ens_and_the_diagonal_per_seed():
             for e, v in enumerate(curve)
         ]
     )
-    claims = {c.test.name: c for c in warm_claims({"lmc": lmc, "corruption": cor, "bon": bon, "rl": rl}, window=1)}
+    claims = {c.name: c for c in warm_claims({"lmc": lmc, "corruption": cor, "bon": bon, "rl": rl}, window=1)}
     diag = claims["LMC (corrupt, test): WA at λ = 0.5 is at least the diagonal"]
-    assert diag.test.diffs == pytest.approx((0.07, 0.01)) and diag.at_least and diag.test.margin == 0.01
+    assert diag.diffs == pytest.approx((0.07, 0.01)) and diag.margin == 0.01
+    assert diag.labels["paper_claims"] == "at least as good"
     vs_ens = claims["WA vs ENS (corrupt, test, λ = 0.5): WA at least as accurate"]
-    assert vs_ens.test.diffs == pytest.approx((0.02, -0.04))
-    assert claims["Corruption (M = 2): WA memorises corrupted labels less than ENS"].test.diffs == pytest.approx(
+    assert vs_ens.diffs == pytest.approx((0.02, -0.04))
+    assert claims["Corruption (M = 2): WA memorises corrupted labels less than ENS"].diffs == pytest.approx(
         (0.05, 0.05)
     )
     bon_claim = claims["Best-of-4 (corrupt): WARM M = 2 picks better ideas than the mean single RM"]
-    assert bon_claim.test.diffs == pytest.approx((0.15, 0.15)) and not bon_claim.at_least
+    assert bon_claim.diffs == pytest.approx((0.15, 0.15)) and bon_claim.labels["paper_claims"] == "better"
     # "One RM" is the mean over the single RMs of each measure, per seed. Smoothed (3-epoch centred)
     # curves: single_0 [0.15, 0.1, 0.05] (peak 0.15 at 0, mean 0.1), single_1 [0.2, 0.2, 0.2]
     # (peak 0.2 at 0, mean 0.2), warm2 [0.15, 0.2, 0.25] (peak 0.25 at 2, mean 0.2).
     one = "one RM (mean of 2 RMs)"
     peak = claims[f"RL (corrupt): GRPO against WARM M = 2 reaches a higher peak control reward than against {one}"]
-    assert peak.test.diffs == pytest.approx((0.25 - 0.175,) * 2)
+    assert peak.diffs == pytest.approx((0.25 - 0.175,) * 2)
     average = f"RL (corrupt): GRPO against WARM M = 2 keeps a higher control reward on average over training than against {one}"
-    assert claims[average].test.diffs == pytest.approx((0.2 - 0.15,) * 2)
+    assert claims[average].diffs == pytest.approx((0.2 - 0.15,) * 2)
     later_peak = claims[f"RL (corrupt): the control peaks later against WARM M = 2 than against {one}"]
-    assert later_peak.test.diffs == (2.0, 2.0) and later_peak.test.margin == 1.0
+    assert later_peak.diffs == (2.0, 2.0) and later_peak.margin == 1.0
     # No paired "hacked epoch" claim (censored times have no mean) and no claim over seed × RM pairs.
     assert not any("hack" in name or "each single RM" in name for name in claims)
     verdicts = {v.claim.name: v for v in judge_claims(list(claims.values()))}
     # every difference the same positive value: t = inf, p 0, significant after Holm
-    assert verdicts[later_peak.test.name].outcome == "better"
-    assert verdicts[later_peak.test.name].extra["paper_claim_status"] == "supported"
+    assert verdicts[later_peak.name].outcome == "better"
+    assert verdicts[later_peak.name].extra["paper_claim_status"] == "supported"
     # two seeds that disagree in sign: not significant, and TOST cannot bound it: not shown
-    assert verdicts[vs_ens.test.name].outcome == "inconclusive"
-    assert verdicts[vs_ens.test.name].extra["paper_claim_status"] == "not shown"
+    assert verdicts[vs_ens.name].outcome == "inconclusive"
+    assert verdicts[vs_ens.name].extra["paper_claim_status"] == "not shown"
     table = rl_table(rl, window=1)
     means = single_means(table)
     assert list(means["n_rms"]) == [2, 2] and "hacked_epoch" not in means
