@@ -36,6 +36,7 @@ from importlib.metadata import entry_points
 from typing import Any, Generic, TypeVar, cast, overload
 
 __all__ = [
+    "ADVANTAGES",
     "ENVIRONMENTS",
     "GROUP_TRAINERS",
     "LOGGERS",
@@ -43,6 +44,7 @@ __all__ = [
     "MUTATIONS",
     "PLUGIN_GROUP",
     "POLICIES",
+    "POLICY_LOSSES",
     "POPULATION_STEPS",
     "PROXY_COMBINES",
     "REGISTRIES",
@@ -296,6 +298,16 @@ ROLLOUT_ENGINES: Registry[Callable[..., Any]] = Registry(
     "policy.causal_lm.rollout.engine",
     "(cfg: CausalLMConfig, device: torch.device) -> RolloutEngine (popgrpo.policies.engines)",
 )
+ADVANTAGES: Registry[Callable[..., Any]] = Registry(
+    "advantage estimator",
+    "explore.advantage",
+    "(returns: [P, g] one group's or bin's shaped returns, config: Config) -> [P, g] advantages",
+)
+POLICY_LOSSES: Registry[Callable[..., Any]] = Registry(
+    "policy loss",
+    "explore.policy_loss",
+    "(logp, old_logp, advantages, mask, config: Config, generator) -> per-token (per-idea) loss terms, reduced by the member",
+)
 # Not a config field's choices: the name a PolicyKind gives for how one actor's members train
 # together (popgrpo.algorithms.policy_kinds.PolicyKind.trainer).
 GROUP_TRAINERS: Registry[Callable[..., Any]] = Registry(
@@ -317,6 +329,8 @@ REGISTRIES: tuple[Registry[Any], ...] = (
     SELECTION_STATISTICS,
     PROXY_COMBINES,
     ROLLOUT_ENGINES,
+    ADVANTAGES,
+    POLICY_LOSSES,
 )
 
 
@@ -359,8 +373,13 @@ for _name in ("soup", "weighted_soup", "greedy_soup", "wise_ft", "task_arithmeti
 MUTATIONS.register("gaussian", "popgrpo.algorithms.merges:gaussian_mutation")
 MUTATIONS.register("svd", "popgrpo.algorithms.merges:svd_mutation")
 MUTATIONS.register("none", "popgrpo.algorithms.merges:none_mutation")
-for _name in ("soup", "soup_svd", "independent", "truncation", "repulsion", "frontier"):
+for _name in ("soup", "soup_svd", "independent", "truncation", "repulsion", "frontier", "islands"):
     POPULATION_STEPS.register(_name, f"popgrpo.algorithms.population:{_name}_step")
+# The explore section's choices (popgrpo.algorithms.exploration; docs/MECHANISMS.md).
+for _name in ("group", "passk", "maxk", "reinforce"):
+    ADVANTAGES.register(_name, f"popgrpo.algorithms.exploration:{_name}_advantage")
+for _name in ("clip", "clip_cov", "kl_cov"):
+    POLICY_LOSSES.register(_name, f"popgrpo.algorithms.exploration:{_name}_loss")
 # The main paper's S_k, then columns of the members' metrics rows (popgrpo.schema.METRIC_COLUMNS).
 SELECTION_STATISTICS.register("pop_score", "popgrpo.core.selection:pop_scores")
 for _name in ("reward_max", "reward_mean", "diversity", "complexity", "entropy", "novelty", "archive_coverage",

@@ -144,6 +144,8 @@ FIELDS = {
     "scheduler.objectives": "scheduler.objectives=[pop_score, nope]",
     "reward.proxy.combine": "reward.proxy.combine=nope",
     "policy.causal_lm.rollout.engine": "policy.causal_lm.rollout.engine=nope",
+    "explore.advantage": "explore.advantage=nope",
+    "explore.policy_loss": "explore.policy_loss=nope",
 }
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW, ArchiveState, MapElitesArchive
+from popgrpo.core.exploration import OutcomeCounts
 from popgrpo.core.novelty import NoveltyMemory, NoveltyState
 
 __all__ = ["ArchiveHandle", "ArchiveService", "EpochInserts", "LocalArchive", "LocalArchiveState", "StepResult"]
@@ -54,20 +55,32 @@ class ArchiveService(Protocol):
         """``coverage``, ``qd_score``, ``best_reward``, ``elites``."""
         ...
 
+    def count(self, behaviours: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """Count the outcomes (archive cells) of the ideas where ``keep`` is true and return ``[N]``
+        counts of each idea's cell, this batch included (0 where not kept): the outcome-count
+        bonus's ``N(o)`` (:mod:`popgrpo.core.exploration`). A shared archive pools the counts of
+        every member that calls it."""
+        ...
 
-class LocalArchiveState(TypedDict):
-    """:meth:`LocalArchive.state_dict`: the grid's and the novelty memory's states."""
 
+class _GridAndMemory(TypedDict):
     archive: ArchiveState
     memory: NoveltyState
 
 
+class LocalArchiveState(_GridAndMemory, total=False):
+    """:meth:`LocalArchive.state_dict`: the grid's and the novelty memory's states, and the outcome counts."""
+
+    outcomes: np.ndarray  # [cells] int64; absent (all zero) until something was counted
+
+
 class LocalArchive:
-    """A MAP-Elites grid (``grid``) plus a novelty memory (``memory``), in this process."""
+    """A MAP-Elites grid (``grid``), a novelty memory (``memory``) and outcome counts per cell (``outcomes``), in this process."""
 
     def __init__(self, cells_per_dim: int = 10, novelty_capacity: int = 512, novelty_k: int = 5) -> None:
         self.grid = MapElitesArchive(cells_per_dim)
         self.memory = NoveltyMemory(novelty_capacity, novelty_k)
+        self.outcomes = OutcomeCounts(self.grid.n_cells)
 
     def submit(
         self, behaviours: np.ndarray, rewards: np.ndarray, ideas: np.ndarray, keep: np.ndarray, novelty: bool
@@ -90,6 +103,12 @@ class LocalArchive:
             self.memory.add(ideas_t)
         return statuses, scores
 
+    def count(self, behaviours: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        counts = np.zeros(len(keep), dtype=np.int64)
+        if keep.any():
+            counts[keep] = self.outcomes.add(self.grid.cell_of(np.asarray(behaviours)[keep]))
+        return counts
+
     def stats(self) -> dict[str, float]:
         return {
             "coverage": self.grid.coverage,
@@ -99,11 +118,17 @@ class LocalArchive:
         }
 
     def state_dict(self) -> LocalArchiveState:
-        return {"archive": self.grid.state_dict(), "memory": self.memory.state_dict()}
+        state: LocalArchiveState = {"archive": self.grid.state_dict(), "memory": self.memory.state_dict()}
+        if self.outcomes.total:  # only once something was counted: states without the bonus stay as they were
+            state["outcomes"] = self.outcomes.state_dict()
+        return state
 
     def load_state_dict(self, state: LocalArchiveState) -> None:
         self.grid = MapElitesArchive.from_state_dict(state["archive"])
         self.memory = NoveltyMemory.from_state_dict(state["memory"])
+        self.outcomes = OutcomeCounts(self.grid.n_cells)
+        if "outcomes" in state:
+            self.outcomes.load_state_dict(state["outcomes"])
 
 
 class EpochInserts:

@@ -53,12 +53,13 @@ from popgrpo.algorithms.step import (
 )
 from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
+from popgrpo.core.exploration import count_bonus, unlikeliness_rewards, weight_positive
 from popgrpo.core.merge import Mutation
 from popgrpo.core.repulsion import group_best, repulsion_penalty
 from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
 from popgrpo.core.trees import map_leaves
 from popgrpo.envs import Environment, TextEnvironment
-from popgrpo.registry import REWARD_SOURCES
+from popgrpo.registry import ADVANTAGES, POLICY_LOSSES, REWARD_SOURCES
 from popgrpo.schema import CONTROL_COLUMNS, REASONS_COLUMN
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ class Member:
     def features_can_wait(self) -> bool:
         """True when nothing needs a step's features before its update: a text member
         (policy.causal_lm.overlap) trained on the environment's own reward, with deferred archive
-        inserts and no repulsion. Its embeddings then run beside the update."""
+        inserts, no repulsion and no outcome-count bonus. Its embeddings then run beside the update."""
         rollouts = self.rollouts
         return (
             isinstance(rollouts, TextRollouts)
@@ -194,6 +195,7 @@ class Member:
             and self.config.reward.source == "execution"
             and self.defers_archive_inserts
             and self.repel is None
+            and self.config.explore.count_bonus == 0
         )
 
     def step(self) -> StepStats:
@@ -258,9 +260,14 @@ class Member:
         return PendingStep(samples=samples, scores=scores, request=request, features_later=later)
 
     def score_end(self, pending: PendingStep[IdeasT]) -> StepBatch[IdeasT]:
-        """Archive bonus and novelty into the returns (when the archive answered this step), then the advantages."""
+        """The returns: the unlikeliness reward, the archive bonus and novelty (when the archive
+        answered this step), the outcome-count bonus and the repulsion penalty; then the
+        advantages (``explore.advantage``) and W-REINFORCE's weight on the positive ones."""
         cfg, scores = self.config, pending.scores
+        explore = cfg.explore
         returns = zero_bad(scores.rewards, scores.finite) if scores.n_bad else scores.rewards
+        if explore.unlikeliness > 0:
+            returns = unlikeliness_rewards(returns, self._idea_logp(pending.samples), explore.unlikeliness)
         archive = NO_ARCHIVE_ANSWER
         answer = self.inserts.result(pending.request)
         if answer is not None:
@@ -271,6 +278,12 @@ class Member:
                 beta_imp=cfg.qd.beta_imp,
                 novelty_coef=cfg.maxent.novelty.coef,
             )
+        if explore.count_bonus > 0:  # the counts are the archive's: pooled when it is shared
+            counts = self.archive.count(
+                self.rollouts.behaviour(scores.features).numpy(), scores.finite.reshape(-1).numpy()
+            )
+            bonus = torch.as_tensor(count_bonus(counts, explore.count_bonus), dtype=returns.dtype)
+            returns = returns + bonus.reshape(returns.shape) * scores.finite
         if self.repel is not None:  # scheduler.population=repulsion
             penalty = repulsion_penalty(
                 self.rollouts.behaviour(scores.features),
@@ -279,16 +292,34 @@ class Member:
                 cfg.scheduler.repulsion_bandwidth,
             )
             returns = returns - penalty.reshape(returns.shape)
+        estimator = ADVANTAGES.get(explore.advantage)
         advantages = step_advantages(
-            returns, scores.complexity, scores.finite, scores.n_bad, cfg.maxent.complexity_bins, cfg.grpo.adv_eps
+            returns,
+            scores.complexity,
+            scores.finite,
+            scores.n_bad,
+            cfg.maxent.complexity_bins,
+            cfg.grpo.adv_eps,
+            estimate=lambda group: estimator(group, cfg),
         )
+        advantages = weight_positive(advantages, explore.positive_weight)
         return StepBatch(samples=pending.samples, scores=scores, archive=archive, advantages=advantages.to(self.device))
 
     def loss(
         self, batch: StepBatch[Any], logp: torch.Tensor, entropy: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eq. 4 for the current log-probs and (reduced) entropy of ``batch``'s samples; returns (loss, kl)."""
+        """Eq. 4 for the current log-probs and (reduced) entropy of ``batch``'s samples; returns (loss, kl).
+
+        The policy-gradient term is ``explore.policy_loss``'s (the clipped surrogate by default);
+        its tokens are a text member's completion tokens, a vector member's ideas."""
         cfg, samples = self.config, batch.samples
+        policy_loss = POLICY_LOSSES.get(cfg.explore.policy_loss)
+        completion_mask: torch.Tensor | None = getattr(samples.ideas, "completion_mask", None)  # text rollouts'
+
+        def terms(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+            mask = torch.ones_like(logp) if completion_mask is None else completion_mask
+            return policy_loss(logp, old_logp, advantages, mask, cfg, self.generator)
+
         return grpo_loss(
             logp,
             logp.detach() if samples.old_logp is None else samples.old_logp,
@@ -301,7 +332,18 @@ class Member:
             reduce=lambda values: self.rollouts.reduce(values, samples),
             rollout_logp=samples.rollout_logp,
             tis_cap=cfg.policy.causal_lm.rollout.tis_cap,
+            terms=terms,
         )
+
+    def _idea_logp(self, samples: Samples[Any]) -> torch.Tensor:
+        """``[P, G]`` each idea's log-likelihood under the sampling policy (CPU): a vector idea's
+        own, a completion's mean over its tokens (what the unlikeliness reward ranks)."""
+        old = samples.old_logp
+        if old is None:  # the config refuses the unlikeliness reward where it would be
+            raise ValueError("explore.unlikeliness needs the sampling policy's log-probs (grpo.updates_per_batch >= 2)")
+        mask: torch.Tensor | None = getattr(samples.ideas, "completion_mask", None)
+        per_idea = old if mask is None else (old * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)
+        return per_idea.detach().reshape(samples.n_prompts, samples.group_size).cpu()
 
     def finish_step(self, batch: StepBatch[Any], entropy: torch.Tensor, kl: torch.Tensor) -> StepStats:
         """Dual step on α, and what the epoch's metrics need of this step."""

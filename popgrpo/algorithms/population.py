@@ -27,6 +27,10 @@ Built-ins (docs/MECHANISMS.md has the design, the costs and when to pick which):
   the members ranked above it (NEA2/RS-CMSA taboo regions, DvD, SVGD's repulsive term).
 * ``frontier``: Go-Explore (Ecoffet et al. 2021): the bottom fraction returns to stored
   snapshots of members that opened new archive cells, chosen by a count-based weight.
+* ``islands``: FunSearch's island model (Romera-Paredes et al. 2024; EvoTune, arXiv
+  2504.05108): islands of members that never average weights; every few rounds an island's
+  elite migrates (its weights copied over a worst member of the next island), or the worse
+  half of the islands restart from the better half's elites.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ __all__ = [
     "elite_base",
     "frontier_step",
     "independent_step",
+    "island_of",
+    "islands_step",
     "ranking",
     "replaced_count",
     "repulsion_step",
@@ -376,4 +382,67 @@ def frontier_step(inputs: PopulationInputs) -> PopulationDecision:
         mutation=description,
         fetch=sorted(e.member for e in stored if e.key in new_keys),
         frontier=stored,
+    )
+
+
+def island_of(member: int, n_members: int, n_islands: int) -> int:
+    """The island of member ``member`` of ``n_members`` split into ``n_islands`` contiguous blocks: ``⌊k·I/K⌋``."""
+    return member * n_islands // n_members
+
+
+def islands_step(inputs: PopulationInputs) -> PopulationDecision:
+    """Islands that never average weights, with elite migration (FunSearch; EvoTune).
+
+    Member k lives on island :func:`island_of` (``scheduler.islands`` contiguous blocks of the
+    population). Between migrations every member keeps its weights and its Adam state. Every
+    ``scheduler.migration_interval``-th round (``(round + 1) % interval == 0``) a migration
+    copies weights, never averages them; the copies add their ``scheduler.mutate`` mutation
+    and reset Adam when ``scheduler.reset_optimizer``:
+
+    * ``ring``: island i's elite (its best reporting member by the round's objective) replaces
+      the worst reporting member of the next island, i+1 mod I (among the islands that
+      reported), with a copy of its end-of-round weights;
+    * ``reset``: FunSearch's reset: the islands are ranked by their elite, and every member of
+      the worse ⌊I/2⌋ islands copies the elite of one of the better islands, drawn uniformly
+      from the stream ``(run.seed, STREAM_POPULATION, round)``.
+    """
+    config = inputs.config
+    sched = config.scheduler
+    _, _, order, record = ranking(inputs)
+    size = config.population.size
+    n_islands = min(sched.islands, size)
+    groups: dict[int, list[int]] = {}  # island → its reporting members, best first
+    for k in order:
+        groups.setdefault(island_of(k, size, n_islands), []).append(k)
+    migrate = (inputs.round_index + 1) % sched.migration_interval == 0
+    sources: dict[int, int] = {}  # member → the elite whose weights it copies
+    if migrate and len(groups) > 1:
+        islands = sorted(groups)
+        if sched.migration == "ring":
+            for position, island in enumerate(islands):
+                target = islands[(position + 1) % len(islands)]
+                sources[groups[target][-1]] = groups[island][0]
+        else:
+            by_elite = sorted(islands, key=lambda i: order.index(groups[i][0]))
+            n_reset = len(by_elite) // 2
+            better, worse = by_elite[: len(by_elite) - n_reset], by_elite[len(by_elite) - n_reset :]
+            draws = _generator(config, inputs.round_index).integers(0, len(better), size=len(worse))
+            for island, draw in zip(worse, draws, strict=True):
+                for k in groups[island]:
+                    sources[k] = groups[better[int(draw)]][0]
+    mutation, description = _mutation(config)
+    keep = Adoption(OWN, None, False)
+    adoptions = {
+        k: Adoption(copy_base(sources[k]), mutation, sched.reset_optimizer) if k in sources else keep
+        for k in inputs.members
+    }
+    record.update(
+        ranking=order,
+        islands={str(i): groups[i] for i in sorted(groups)},
+        migrate=migrate,
+        migration=sched.migration,
+        copies={str(d): s for d, s in sorted(sources.items())},
+    )
+    return PopulationDecision(
+        adoptions=adoptions, record=record, mutation=description, fetch=sorted(set(sources.values()))
     )

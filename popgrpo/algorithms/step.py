@@ -177,18 +177,29 @@ def shape_returns(
 
 
 def step_advantages(
-    returns: torch.Tensor, complexity: torch.Tensor, finite: torch.Tensor, n_bad: int, bins: int, eps: float
+    returns: torch.Tensor,
+    complexity: torch.Tensor,
+    finite: torch.Tensor,
+    n_bad: int,
+    bins: int,
+    eps: float,
+    estimate: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Group-relative advantages of ``returns [P, G]`` (eq. 6 within complexity bins when ``bins > 1``).
 
-    An idea with a NaN/inf reward takes its group's mean return before normalising, so it
-    does not move its group's statistics, and then gets advantage exactly 0.
+    ``estimate`` maps one group's (or bin's) ``[P, g]`` returns to advantages (``explore.advantage``,
+    :mod:`popgrpo.algorithms.exploration`); None: GRPO's normalisation. An idea with a NaN/inf
+    reward takes its group's mean return before the estimate, so it does not move its group's
+    statistics, and then gets advantage exactly 0.
     """
     if n_bad:
         counts = finite.sum(dim=1, keepdim=True).clamp_min(1)
         group_mean = (returns * finite).sum(dim=1, keepdim=True) / counts
         returns = torch.where(finite, returns, group_mean.expand_as(returns))
-    adv = binned_advantages(returns, complexity, bins, eps) if bins > 1 else group_advantages(returns, eps)
+    if bins > 1:
+        adv = binned_advantages(returns, complexity, bins, eps, within=estimate)
+    else:
+        adv = group_advantages(returns, eps) if estimate is None else estimate(returns)
     return torch.where(finite, adv, torch.zeros_like(adv)) if n_bad else adv
 
 
@@ -205,6 +216,7 @@ def grpo_loss(
     reduce: Callable[[torch.Tensor], torch.Tensor] = torch.mean,
     rollout_logp: torch.Tensor | None = None,
     tis_cap: float = 2.0,
+    terms: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The GRPO loss of eq. 4: clipped surrogate + β·KL(k3) − α·H; returns ``(loss, kl)``.
 
@@ -214,10 +226,12 @@ def grpo_loss(
     the mean, or a masked token aggregate for text. ``alpha`` None: no entropy bonus.
     ``rollout_logp`` (same shape): the log-probs a rollout engine reported for the sampled
     ideas; each surrogate term is then weighted by ``min(exp(old_logp − rollout_logp),
-    tis_cap)`` (:func:`~popgrpo.core.tis.tis_weights`). None: no weighting.
+    tis_cap)`` (:func:`~popgrpo.core.tis.tis_weights`). None: no weighting. ``terms``
+    ``(logp, old_logp, advantages) → per-idea (per-token) losses`` replaces the clipped
+    surrogate (``explore.policy_loss``: clip-higher, Clip-Cov, KL-Cov); None: the clipped surrogate.
     """
     kl = reduce(kl_penalty(logp, ref_logp))
-    surrogate = clipped_terms(logp, old_logp, advantages, clip)
+    surrogate = clipped_terms(logp, old_logp, advantages, clip) if terms is None else terms(logp, old_logp, advantages)
     if rollout_logp is not None:
         surrogate = surrogate * tis_weights(old_logp, rollout_logp, tis_cap)
     loss = reduce(surrogate) + kl_coef * kl

@@ -20,11 +20,13 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from popgrpo.registry import (
+    ADVANTAGES,
     ENVIRONMENTS,
     LOGGERS,
     MERGES,
     MUTATIONS,
     POLICIES,
+    POLICY_LOSSES,
     POPULATION_STEPS,
     PROXY_COMBINES,
     REWARD_SOURCES,
@@ -72,6 +74,8 @@ PopulationStepName = Annotated[str, AfterValidator(POPULATION_STEPS.check)]
 SelectionStatisticName = Annotated[str, AfterValidator(SELECTION_STATISTICS.check)]
 ProxyCombineName = Annotated[str, AfterValidator(PROXY_COMBINES.check)]
 RolloutEngineName = Annotated[str, AfterValidator(ROLLOUT_ENGINES.check)]
+AdvantageName = Annotated[str, AfterValidator(ADVANTAGES.check)]
+PolicyLossName = Annotated[str, AfterValidator(POLICY_LOSSES.check)]
 
 
 def checkpoint_due(index: int, every: int, last: bool = False) -> bool:
@@ -93,7 +97,7 @@ HELD_OUT_METRICS = (POP_SCORE, "reward_mean", "reward_max", "diversity", "pass_a
 
 
 # The built-in population mechanisms that merge nothing (scheduler.top_m and merge unused).
-MECHANISMS_WITHOUT_MERGE = ("independent", "truncation", "repulsion", "frontier")
+MECHANISMS_WITHOUT_MERGE = ("independent", "truncation", "repulsion", "frontier", "islands")
 
 
 # Upper bounds of the sizes that allocate memory at start-up (each member's policy, Adam state
@@ -765,7 +769,7 @@ class SchedulerConfig(Section):
 
     population: PopulationStepName = Field(
         default="soup",
-        description="The population mechanism of a round's end (popgrpo.algorithms.population, docs/MECHANISMS.md). `soup`: every member continues from the merge of the top M (scheduler.merge) plus its mutation (main paper §4.3). `soup_svd`: the uniform soup with the SVD mutation in its `add` form, one named choice (ignores merge, mutate and svd_mode; docs/MERGING.md's ablation). `independent`: no averaging, each member keeps its weights and adds its mutation (ingredient arms: perturb + reset; reset only with mutate=none). `truncation`: the bottom truncation_fraction copy a top member and mutate (PBT exploit/explore, Jaderberg et al. 2017). `repulsion`: members keep their weights and their returns are lowered near where fitter members found their best ideas (NEA2 / RS-CMSA taboo regions, DvD, SVGD). `frontier`: the bottom truncation_fraction return to stored snapshots of members that opened archive cells (Go-Explore, Ecoffet et al. 2021).",
+        description="The population mechanism of a round's end (popgrpo.algorithms.population, docs/MECHANISMS.md). `soup`: every member continues from the merge of the top M (scheduler.merge) plus its mutation (main paper §4.3). `soup_svd`: the uniform soup with the SVD mutation in its `add` form, one named choice (ignores merge, mutate and svd_mode; docs/MERGING.md's ablation). `independent`: no averaging, each member keeps its weights and adds its mutation (ingredient arms: perturb + reset; reset only with mutate=none). `truncation`: the bottom truncation_fraction copy a top member and mutate (PBT exploit/explore, Jaderberg et al. 2017). `repulsion`: members keep their weights and their returns are lowered near where fitter members found their best ideas (NEA2 / RS-CMSA taboo regions, DvD, SVGD). `frontier`: the bottom truncation_fraction return to stored snapshots of members that opened archive cells (Go-Explore, Ecoffet et al. 2021). `islands`: scheduler.islands islands that never average weights, with the elite's weights migrating every migration_interval rounds (FunSearch; EvoTune).",
     )
     reset_optimizer: bool = Field(
         default=True,
@@ -792,6 +796,20 @@ class SchedulerConfig(Section):
         ge=1,
         le=1024,
         description="population=frontier: policy snapshots the driver keeps (each is one member's weights in the driver's memory).",
+    )
+    islands: int = Field(
+        default=2,
+        ge=2,
+        description="population=islands: islands the population is split into, member k on island ⌊k·I/K⌋ (contiguous blocks); members train apart and never average weights (FunSearch, Romera-Paredes et al. 2024; EvoTune, arXiv 2504.05108). At most population.size.",
+    )
+    migration_interval: int = Field(
+        default=1,
+        ge=1,
+        description="population=islands: rounds between migrations; rounds in between leave every member as it is (weights and Adam).",
+    )
+    migration: Literal["ring", "reset"] = Field(
+        default="ring",
+        description="population=islands: what a migration does. `ring`: the elite (best by the round's objective) of island i replaces the worst member of island i+1 (mod I) with a copy of its weights plus its mutation (scheduler.mutate). `reset`: FunSearch's reset, the worse half of the islands (ranked by their elite's score) have every member replaced by a copy of the elite of an island of the better half, drawn from the stream (run.seed, 5, round), plus its mutation.",
     )
 
     @model_validator(mode="after")
@@ -881,6 +899,65 @@ class RewardConfig(Section):
         return self
 
 
+class ExploreConfig(Section):
+    advantage: AdvantageName = Field(
+        default="group",
+        description="How a group's shaped returns become advantages (popgrpo.algorithms.exploration; within each complexity bin when maxent.complexity_bins > 1). `group`: GRPO's (r − mean)/(std + ε). `passk`: the closed-form pass@k advantage of Pass@k Training (Chen et al. 2025, arXiv 2508.10751), correct = return >= eval.success_threshold. `maxk`: PKPO's max@k advantage for continuous returns (Walder & Karkhanis 2025, arXiv 2505.15201), each idea's mean gain to the max of the k-subsets holding it over the same subsets without it (unbiased, never negative, not normalised). `reinforce`: +1 correct, −1 otherwise, no baseline (W-REINFORCE with positive_weight, Zhu et al. 2025, arXiv 2506.01347).",
+    )
+    k: int = Field(
+        default=4,
+        ge=1,
+        description="k of explore.advantage=passk / maxk (at most grpo.group_size; capped at a complexity bin's size).",
+    )
+    positive_weight: float = Field(
+        default=1.0,
+        ge=0,
+        description="λ multiplying every positive advantage after the estimator (W-REINFORCE: 0.1 with advantage=reinforce, Zhu et al. 2025, arXiv 2506.01347). 1: off.",
+    )
+    unlikeliness: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="β_rank of the unlikeliness reward (He, Fried, Welleck 2025, arXiv 2506.02355): within a group, a positive reward is scaled by 1 − β·rank/G, rank 0 the idea least likely under the sampling policy, so likely correct ideas count less. Applied to the reward before archive, count and novelty bonuses. 0: off. Text members need grpo.updates_per_batch >= 2.",
+    )
+    count_bonus: float = Field(
+        default=0.0,
+        ge=0,
+        description="c of the outcome-count bonus c·min(1, 1/sqrt(N(cell))) added to the returns (Song, Kempe, Munos 2025, arXiv 2509.06941, historical exploration), N the times the idea's archive cell has been seen, this batch included. The counts live with the archive: with archive.shared=true one table pooled over the population (in the archive actor on Ray), with false one per member (the uncoupled arm). 0: off.",
+    )
+    policy_loss: PolicyLossName = Field(
+        default="clip",
+        description="The policy-gradient term (popgrpo.core.grpo, popgrpo.core.covariance); a vector policy's tokens are its ideas. `clip`: PPO's clipped surrogate, ratio clipped to [1 − grpo.clip, 1 + clip_high]. `clip_cov`: Clip-Cov (Cui et al. 2025, arXiv 2505.22617): on top of `clip`, a random cov_ratio share of the tokens whose covariance of log-prob and advantage lies in [clip_cov_low, clip_cov_high] loses its gradient. `kl_cov`: KL-Cov (same paper): the unclipped surrogate plus kl_cov_coef·|log π − log π_old| on the cov_ratio share of tokens of largest covariance.",
+    )
+    clip_high: float | None = Field(
+        default=None,
+        gt=0,
+        lt=10,
+        description="Clip-higher (DAPO, Yu et al. 2025, arXiv 2503.14476: 0.28 with grpo.clip 0.2): the upper clip range ε_high of policy_loss clip and clip_cov. null: ε_high = grpo.clip.",
+    )
+    cov_ratio: float = Field(
+        default=2e-4,
+        gt=0,
+        le=1,
+        description="clip_cov / kl_cov: share of a step's tokens (ideas) acted on, at least 1 (Cui et al. 2025: 2e-4 for Clip-Cov, 2e-3 for KL-Cov on 7B models).",
+    )
+    clip_cov_low: float = Field(
+        default=1.0, description="clip_cov: lower bound ω_low of the covariance window (Cui et al. 2025: 1)."
+    )
+    clip_cov_high: float = Field(
+        default=5.0, description="clip_cov: upper bound ω_high of the covariance window (Cui et al. 2025: 5)."
+    )
+    kl_cov_coef: float = Field(
+        default=1.0, ge=0, description="kl_cov: coefficient β of the |log π − log π_old| penalty (Cui et al. 2025: 1)."
+    )
+
+    @model_validator(mode="after")
+    def _window(self) -> ExploreConfig:
+        if self.clip_cov_high < self.clip_cov_low:
+            raise ValueError(f"clip_cov_high ({self.clip_cov_high}) must be >= clip_cov_low ({self.clip_cov_low})")
+        return self
+
+
 class Config(Section):
     """A whole run. Sections mirror the paper: GRPO, QD, MaxEnt, population/scheduler."""
 
@@ -890,6 +967,10 @@ class Config(Section):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO optimisation.")
     qd: QDConfig = Field(default_factory=QDConfig, description="QD-GRPO archive bonuses.")
     maxent: MaxEntConfig = Field(default_factory=MaxEntConfig, description="MaxEnt-GRPO shapers.")
+    explore: ExploreConfig = Field(
+        default_factory=ExploreConfig,
+        description="Exploration mechanisms of 2025: pass@k / max@k advantages, W-REINFORCE, the unlikeliness reward, outcome-count bonuses, clip-higher, Clip-Cov and KL-Cov (docs/MECHANISMS.md).",
+    )
     archive: ArchiveConfig = Field(
         default_factory=ArchiveConfig, description="The MAP-Elites archive and novelty memory."
     )
@@ -944,7 +1025,7 @@ class Config(Section):
         if (
             sched.enabled
             and self.population.vectorize
-            and sched.population in ("truncation", "frontier")
+            and sched.population in ("truncation", "frontier", "islands")
             and sched.reset_optimizer
         ):
             raise ValueError(
@@ -955,6 +1036,25 @@ class Config(Section):
         if "novelty" in self.scheduler.objectives and not self.maxent.novelty.enabled:
             raise ValueError(
                 "scheduler.objectives: `novelty` needs maxent.novelty.enabled=true (it is NaN for every member otherwise)"
+            )
+        if sched.enabled and sched.population == "islands" and sched.islands > self.population.size:
+            raise ValueError(
+                f"scheduler.islands ({sched.islands}) must be <= population.size ({self.population.size}): "
+                "every island needs a member"
+            )
+        if self.explore.k > self.grpo.group_size:
+            raise ValueError(
+                f"explore.k ({self.explore.k}) must be <= grpo.group_size ({self.grpo.group_size}): "
+                "pass@k and max@k advantages take k-subsets of one group"
+            )
+        if (
+            self.explore.unlikeliness > 0
+            and ideas_of(POLICIES, self.policy.kind) == TEXT_IDEAS
+            and self.grpo.updates_per_batch < 2
+        ):
+            raise ValueError(
+                "explore.unlikeliness ranks completions by the sampling policy's log-probs, which a text member "
+                "computes only with grpo.updates_per_batch >= 2: raise it, or set explore.unlikeliness=0"
             )
         return self
 

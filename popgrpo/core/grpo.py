@@ -9,6 +9,8 @@ main paper eqs. 3 and 6 for the shaped variants.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 __all__ = [
@@ -55,7 +57,11 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def binned_advantages(
-    returns: torch.Tensor, complexity: torch.Tensor, bins: int = 3, eps: float = 1e-6
+    returns: torch.Tensor,
+    complexity: torch.Tensor,
+    bins: int = 3,
+    eps: float = 1e-6,
+    within: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Length-conditional normalisation (MaxEnt-GRPO, main paper eq. 6).
 
@@ -68,6 +74,8 @@ def binned_advantages(
         returns: ``[P, G]`` shaped returns (reward plus any bonuses).
         complexity: ``[P, G]`` complexity of each idea (e.g. its L2 norm).
         bins: number of complexity bins ``L``; ``bins=1`` is plain :func:`group_advantages`.
+        within: the advantages of one bin's ``[P, g]`` returns; None: :func:`group_advantages`
+            (another estimator, e.g. pass@k's, is then computed within each bin).
 
     Returns:
         ``[P, G]`` advantages, in the original idea order.
@@ -80,7 +88,11 @@ def binned_advantages(
         raise ValueError(f"bins must be >= 1, got {bins}")
     order = torch.argsort(complexity, dim=1, stable=True)
     sorted_returns = torch.gather(returns, 1, order)
-    pieces = [group_advantages(chunk, eps) for chunk in torch.tensor_split(sorted_returns, bins, dim=1)]
+
+    def estimate(chunk: torch.Tensor) -> torch.Tensor:
+        return group_advantages(chunk, eps) if within is None else within(chunk)
+
+    pieces = [estimate(chunk) for chunk in torch.tensor_split(sorted_returns, bins, dim=1)]
     sorted_adv = torch.cat(pieces, dim=1)
     advantages = torch.empty_like(returns)
     advantages.scatter_(1, order, sorted_adv)
@@ -88,18 +100,25 @@ def binned_advantages(
 
 
 def clipped_terms(
-    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float = 0.2
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: float = 0.2,
+    clip_high: float | None = None,
 ) -> torch.Tensor:
-    """The PPO/GRPO clipped surrogate per idea (or token), as a loss: ``−min(ρ A, clip(ρ, 1 ± ε) A)``.
+    """The PPO/GRPO clipped surrogate per idea (or token), as a loss: ``−min(ρ A, clip(ρ, 1 − ε, 1 + ε_high) A)``.
 
     ``ρ = exp(logp − old_logp)``; ``advantages`` broadcasts against ``logp`` (``[N, 1]`` for
-    ``[N, T]`` tokens sharing their completion's advantage). The caller reduces the terms:
-    :func:`clipped_surrogate` takes their mean, :func:`token_clipped_surrogate` a
-    :func:`masked_aggregate`.
+    ``[N, T]`` tokens sharing their completion's advantage). ``clip_high`` is DAPO's decoupled
+    upper range ε_high ("clip-higher", Yu et al. 2025, §3.1: a larger ε_high lets unlikely
+    tokens with positive advantage grow, which keeps entropy up); None: ε_high = ε. The caller
+    reduces the terms: :func:`clipped_surrogate` takes their mean, :func:`token_clipped_surrogate`
+    a :func:`masked_aggregate`.
     """
     ratio = torch.exp(logp - old_logp)
     unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * advantages
+    high = clip if clip_high is None else clip_high
+    clipped = torch.clamp(ratio, 1.0 - clip, 1.0 + high) * advantages
     return -torch.minimum(unclipped, clipped)
 
 

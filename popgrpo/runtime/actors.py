@@ -133,6 +133,10 @@ class ArchiveActor:
     def stats(self, archive_id: int) -> dict[str, float]:
         return self.archives[archive_id].stats()
 
+    def count(self, archive_id: int, behaviours: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        """:meth:`LocalArchive.count` on archive ``archive_id`` (the outcome-count bonus, pooled when shared)."""
+        return self.archives[archive_id].count(behaviours, keep)
+
     def state_dicts(self) -> list[LocalArchiveState]:
         return [a.state_dict() for a in self.archives]
 
@@ -178,6 +182,10 @@ class RemoteArchive:
 
     def stats(self) -> dict[str, float]:
         return ray.get(self.handle.stats.remote(self.archive_id), timeout=MEMBER_WAIT_S)
+
+    def count(self, behaviours: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        # After this caller's submitted steps: one caller's calls run on the actor in order.
+        return ray.get(self.handle.count.remote(self.archive_id, behaviours, keep), timeout=MEMBER_WAIT_S)
 
 
 class GroupSnapshot(TypedDict):

@@ -206,3 +206,40 @@ def test_top_m_binds_only_the_mechanisms_that_merge():
         load_config(None, [*base, "scheduler.population=soup_svd"])
     for mechanism in ("independent", "truncation", "repulsion", "frontier"):
         assert load_config(None, [*base, f"scheduler.population={mechanism}"]).scheduler.top_m == 3
+
+
+ISLANDS = (*SELECTING, "scheduler.population=islands", "scheduler.islands=3")  # islands {0,1} {2,3} {4,5}
+
+
+def test_islands_ring_migration_copies_each_elite_over_the_next_islands_worst():
+    decision = POPULATION_STEPS.get("islands")(_inputs(defaults(*ISLANDS)))
+    # elites 1, 3, 4 (reward_max 0.9, 0.7, 0.5); worst 0, 2, 5: 1 → island 1's 2, 3 → 5, 4 → 0
+    assert decision.record["islands"] == {"0": [1, 0], "1": [3, 2], "2": [4, 5]}
+    assert decision.record["copies"] == {"0": 4, "2": 1, "5": 3} and decision.fetch == [1, 3, 4]
+    assert decision.merge == []  # islands never average weights
+    for k, adoption in decision.adoptions.items():
+        if str(k) in decision.record["copies"]:
+            assert adoption.base == copy_base(decision.record["copies"][str(k)]) and adoption.reset_optimizer
+            assert adoption.mutation == Mutation("gaussian", sigma=0.01)
+        else:
+            assert (adoption.base, adoption.mutation, adoption.reset_optimizer) == (OWN, None, False)
+
+
+def test_islands_reset_restarts_the_worse_half_from_a_better_islands_elite():
+    decision = POPULATION_STEPS.get("islands")(_inputs(defaults(*ISLANDS, "scheduler.migration=reset")))
+    copies = decision.record["copies"]
+    assert set(copies) == {"4", "5"} and len(set(copies.values())) == 1 and copies["4"] in (1, 3)
+    assert all(decision.adoptions[k].base == OWN for k in range(4)) and decision.merge == []
+
+
+def test_islands_migrate_only_every_interval_rounds():
+    cfg = defaults(*ISLANDS, "scheduler.migration_interval=2")
+    quiet = POPULATION_STEPS.get("islands")(_inputs(cfg, round_index=0))
+    assert quiet.record["migrate"] is False and quiet.record["copies"] == {} and quiet.fetch == []
+    assert all(a.base == OWN and a.mutation is None for a in quiet.adoptions.values())
+    assert POPULATION_STEPS.get("islands")(_inputs(cfg, round_index=1)).record["copies"]
+
+
+def test_more_islands_than_members_is_refused():
+    with pytest.raises(ConfigError, match=r"scheduler.islands \(7\) must be <= population.size \(6\)"):
+        load_config(None, [*ISLANDS[:-1], "scheduler.islands=7"])

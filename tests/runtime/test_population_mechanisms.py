@@ -16,7 +16,7 @@ from tests.configs import RAY_PAIRS, SHORT_ROUNDS, pop_grpo
 
 K = 4
 ROUNDS = (f"population.size={K}", "run.epochs=6", *SHORT_ROUNDS)
-MECHANISMS = ["soup", "soup_svd", "independent", "truncation", "repulsion", "frontier"]
+MECHANISMS = ["soup", "soup_svd", "independent", "truncation", "repulsion", "frontier", "islands"]
 
 
 def _drive(cfg, executor, close=True):
@@ -92,6 +92,21 @@ def test_truncation_copies_are_exact_and_the_rest_untouched():
             assert _equal(after[k], before[source])
         assert rec["population"]["members"][str(rec["ranking"][-1])]["reset"] is True
         assert rec["population"]["members"][str(rec["ranking"][0])] == {"base": "own", "mutate": False, "reset": False}
+
+
+def test_islands_copy_elites_exactly_and_never_average():
+    # two islands {0, 1} and {2, 3}; ring migration every round: each island's elite replaces the
+    # other island's worst. Every member then holds exactly some member's end-of-round weights.
+    cfg = pop_grpo(*ROUNDS, "scheduler.population=islands", "scheduler.perturb_sigma=0")
+    rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
+    assert len(rounds) == 2
+    for rec, before, after in rounds:
+        assert "merge" not in rec and rec["islands"].keys() == {"0", "1"}
+        copies = {int(d): s for d, s in rec["copies"].items()}
+        assert len(copies) == 2 and all((d < 2) != (s < 2) for d, s in copies.items())  # across islands
+        for k in range(K):
+            assert _equal(after[k], before[copies.get(k, k)])
+        assert rec["population"]["members"][str(next(iter(copies)))]["reset"] is True
 
 
 def test_frontier_returns_to_stored_snapshots():

@@ -135,3 +135,14 @@ def test_epoch_inserts_into_a_shared_archive_actor_lose_and_double_nothing(ray_l
     # The member whose insert came last read the archive's final coverage right after it.
     last = [r["archive_coverage"] for r in rows if r["epoch"] == cfg.run.epochs - 1]
     assert max(last) == pytest.approx(elites / archives[0].grid.n_cells)
+
+
+def test_outcome_counts_are_pooled_in_the_archive_actor(ray_local):
+    # explore.count_bonus: with a shared archive the archive actor counts every member's ideas in
+    # one table (what each member's bonus reads); with private archives each member counts its own.
+    counting = ("explore.count_bonus=0.3", "run.epochs=2")
+    rows, _, archives, _ = _run(RayExecutor, pop_grpo(*SHAPE, *counting, "archive.shared=true"))
+    assert len(archives) == 1 and archives[0].outcomes.total == sum(r["ideas"] for r in rows) > 0
+    rows, _, archives, _ = _run(RayExecutor, pop_grpo(*SHAPE, *counting, "archive.shared=false"))
+    per_member = [sum(r["ideas"] for r in rows if r["member"] == k) for k in range(4)]
+    assert [a.outcomes.total for a in archives] == per_member
