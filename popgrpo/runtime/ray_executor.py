@@ -605,7 +605,9 @@ class RayExecutor:
         results: dict[int, list[dict]] = {}
         for part in self._call("train", lambda g: (n_epochs,), replayable=True).values():
             results.update(part)
-        return [results[k] for k in range(self.n_members)]
+        out = [results[k] for k in range(self.n_members)]
+        self.metrics.record_rows((row for rows in out for row in rows), self.n_members)  # population gauges
+        return out
 
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         wanted: dict[int, list[int]] = {}
@@ -711,6 +713,7 @@ class RayExecutor:
             try:
                 rows = cast(dict[int, list[dict]], self._fetch(ref, "train", start, n_epochs))  # see _archive_states
                 self._since_adopt.setdefault(g, []).append(("train", (n_epochs,)))
+                self.metrics.record_rows((row for part in rows.values() for row in part), self.n_members)
                 return handle, rows
             except (*LOST_ANSWER, CallTimeout) as exc:
                 self._lost(g, attempts, _loss_reason(exc), exc)

@@ -7,13 +7,18 @@ Prometheus exporter adds its ``ray_`` prefix, so Prometheus and Grafana see
 directory's name); per-member series also carry ``member``.
 
 Member metrics are set inside the member actors after every epoch (live within a round);
-the round gauge and the restarts counter are set by the driver-side executor.
+the round gauge, the restarts counter and the population's code metrics (pooled over every
+member's rows of an epoch, :mod:`popgrpo.telemetry.code_population`) are set by the
+driver-side executor as the members' rows come back. The ``code`` metrics are exported by runs
+on code problems (``env.kind: code``) only: other runs have no pass@k to report.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["METRICS", "LiveMetrics", "metrics_markdown"]
 
@@ -24,9 +29,12 @@ class MetricSpec:
     description: str
     tags: tuple[str, ...]
     row_key: str | None = None  # the metrics.parquet column it mirrors, if any
+    population_key: str | None = None  # the key of population_code_scalars it mirrors, if any
+    code: bool = False  # exported by runs on code problems only
 
 
 _MEMBER = ("run", "member")
+_RUN = ("run",)
 METRICS: dict[str, MetricSpec] = {
     "popgrpo_reward_mean": MetricSpec(
         "gauge", "Mean execution reward of the member's latest epoch.", _MEMBER, "reward_mean"
@@ -68,7 +76,77 @@ METRICS: dict[str, MetricSpec] = {
         _MEMBER,
         "control_expected_reward",
     ),
-    "popgrpo_round": MetricSpec("gauge", "Scheduler round in progress (0-based).", ("run",)),
+    "popgrpo_code_pass_at_1": MetricSpec(
+        "gauge",
+        "Code problems: the member's unbiased pass@1 over the problems it answered in its latest epoch (a sample passes when it passes every test).",
+        _MEMBER,
+        "code_pass_at_1",
+        code=True,
+    ),
+    "popgrpo_code_pass_at_group": MetricSpec(
+        "gauge",
+        "Code problems: the member's unbiased pass@k, k = the group size, over the problems it answered in its latest epoch.",
+        _MEMBER,
+        "code_pass_at_group",
+        code=True,
+    ),
+    "popgrpo_code_solved": MetricSpec(
+        "gauge",
+        "Code problems: problems the member solved (at least one sample passed every test) in its latest epoch.",
+        _MEMBER,
+        "code_solved",
+        code=True,
+    ),
+    "popgrpo_code_distinct_correct": MetricSpec(
+        "gauge",
+        "Code problems: distinct correct programs (AST-normalised: renaming does not count) per problem the member solved in its latest epoch.",
+        _MEMBER,
+        "code_distinct_correct",
+        code=True,
+    ),
+    "popgrpo_population_code_pass_at_1": MetricSpec(
+        "gauge",
+        "Code problems: the population's pass@1 over every member's samples of the latest epoch all members finished, pooled per problem.",
+        _RUN,
+        population_key="population_code_pass_at_1",
+        code=True,
+    ),
+    "popgrpo_population_code_pass_at_group": MetricSpec(
+        "gauge",
+        "Code problems: the population's pass@k (k = the group size) over the pooled samples of the latest epoch all members finished.",
+        _RUN,
+        population_key="population_code_pass_at_group",
+        code=True,
+    ),
+    "popgrpo_best_member_code_pass_at_group": MetricSpec(
+        "gauge",
+        "Code problems: the best single member's pass@k (k = the group size) in the same epoch, for comparison with the population's.",
+        _RUN,
+        population_key="best_member_code_pass_at_group",
+        code=True,
+    ),
+    "popgrpo_population_code_solved": MetricSpec(
+        "gauge",
+        "Code problems: problems solved by any member in the latest epoch all members finished.",
+        _RUN,
+        population_key="population_code_solved",
+        code=True,
+    ),
+    "popgrpo_best_member_code_solved": MetricSpec(
+        "gauge",
+        "Code problems: problems solved by the best single member in the same epoch.",
+        _RUN,
+        population_key="best_member_code_solved",
+        code=True,
+    ),
+    "popgrpo_population_code_distinct_correct": MetricSpec(
+        "gauge",
+        "Code problems: distinct correct programs of all members together per problem solved, in the latest epoch all members finished.",
+        _RUN,
+        population_key="population_code_distinct_correct",
+        code=True,
+    ),
+    "popgrpo_round": MetricSpec("gauge", "Scheduler round in progress (0-based).", _RUN),
     "popgrpo_restarts_total": MetricSpec(
         "counter",
         "Actors rebuilt or restarted after a failure (member actors, archive actor); cause `lost` (its process or node died) or `hung` (no answer within its deadline: its process was ended and it was replaced).",
@@ -99,6 +177,9 @@ class LiveMetrics:
         self._last: dict[tuple[str, tuple], float] = {}  # (gauge, sorted tags) -> last value
         self._lock = threading.Lock()
         self._refresh_s = refresh_s
+        # Rows of epochs not every member has finished yet (code runs only): {epoch: {member: row}}.
+        self._pending: dict[int, dict[int, Mapping[str, Any]]] = {}
+        self._published_epoch = -1
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._keep_alive, name="popgrpo-metrics", daemon=True)
         self._thread.start()
@@ -127,13 +208,35 @@ class LiveMetrics:
         for name, spec in METRICS.items():
             if spec.row_key is None:
                 continue
-            value = float(row[spec.row_key])
+            value = float(row.get(spec.row_key, float("nan")))
             if value != value:  # NaN (e.g. no finite reward this epoch): leave the last value
                 continue
             if spec.kind == "gauge":
                 self._set(name, value, tags)
             elif value > 0:
                 self._counters[name].inc(value, tags=tags)
+
+    def record_rows(self, rows: Iterable[Mapping[str, Any]], members: int) -> None:
+        """Members' rows as they come back to the driver (a round's, or one actor's in an
+        asynchronous run): once every one of the ``members`` has finished an epoch, the
+        population's code gauges show that epoch's pooled figures. Rows without a code record
+        (runs not on code problems) are not kept."""
+        from popgrpo.telemetry.code_population import population_code_scalars
+
+        for row in rows:
+            epoch = int(row["epoch"])
+            if isinstance(row.get("code_problems"), str) and epoch > self._published_epoch:
+                self._pending.setdefault(epoch, {})[int(row["member"])] = row
+        complete = [epoch for epoch, by_member in self._pending.items() if len(by_member) >= members]
+        if not complete:
+            return
+        latest = max(complete)
+        values = population_code_scalars(list(self._pending[latest].values()))
+        self._pending = {epoch: rows for epoch, rows in self._pending.items() if epoch > latest}
+        self._published_epoch = latest
+        for name, spec in METRICS.items():
+            if spec.population_key is not None and spec.population_key in values:
+                self._set(name, values[spec.population_key], {"run": self.run})
 
     def record_round(self, round_index: int) -> None:
         self._set("popgrpo_round", round_index, {"run": self.run})
@@ -146,5 +249,6 @@ class LiveMetrics:
 def metrics_markdown() -> str:
     lines = ["| metric (Prometheus: `ray_` + name) | type | tags | meaning |", "| --- | --- | --- | --- |"]
     for name, spec in METRICS.items():
-        lines.append(f"| `{name}` | {spec.kind} | {', '.join(spec.tags)} | {spec.description} |")
+        meaning = spec.description + (" Exported by code runs only." if spec.code else "")
+        lines.append(f"| `{name}` | {spec.kind} | {', '.join(spec.tags)} | {meaning} |")
     return "\n".join(lines) + "\n"

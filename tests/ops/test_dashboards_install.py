@@ -457,6 +457,41 @@ def test_every_exported_metric_has_a_panel():
     assert used == set(METRICS)
 
 
+def test_the_code_panels_chart_each_member_and_the_population():
+    """Every code series (pass@1, pass@k, problems solved, distinct correct) is on a Code panel:
+    per member one line each (``max by (run, member)``, legend naming the member), the
+    population's and the best member's one line per run."""
+    code = {name: spec for name, spec in METRICS.items() if spec.code}
+    assert {
+        "popgrpo_code_pass_at_group",
+        "popgrpo_population_code_pass_at_group",
+        "popgrpo_population_code_solved",
+    } <= set(code)
+    found: dict[str, tuple[str, dict]] = {}
+    for title, target in dashboards.panel_targets(dashboards.load_dashboard()):
+        names = re.findall(r"ray_(popgrpo_\w+)\{", target["expr"])
+        assert len(names) == 1, title
+        [name] = names
+        if name in code:
+            found[name] = (title, target)
+        else:
+            assert not title.startswith("Code"), title
+    assert set(found) == set(code)
+    for name, (title, target) in found.items():
+        assert title.startswith("Code: "), name
+        if "member" in code[name].tags:
+            assert target["expr"] == f'max by (run, member) (ray_{name}{{run=~"$run", member=~"$member"}})'
+            assert "{{member}}" in target["legendFormat"]
+        else:
+            assert target["expr"] == f'max by (run) (ray_{name}{{run=~"$run"}})'
+            assert "{{member}}" not in target["legendFormat"]
+    # A panel shows one figure for members and population alike: pass@1 with pass@1, etc.
+    by_panel: dict[str, set[str]] = {}
+    for name, (title, _) in found.items():
+        by_panel.setdefault(title, set()).add(name.replace("population_", "").replace("best_member_", ""))
+    assert all(len(figures) == 1 for figures in by_panel.values()), by_panel
+
+
 def test_with_datasource_and_the_payloads_are_pure():
     dash = dashboards.load_dashboard()
     before = copy.deepcopy(dash)
