@@ -59,7 +59,7 @@ def _say(message: str) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from popgrpo.preflight import check_run
+    from popgrpo.preflight import check_run, find_inputs, load_inputs
 
     say = None if args.quiet else _say
     # In this process or an embedded Ray: the run's workers import what they need here.
@@ -84,13 +84,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if args.epochs is not None:
             raise ConfigError(f"--epochs extends a run with --resume; for a new run use --set run.epochs={args.epochs}")
         config = load_args_config(args)
+        config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
+        find_inputs(config, config_file, workers_here=workers_here)  # typos first: nothing heavy imported yet
         from popgrpo.telemetry.loggers import check_available
 
         check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
         _check_proxy(config)
-        _check_problems(config)
-        config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
-        check_run(config, config_file, workers_here=workers_here)
+        _check_env_inputs(config)
+        load_inputs(config)
     from popgrpo.telemetry.run_dir import default_run_dir, writable_directory
 
     if config is None:
@@ -242,16 +243,12 @@ def _check_executor(config: Config, executor: str) -> None:
         )
 
 
-def _check_problems(config: Config) -> None:
-    """env.kind=code: a missing file or a bad row is bad input (exit 2, one line naming the row and column)."""
-    if config.env.kind == "code":
-        from popgrpo.envs.code import check_problems
-        from popgrpo.envs.problems import ProblemSetError
+def _check_env_inputs(config: Config) -> None:
+    """What the environment reads besides its config (env.kind=code: its problem set), checked by
+    its registered kind: a missing file or a bad row is bad input (exit 2, one line)."""
+    from popgrpo.envs.kinds import env_kind
 
-        try:
-            check_problems(config)
-        except ProblemSetError as exc:
-            raise ConfigError(str(exc)) from None
+    env_kind(config.env.kind).check_inputs(config)
 
 
 def _check_proxy(config: Config) -> None:
@@ -318,7 +315,20 @@ def _quiet_hugging_face() -> None:
     warnings.filterwarnings("ignore", message=_PEFT_DEPRECATION, category=FutureWarning)
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Sub-commands whose parsers this module builds itself; the others' come from their modules,
+# imported only when the command line asks for one of them (or for the usage): a `popgrpo
+# train` mistake is reported before they load (ray_jobs, study, sim, ...).
+_OWN_COMMANDS = ("train", "config", "lm")
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The sub-command ``argv`` names, if any: its first word (the top level takes no option but ``-h``)."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``popgrpo`` parser; with ``command`` one of :data:`_OWN_COMMANDS`, without the other
+    sub-commands (their modules are not imported)."""
     parser = argparse.ArgumentParser(prog="popgrpo", description="Population GRPO against diversity collapse.")
     sub = parser.add_subparsers(dest="command")
 
@@ -375,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     from popgrpo.lm_commands import add_lm_parsers
 
     add_lm_parsers(lm)
+    if command in _OWN_COMMANDS:
+        return parser
 
     from popgrpo.ops import dashboards, monitor, ray_jobs
     from popgrpo.reward_models import cli as rm_cli
@@ -393,7 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if args.command is None:  # `popgrpo` alone: the usage, nothing started (training is `popgrpo train`)
         parser.print_help()

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from popgrpo.config import Config, ConfigError, TextEnvConfig
 
-__all__ = ["check_run", "reward_import_paths", "use_import_paths"]
+__all__ = ["check_run", "find_inputs", "load_inputs", "reward_import_paths", "use_import_paths"]
 
 
 def reward_import_paths(config_path: str | Path | None, cwd: str | Path | None = None) -> list[str]:
@@ -61,7 +61,7 @@ def use_import_paths(paths: list[str]) -> None:
 
 
 def check_run(config: Config, config_path: str | Path | None = None, workers_here: bool = True) -> None:
-    """Check what ``config`` needs from outside itself (see the module docstring).
+    """Check what ``config`` needs from outside itself (see the module docstring): both passes.
 
     ``config_path``: the file the config came from (its folder is searched for reward modules).
     ``workers_here``: the run's workers run on this machine (in-process, or an embedded Ray), so
@@ -70,6 +70,13 @@ def check_run(config: Config, config_path: str | Path | None = None, workers_her
     Raises:
         ConfigError: one line naming the field, what is wrong and a suggestion.
     """
+    find_inputs(config, config_path, workers_here)
+    load_inputs(config)
+
+
+def find_inputs(config: Config, config_path: str | Path | None = None, workers_here: bool = True) -> None:
+    """The first pass of :func:`check_run`: every input found, nothing heavy imported (no torch,
+    no Ray, no transformers), so that a typo is reported in a fraction of a second."""
     if config.env.kind not in ("text", "code"):  # code: a text environment whose prompts are its problems
         return
     use_import_paths(reward_import_paths(config_path))
@@ -82,7 +89,14 @@ def check_run(config: Config, config_path: str | Path | None = None, workers_her
     _check_embedding_model(text)
     for i, spec in enumerate(text.rewards):
         _find_reward(f"env.text.rewards[{i}].fn", spec.fn)
-    # Second pass: import what the first found, read the prompts.
+
+
+def load_inputs(config: Config) -> None:
+    """The second pass of :func:`check_run`, after :func:`find_inputs`: import the reward modules
+    it found and read the prompts (this imports torch; a run needs it anyway)."""
+    if config.env.kind not in ("text", "code"):
+        return
+    text = config.env.text
     for i, spec in enumerate(text.rewards):
         _import_reward(f"env.text.rewards[{i}].fn", spec.fn)
     if config.env.kind == "text":
@@ -269,11 +283,19 @@ def _check_model(config: Config) -> None:
 
 
 def _in_hf_cache(name: str) -> bool:
-    """Whether the Hugging Face cache holds a model ``name`` (its config.json)."""
+    """Whether the Hugging Face cache holds a model ``name`` (its config.json).
+
+    A name the cache has no folder for is answered from the folder's name alone: the hub
+    client's cache lookup costs more to import than the rest of a mistake's path.
+    """
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import constants
     except ImportError:
         return True  # without the hub client, transformers reports it at load time
+    if not (Path(constants.HF_HUB_CACHE) / ("models--" + name.replace("/", "--"))).is_dir():
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
     try:
         return isinstance(try_to_load_from_cache(name, "config.json"), str)
     except ValueError:  # not a valid repository id, e.g. a path with several folders

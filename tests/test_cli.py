@@ -219,6 +219,49 @@ def test_first_hour_mistakes_exit_2_with_one_line_and_leave_no_run_directory(tmp
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny-lm"]
 
 
+# What a mistake's path must not import: each costs a busy 2-core machine seconds before the
+# one line (torch and Ray most; numpy and the hub client's lookup less), or is another
+# sub-command's (`popgrpo train` builds only its own parsers).
+HEAVY = ("torch", "ray", "transformers", "numpy", "pandas", "pyarrow", "huggingface_hub.file_download", "popgrpo.study")
+
+
+def test_first_hour_mistakes_import_nothing_heavy(tmp_path: Path):
+    """The mistakes above, in a process that then lists what it imported: none of HEAVY."""
+    (tmp_path / "runs" / "tiny-lm").mkdir(parents=True)
+    (tmp_path / "runs" / "tiny-lm" / "config.json").write_text("{}")
+    (tmp_path / "my_rewards.py").write_text("def short_and_numeric(prompts, completions):\n    return [0.0]\n")
+    (tmp_path / "byo.yaml").write_text(
+        "env:\n  kind: text\n  text:\n    prompts: ['make 24:']\n    rewards:\n      - fn: my_rewards:short_and_numeric\n"
+        "policy:\n  kind: causal_lm\n  causal_lm:\n    model: runs/tiny-lm\n"
+    )
+    code = (
+        "import json, sys\n"
+        "from popgrpo.cli import main\n"
+        "code = main(json.loads(sys.argv[1]))\n"
+        f"heavy = sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in {HEAVY!r}))\n"
+        "print(json.dumps([code, heavy]))\n"
+    )
+    for args, message in FIRST_HOUR_MISTAKES:
+        argv = ["train", *args, "--out", str(tmp_path / "r")]
+        res = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout) == [2, []], (args, res.stdout)
+        assert message in res.stderr, (args, res.stderr)
+    assert not (tmp_path / "r").exists()
+
+
+def test_every_sub_command_is_in_the_usage():
+    """`popgrpo train` builds only its own parsers; the usage lists them all."""
+    from popgrpo.cli import build_parser
+
+    full = build_parser().format_help()
+    for command in ("train", "config", "lm", "submit", "jobs", "dashboards", "monitor", "reproduce", "eval", "report"):
+        assert command in full, command
+    assert "dashboards" not in build_parser("train").format_help()
+
+
 def test_the_first_start_up_line_comes_before_torch_loads(tmp_path: Path):
     """A default `popgrpo train` says what it starts before it imports torch (3 s on a busy
     2-core machine): its first line takes the config, the checks and nothing heavier."""
