@@ -3,7 +3,7 @@
 Every config field that names an implementation (``env.kind``, ``policy.kind``,
 ``reward.source``, ``run.loggers``, ``scheduler.merge``, ``scheduler.mutate``,
 ``scheduler.objectives``, ``scheduler.population``, ``reward.proxy.combine``,
-``policy.causal_lm.rollout.engine``) takes its allowed values from a
+``policy.causal_lm.rollout.engine``, ``explore.advantage``, ``explore.policy_loss``) takes its allowed values from a
 :class:`Registry` below. The config validates a name against it when it loads (an unknown
 name is a :class:`~popgrpo.config.ConfigError` listing the choices); the code that builds the
 thing asks :meth:`Registry.get` for it.
