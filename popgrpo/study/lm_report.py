@@ -32,9 +32,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from popgrpo.markdown import md_table
 from popgrpo.study.lm import BEST_OF_K, CONTROL, LM_METHODS, POPULATIONS
 from popgrpo.study.plan import Trial
-from popgrpo.study.stats import Claim, judge
+from popgrpo.study.stats import Claim, format_mean_sd, judge, write_verdicts
 from popgrpo.telemetry.plots import save_figure
 from popgrpo.telemetry.summary import population_by_epoch
 
@@ -159,15 +160,6 @@ def best_of_k_claims(best: pd.DataFrame) -> list[dict]:
     return _judged(c)
 
 
-def _ms(values: pd.Series, digits: int = 3) -> str:
-    values = values.dropna()
-    if values.empty:
-        return "–"
-    if len(values) == 1:
-        return f"{values.iloc[0]:.{digits}f}"
-    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
-
-
 def _paired(table: pd.DataFrame, a: str, b: str, col: str) -> pd.Series:
     """``a − b`` per seed, on the seeds both have."""
     left = table[table.method == a].set_index("seed")[col]
@@ -176,10 +168,10 @@ def _paired(table: pd.DataFrame, a: str, b: str, col: str) -> pd.Series:
     return (left[seeds] - right[seeds]).dropna()
 
 
-def _claim(table: pd.DataFrame, text: str, a: str, b: str, col: str, direction: int) -> tuple[Claim, dict]:
-    """The claim "``a`` is ``direction`` (+1 above, −1 below) ``b`` on ``col``" and its labels."""
+def _claim(table: pd.DataFrame, text: str, a: str, b: str, col: str, direction: int) -> Claim:
+    """The claim "``a`` is ``direction`` (+1 above, −1 below) ``b`` on ``col``", labelled with both
+    methods, the metric, the direction and the per-seed differences' mean, sd and wins."""
     diff = _paired(table, a, b, col)
-    claim = Claim(text, tuple(float(d) for d in diff), margin=MARGINS[col], higher_is_better=direction > 0)
     labels = {
         "a": a,
         "b": b,
@@ -189,7 +181,8 @@ def _claim(table: pd.DataFrame, text: str, a: str, b: str, col: str, direction: 
         "diff_sd": float(diff.std(ddof=1)) if len(diff) > 1 else math.nan,
         "wins": int(((diff * direction) > 0).sum()),
     }
-    return claim, labels
+    diffs = tuple(float(d) for d in diff)
+    return Claim(text, diffs, margin=MARGINS[col], higher_is_better=direction > 0, labels=labels)
 
 
 def lm_claims(table: pd.DataFrame) -> list[dict]:
@@ -214,18 +207,9 @@ def lm_claims(table: pd.DataFrame) -> list[dict]:
     return records
 
 
-def _judged(c: list[tuple[Claim, dict]]) -> list[dict]:
+def _judged(claims: list[Claim]) -> list[dict]:
     """The claims judged as one family (those with one seed or none: "not measured"), as records."""
-    measured = [(claim, labels) for claim, labels in c if len(claim.diffs) > 1]
-    verdicts = iter(judge([claim for claim, _ in measured])) if measured else iter(())
-    records = []
-    for claim, labels in c:
-        if len(claim.diffs) > 1:
-            record = {**next(verdicts).record(), **labels}
-        else:
-            record = {"claim": claim.name, "n": len(claim.diffs), "verdict": "not measured", **labels}
-        records.append(record)
-    return records
+    return [v.record() for v in judge(claims, min_n=2)]
 
 
 def _flat_reading(word: str) -> str:
@@ -243,39 +227,38 @@ def _flat_reading(word: str) -> str:
 def table_markdown(table: pd.DataFrame, window: int, first: bool = False) -> str:
     suffix = "_first" if first else ""
     span = f"first {window}" if first else f"last {window}"
-    lines = [
-        f"Mean ± sd over seeds of each seed's mean over the {span} epoch(s); seeds: "
-        + ", ".join(str(s) for s in sorted(table.seed.unique()))
-        + ".\n",
-        "| method | " + " | ".join(METRICS.values()) + " |",
-        "| --- |" + " ---: |" * len(METRICS),
+    seeds = ", ".join(str(s) for s in sorted(table.seed.unique()))
+    rows = [
+        [method, *(format_mean_sd(table[table.method == method][c + suffix]) for c in METRICS)]
+        for method in _methods(table)
     ]
-    for method in _methods(table):
-        rows = table[table.method == method]
-        lines.append(f"| {method} | " + " | ".join(_ms(rows[c + suffix]) for c in METRICS) + " |")
-    return "\n".join(lines) + "\n"
+    return (
+        f"Mean ± sd over seeds of each seed's mean over the {span} epoch(s); seeds: {seeds}.\n\n"
+        + _metric_table("method", rows)
+        + "\n"
+    )
+
+
+def _metric_table(first: str, rows: list[list[str]]) -> str:
+    """A table of :data:`METRICS` (right-aligned) per row named in its ``first`` column."""
+    return md_table([first, *METRICS.values()], rows, align="l" + "r" * len(METRICS))
 
 
 def delta_markdown(table: pd.DataFrame, baseline: str) -> str:
-    lines = [
-        f"Paired differences (method − {baseline}) per seed, mean ± sd over seeds.\n",
-        "| method | " + " | ".join(METRICS.values()) + " |",
-        "| --- |" + " ---: |" * len(METRICS),
+    rows = [
+        [method, *(format_mean_sd(_paired(table, method, baseline, c)) for c in METRICS)]
+        for method in _methods(table)
+        if method != baseline
     ]
-    for method in _methods(table):
-        if method == baseline:
-            continue
-        cells = [_ms(_paired(table, method, baseline, c)) for c in METRICS]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return (
+        f"Paired differences (method − {baseline}) per seed, mean ± sd over seeds.\n\n"
+        + _metric_table("method", rows)
+        + "\n"
+    )
 
 
 def claims_markdown(claims: list[dict]) -> str:
-    lines = [
-        "| claim | difference a − b, mean ± sd over seeds [95% CI] | seeds in the claimed direction "
-        "| p (Holm) | TOST p (Holm), margin | verdict |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
-    ]
+    rows = []
 
     def num(x: float | None, fmt: str) -> str:
         return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
@@ -287,11 +270,9 @@ def claims_markdown(claims: list[dict]) -> str:
         if c.get("ci_low") is not None:
             diff += f" [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
         tost = f"{num(c.get('p_tost_holm'), '.3g')}, ±{MARGINS[c['metric']]:g}"
-        lines.append(
-            f"| {c['claim']} | {diff} | {c['wins']}/{c['n']} | {num(c.get('p_holm'), '.3g')} | {tost} "
-            f"| {c['verdict']} |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append([c["claim"], diff, f"{c['wins']}/{c['n']}", num(c.get("p_holm"), ".3g"), tost, c["verdict"]])
+    header = ["claim", "difference a − b, mean ± sd over seeds [95% CI]", "seeds in the claimed direction"]
+    return md_table([*header, "p (Holm)", "TOST p (Holm), margin", "verdict"], rows, align="lrrrrl") + "\n"
 
 
 def best_of_k_markdown(plan: dict, best: pd.DataFrame, claims: list[dict], window: int) -> str:
@@ -304,26 +285,22 @@ def best_of_k_markdown(plan: dict, best: pd.DataFrame, claims: list[dict], windo
         "Both arms train K members side by side; Pop-GRPO merges them at the end of every round, "
         f"{BEST_OF_K} (the same population with `scheduler.enabled=false`) never does, so its members "
         "are K independent GRPO runs. What one member trains on, from each trial's resolved config:\n",
-        "| arm | members K | epochs | programs sampled per member | gradient updates per member | seeds |",
-        "| --- | ---: | ---: | ---: | ---: | --- |",
     ]
+    computes = []
     for arm in arms:
         trials = [t for t in plan["trials"] if t["memberships"][0]["label"] == arm]
-        computes = {tuple(compute_per_member(t).items()) for t in trials}
         seeds = ", ".join(str(s) for s in sorted(t["seed"] for t in trials))
-        for compute in sorted(computes):
+        for compute in sorted({tuple(compute_per_member(t).items()) for t in trials}):
             c = dict(compute)
-            lines.append(f"| {arm} | {c['members']} | {c['epochs']} | {c['programs']} | {c['updates']} | {seeds} |")
+            computes.append([arm, c["members"], c["epochs"], c["programs"], c["updates"], seeds])
+    header = ["arm", "members K", "epochs", "programs sampled per member", "gradient updates per member", "seeds"]
     lines += [
+        md_table(header, computes, align="lrrrrl"),
         "",
         f"Each arm is scored by its **best member** per seed: the member with the highest mean reward over "
         f"the last {window} epoch(s), every metric of that member (mean ± sd over seeds):\n",
-        "| arm | " + " | ".join(METRICS.values()) + " |",
-        "| --- |" + " ---: |" * len(METRICS),
+        _metric_table("arm", [[arm, *(format_mean_sd(best[best.method == arm][c]) for c in METRICS)] for arm in arms]),
     ]
-    for arm in arms:
-        rows = best[best.method == arm]
-        lines.append(f"| {arm} | " + " | ".join(_ms(rows[c]) for c in METRICS) + " |")
     lines += [
         "",
         f"Claims, paired by seed: a family of their own ({len(claims)} claims, Holm across them only, "
@@ -355,14 +332,16 @@ def cost_markdown(out: Path, plan: dict) -> str:
     if not rows:
         return "No timing.json in the trials' run directories.\n"
     frame = pd.DataFrame(rows)
-    lines = [
-        "Each trial ran on one CPU (a Ray Tune trial, the members in its process, one torch thread).\n",
-        "| method | seconds per trial | seconds per member-epoch | 1-min load average at the trial's end |",
-        "| --- | ---: | ---: | ---: |",
-    ]
+    body = []
     for method in [m for m in LM_METHODS if m in set(frame.method)]:
         rows = frame[frame.method == method]
-        lines.append(f"| {method} | {_ms(rows.seconds, 0)} | {_ms(rows.per_member_epoch, 1)} | {_ms(rows.load, 1)} |")
+        seconds = [format_mean_sd(rows.seconds, 0), format_mean_sd(rows.per_member_epoch, 1)]
+        body.append([method, *seconds, format_mean_sd(rows.load, 1)])
+    header = ["method", "seconds per trial", "seconds per member-epoch", "1-min load average at the trial's end"]
+    lines = [
+        "Each trial ran on one CPU (a Ray Tune trial, the members in its process, one torch thread).\n",
+        md_table(header, body, align="lrrr"),
+    ]
     if frame.resumed.any():
         lines.append("\nSome trials were resumed: their seconds cover the resumed part only.")
     return "\n".join(lines) + "\n"
@@ -443,9 +422,9 @@ def render_lm(out: str | Path) -> list[Path]:
     best = best_member_table(plan, pd.read_parquet(metrics_file), window)
     best_claims = best_of_k_claims(best)
     table.to_csv(out / "lm_table.csv", index=False)
-    (out / "lm_claims.json").write_text(json.dumps(claims, indent=1, default=float) + "\n")
+    write_verdicts(out / "lm_claims.json", claims)
     best.to_csv(out / "lm_best_members.csv", index=False)
-    (out / "lm_best_of_k_claims.json").write_text(json.dumps(best_claims, indent=1, default=float) + "\n")
+    write_verdicts(out / "lm_best_of_k_claims.json", best_claims)
     kind = "quick" if plan["quick"] else "full"
     text = [
         f"# The collapse study on real programs ({kind} form)\n",

@@ -44,6 +44,7 @@ from popgrpo.study.stats import (
     Claim,
     Column,
     Verdict,
+    format_mean_sd,
     judge,
     label_column,
     verdicts_markdown,
@@ -139,10 +140,6 @@ def trial_table(plan: list[dict], metrics: pd.DataFrame, window: int = WINDOW) -
     return pd.DataFrame(rows)
 
 
-def _cell(values: pd.Series) -> str:
-    return f"{values.mean():.4f} ± {values.std(ddof=1):.4f}" if len(values) > 1 else f"{values.mean():.4f}"
-
-
 # ---- tables --------------------------------------------------------------------------------
 def table1_markdown(table: pd.DataFrame) -> str:
     t1 = table[table.study == "table1"]
@@ -159,7 +156,7 @@ def table1_markdown(table: pd.DataFrame) -> str:
         rows = t1[t1.label == method]
         if rows.empty:
             continue
-        body.append([method, *(_cell(rows[key]) for key, _ in METRICS)])
+        body.append([method, *(format_mean_sd(rows[key], 4) for key, _ in METRICS)])
         paper = PAPER_TABLE1.get(method)
         if paper:
             body.append(["*paper*", *(f"*{paper[k]:.4f}*" if k in paper else "*–*" for k, _ in METRICS)])
@@ -167,7 +164,7 @@ def table1_markdown(table: pd.DataFrame) -> str:
     lines += ["", "Multi-seed numbers the paper prints (§6.4):", ""]
     for (method, key), (mean, std) in PAPER_MULTISEED.items():
         ours = t1[t1.label == method][key]
-        lines.append(f"- {method} {key}: paper {mean} ± {std}; ours {_cell(ours)}")
+        lines.append(f"- {method} {key}: paper {mean} ± {std}; ours {format_mean_sd(ours, 4)}")
     return "\n".join(lines) + "\n"
 
 
@@ -215,7 +212,7 @@ def controls_markdown(table: pd.DataFrame) -> str:
         "",
     ]
     cells = {name: rows[rows.label == name] for name in CONTROLS}
-    runs = [[name, *(_cell(cell[k]) for k, _ in keys)] for name, cell in cells.items() if not cell.empty]
+    runs = [[name, *(format_mean_sd(cell[k], 4) for k, _ in keys)] for name, cell in cells.items() if not cell.empty]
     lines += [md_table(["run", *(name for _, name in keys)], runs), ""]
     comparisons = []
     for pop, control in CONTROL_PAIRS:
@@ -301,7 +298,10 @@ def ablation_markdown(table: pd.DataFrame) -> str:
         rows = table[table.study == study]
         if rows.empty:
             continue
-        body = [[f"{value:g}", *(_cell(cell[key]) for key, _ in METRICS)] for value, cell in rows.groupby("value")]
+        body = [
+            [f"{value:g}", *(format_mean_sd(cell[key], 4) for key, _ in METRICS)]
+            for value, cell in rows.groupby("value")
+        ]
         lines += [f"## Ablation: {symbol} ({preset}), mean ± std over seeds", ""]
         lines += [md_table([symbol, *(name for _, name in METRICS)], body), ""]
     return "\n".join(lines)
@@ -314,7 +314,7 @@ def merge_markdown(table: pd.DataFrame) -> str:
         return ""
     keys = ("max_reward", "population_max_reward", "diversity", "mean_reward")
     cells = {name: rows[rows.label == name] for name in MERGE_STRATEGIES}
-    body = [[name, *(_cell(cell[k]) for k in keys)] for name, cell in cells.items() if not cell.empty]
+    body = [[name, *(format_mean_sd(cell[k], 4) for k in keys)] for name, cell in cells.items() if not cell.empty]
     lines = [
         "## Merge strategies (Pop-GRPO setting), mean ± std over seeds",
         "",

@@ -67,6 +67,7 @@ __all__ = [
     "default_columns",
     "effect",
     "format_diff",
+    "format_mean_sd",
     "format_p",
     "hierarchical_bootstrap_ci",
     "holm",
@@ -424,6 +425,17 @@ def format_diff(x: float, digits: int = 3) -> str:
 def format_p(x: float) -> str:
     """A p-value to three significant digits, ``n/a`` for NaN."""
     return "n/a" if math.isnan(x) else f"{x:.3g}"
+
+
+def format_mean_sd(values: Any, digits: int = 3) -> str:
+    """``mean ± sd`` (ddof 1) of a pandas Series' values that are not NaN, to ``digits`` decimals:
+    the mean alone for one value, ``–`` for none."""
+    values = values.dropna()
+    if values.empty:
+        return "–"
+    if len(values) == 1:
+        return f"{values.iloc[0]:.{digits}f}"
+    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
 
 
 Column = tuple[str, Callable[[Verdict], object]]

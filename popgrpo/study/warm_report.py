@@ -49,6 +49,7 @@ from popgrpo.study.stats import (
     Verdict,
     effect,
     format_diff,
+    format_mean_sd,
     format_p,
     holm_survival,
     judge,
@@ -89,16 +90,6 @@ TABLES = ("lmc", "corruption", "bon", "rl")
 # ceiling on test pairs); control E[R] (best-of-N and RL): 0.01 (6% of the reference policy's
 # 0.17, 5% of what GRPO on execution gains over 30 epochs); epochs: 1.
 MARGINS = {"accuracy": 0.01, "control": 0.01, "epochs": 1.0}
-
-
-def _ms(values: pd.Series) -> str:
-    """``mean ± sd`` over seeds; the sd is left out with one seed."""
-    values = values.dropna()
-    if values.empty:
-        return "–"
-    if len(values) == 1:
-        return f"{values.iloc[0]:.3f}"
-    return f"{values.mean():.3f} ± {values.std(ddof=1):.3f}"
 
 
 def is_single(proxy: pd.Series) -> pd.Series:
@@ -561,7 +552,16 @@ def _corruption_md(cor: pd.DataFrame) -> str:
             if p.empty or p["wa"].isna().all():
                 continue
             one, full = p[p.m == 1], p[p.m == M]
-            rows.append([setting, subset, _ms(one["oracle"]), _ms(one["wa"]), _ms(full["ens"]), _ms(full["wa"])])
+            rows.append(
+                [
+                    setting,
+                    subset,
+                    format_mean_sd(one["oracle"]),
+                    format_mean_sd(one["wa"]),
+                    format_mean_sd(full["ens"]),
+                    format_mean_sd(full["wa"]),
+                ]
+            )
     header = ["setting", "subset", "oracle E[R]", "single RM (M = 1)", f"ENS M = {M}", f"WA M = {M}"]
     return md_table(header, rows) + "\n"
 
@@ -574,9 +574,13 @@ def _rl_md(table: pd.DataFrame, times: pd.DataFrame) -> str:
     rows = []
 
     def row(setting: str, name: str, p: pd.DataFrame, hacked: str) -> None:
-        peak = f"{_ms(p['control_peak'])} ({_ms(p['peak_epoch'].astype(float))})"
-        after = [_ms(p["control_mean"]), _ms(p["control_final"]), _ms(p["proxy_final"])]
-        rows.append([setting, name, _ms(p["control_initial"]), peak, hacked, *after])
+        peak = f"{format_mean_sd(p['control_peak'])} ({format_mean_sd(p['peak_epoch'].astype(float))})"
+        after = [
+            format_mean_sd(p["control_mean"]),
+            format_mean_sd(p["control_final"]),
+            format_mean_sd(p["proxy_final"]),
+        ]
+        rows.append([setting, name, format_mean_sd(p["control_initial"]), peak, hacked, *after])
 
     for setting, part in table.groupby("setting", sort=False):
         single = is_single(part["proxy"])
@@ -612,7 +616,7 @@ def _bon_md(bon: pd.DataFrame) -> str:
             ("single (mean)", single),
             *((n, part[part.proxy == n]) for n in ("ens2", f"ens{M}", "warm2", f"warm{M}")),
         ]:
-            rows.append([setting, name, *(_ms(p[p.n == n].groupby("seed")["control"].mean()) for n in ns)])
+            rows.append([setting, name, *(format_mean_sd(p[p.n == n].groupby("seed")["control"].mean()) for n in ns)])
     return md_table(["setting", "proxy", *(f"N={n}" for n in ns)], rows) + "\n"
 
 
