@@ -356,11 +356,13 @@ def _execution_reward(config: object, execution: T) -> T:
 
 
 # ---- built-ins: registered like any plugin's, with lazy targets for torch-heavy modules --------
-ENVIRONMENTS.register("idea", "popgrpo.envs:idea_env")
+ENVIRONMENTS.register("idea", "popgrpo.envs.kinds:IDEA")
 # ``ideas``: what a policy samples and an environment scores, "vector" (R^d ideas, the default of
 # a plugin's entry) or "text" (completions); a run's policy and environment must agree.
-ENVIRONMENTS.register("text", "popgrpo.envs:text_env", ideas=TEXT_IDEAS)
-ENVIRONMENTS.register("code", "popgrpo.envs:code_env", ideas=TEXT_IDEAS)
+# ``inputs="env.text"``: the kind reads its prompts and reward callables from env.text, so the
+# config requires them there.
+ENVIRONMENTS.register("text", "popgrpo.envs.kinds:TEXT", ideas=TEXT_IDEAS, inputs="env.text")
+ENVIRONMENTS.register("code", "popgrpo.envs.kinds:CODE", ideas=TEXT_IDEAS)
 POLICIES.register("gaussian", "popgrpo.algorithms.policy_kinds:GAUSSIAN", ideas=VECTOR_IDEAS)
 POLICIES.register("causal_lm", "popgrpo.algorithms.policy_kinds:CAUSAL_LM", ideas=TEXT_IDEAS)
 REWARD_SOURCES.register("execution", _execution_reward)

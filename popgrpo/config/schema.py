@@ -948,7 +948,9 @@ class ExploreConfig(Section):
         default=5.0, description="clip_cov: upper bound ω_high of the covariance window (Cui et al. 2025: 5)."
     )
     kl_cov_coef: float = Field(
-        default=1.0, ge=0, description="kl_cov: coefficient β of the abs(log π − log π_old) penalty (Cui et al. 2025: 1)."
+        default=1.0,
+        ge=0,
+        description="kl_cov: coefficient β of the abs(log π − log π_old) penalty (Cui et al. 2025: 1).",
     )
 
     @model_validator(mode="after")
@@ -1072,11 +1074,15 @@ class Config(Section):
             return
         if not self.policy.causal_lm.model:
             raise ValueError("policy.causal_lm.model: a model directory or name is required with policy.kind=causal_lm")
-        # env.kind=code: the problems' tests are the reward and their prompts the prompts.
-        if self.env.kind == "text" and not self.env.text.rewards:
-            raise ValueError("env.text.rewards: at least one reward callable is required with env.kind=text")
-        if self.env.kind == "text" and not self.env.text.prompts and not self.env.text.prompts_path:
-            raise ValueError("env.text: give prompts inline (env.text.prompts) or a file (env.text.prompts_path)")
+        # An environment that reads env.text (its registry entry's ``inputs`` trait) needs its prompts
+        # and rewards there; env.kind=code's come from its problems and their tests.
+        if ENVIRONMENTS.trait(self.env.kind, "inputs", "") == "env.text":
+            if not self.env.text.rewards:
+                raise ValueError(
+                    f"env.text.rewards: at least one reward callable is required with env.kind={self.env.kind}"
+                )
+            if not self.env.text.prompts and not self.env.text.prompts_path:
+                raise ValueError("env.text: give prompts inline (env.text.prompts) or a file (env.text.prompts_path)")
         if self.population.vectorize:
             raise ValueError(
                 "population.vectorize packs Gaussian policies only; set it false for policy.kind=causal_lm"

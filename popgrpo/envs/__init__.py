@@ -15,11 +15,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import torch
-
 from popgrpo.registry import ENVIRONMENTS
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: importing this package (and popgrpo.envs.kinds) loads no torch
+    import torch
+
     from popgrpo.config import EnvConfig
     from popgrpo.envs.text import TextScores
 
@@ -101,8 +101,9 @@ class TextEnvironment(Protocol):
 def make_env(cfg: EnvConfig, device: str | torch.device = "cpu"):
     """Build the environment ``cfg.kind`` names (an :class:`popgrpo.config.EnvConfig`).
 
-    The name is looked up in :data:`popgrpo.registry.ENVIRONMENTS`: ``idea`` (:func:`idea_env`),
-    ``text`` (:func:`text_env`), ``code`` (:func:`code_env`) or a plugin's; ``device`` is where an embedding model runs.
+    The name is looked up in :data:`popgrpo.registry.ENVIRONMENTS` (an :class:`~popgrpo.envs.kinds.EnvKind`
+    or a plugin's factory): ``idea`` (:func:`idea_env`), ``text`` (:func:`text_env`), ``code``
+    (:func:`code_env`) or a plugin's; ``device`` is where an embedding model runs.
     """
     return ENVIRONMENTS.get(cfg.kind)(cfg, device)
 

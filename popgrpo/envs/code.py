@@ -105,9 +105,8 @@ def problem_set(cfg: CodeEnvConfig) -> list[Problem]:
 
 def check_problems(config: Config) -> None:
     """Load and check a code run's problems and split before anything starts (the CLI turns the
-    :class:`~popgrpo.envs.problems.ProblemSetError` into one line and exit status 2)."""
-    if config.env.kind != "code":
-        return
+    :class:`~popgrpo.envs.problems.ProblemSetError` into one line and exit status 2; see
+    :meth:`popgrpo.envs.kinds.CodeKind.check_inputs`)."""
     cfg = config.env.code
     try:
         split(problem_set(cfg), cfg.heldout_fraction, cfg.split_seed)

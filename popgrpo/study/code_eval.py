@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from popgrpo.config import ConfigError
+from popgrpo.envs.kinds import env_kind
 
 __all__ = ["add_parsers", "evaluate"]
 
@@ -167,15 +168,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         config = load_config(resolve_config_path(args.config), args.set or [])
     else:
         raise ConfigError("popgrpo eval: give a run directory, or --config for the base model alone")
-    if config.env.kind != "code":
-        raise ConfigError(f"env.kind={config.env.kind}: popgrpo eval scores code runs (env.kind=code)")
-    from popgrpo.envs.code import check_problems
-    from popgrpo.envs.problems import ProblemSetError
-
-    try:
-        check_problems(config)
-    except ProblemSetError as exc:
-        raise ConfigError(str(exc)) from None
+    kind = env_kind(config.env.kind)
+    if not kind.problems:
+        raise ConfigError(
+            f"env.kind={config.env.kind}: popgrpo eval scores runs on problems with tests (env.kind=code)"
+        )
+    kind.check_inputs(config)
     samples = args.samples or max(args.k)
     if samples < max(args.k):
         raise ConfigError(f"--samples {samples}: pass@{max(args.k)} needs at least {max(args.k)} samples per problem")
