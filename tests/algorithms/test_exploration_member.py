@@ -131,6 +131,23 @@ def test_a_two_epoch_run_with_the_mechanism_trains_and_differs_from_grpo(overrid
     assert any(not torch.equal(weights[k], plain_weights[k]) for k in weights)
 
 
+def test_vectorised_members_run_the_mechanisms_as_unbatched_ones():
+    # population.vectorize steps packed members in one batched pass; the explore terms are per member
+    from popgrpo.runtime.executor import LocalExecutor
+
+    sets = ("population.size=2", "explore.policy_loss=kl_cov", "explore.cov_ratio=0.1", "explore.advantage=maxk")
+    rows, weights = {}, {}
+    for vectorize in ("true", "false"):
+        executor = LocalExecutor(load_config(None, [*SMALL, *sets, f"population.vectorize={vectorize}"]))
+        rows[vectorize] = executor.train(1)
+        weights[vectorize] = executor.get_weights(range(2))
+        executor.close()
+    for k in (0, 1):
+        assert rows["true"][k][0]["reward_mean"] == pytest.approx(rows["false"][k][0]["reward_mean"], rel=1e-4)
+        for name, value in weights["true"][k].items():
+            torch.testing.assert_close(value, weights["false"][k][name], atol=1e-5, rtol=1e-4)
+
+
 def test_clip_higher_changes_only_updates_past_the_first():
     # With one update per batch the ratio is 1 at the step: clip-higher cannot bind.
     a, b = _member(), _member("explore.clip_high=0.28")
