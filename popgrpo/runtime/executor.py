@@ -148,6 +148,14 @@ class LocalExecutor:
         """Member epochs trained so far (the progress bar follows them from another thread)."""
         return self._member_epochs
 
+    def worker_pids(self) -> list[int]:
+        """Members train in this process: there are no worker processes of their own (empty)."""
+        return []
+
+    def epoch_cpu_seconds(self) -> list[list[float]]:
+        """Per worker process, CPU seconds of its members' epochs per ``train`` call: none here (empty)."""
+        return []
+
     def train(self, n_epochs: int, round_index: int = 0) -> list[list[dict]]:
         return self._train(self.members, n_epochs)
 

@@ -805,6 +805,16 @@ class RayExecutor:
         else:
             self._archive_get("load_state_dicts", list(states))
 
+    # ---- process accounting: what the round timers of calibration and benchmarks read ----
+    def worker_pids(self) -> list[int]:
+        """The process id of each member actor, in group order (one round trip to every actor)."""
+        return [int(pid) for pid in ray.get([actor.pid.remote() for actor in self._actors])]
+
+    def epoch_cpu_seconds(self) -> list[list[float]]:
+        """Per member actor, in group order: the CPU seconds its members spent training in each
+        ``train`` call so far (an actor rebuilt after a loss counts from its rebuild)."""
+        return [list(per_call) for per_call in ray.get([a.train_cpu_seconds.remote() for a in self._actors])]
+
     def member_epochs(self) -> int | None:
         """Member epochs finished so far, as the member actors reported them (None: not counted
         without ``count_epochs``, or no answer in time)."""
