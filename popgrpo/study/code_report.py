@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from popgrpo.markdown import md_table
 from popgrpo.telemetry.code_population import population_code_scalars
 
 __all__ = ["is_code_run", "render_code"]
@@ -106,10 +107,8 @@ def render_code(run_dir: str | Path) -> list[Path]:
         "Per epoch: the members' mean pass@1 / pass@G, the population's over its members' samples pooled "
         "per problem, the best member's, problems solved and distinct correct programs per problem solved.",
         "",
-        "| " + " | ".join(columns) + " |",
-        "|" + "---|" * len(columns),
+        md_table(columns, [[_fmt(row[c]) for c in columns] for row in population.to_dict("records")]),
     ]
-    lines += ["| " + " | ".join(_fmt(row[c]) for c in columns) + " |" for row in population.to_dict("records")]
     for table in sorted(path.glob("eval_*.json")):
         result = json.loads(table.read_text())
         from popgrpo.study.code_eval import markdown

