@@ -85,12 +85,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--epochs extends a run with --resume; for a new run use --set run.epochs={args.epochs}")
         config = load_args_config(args)
         config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
+        _check_env_inputs(config)
         find_inputs(config, config_file, workers_here=workers_here)  # typos first: nothing heavy imported yet
         from popgrpo.telemetry.loggers import check_available
 
         check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
         _check_proxy(config)
-        _check_env_inputs(config)
         load_inputs(config)
     from popgrpo.telemetry.run_dir import default_run_dir, writable_directory
 
