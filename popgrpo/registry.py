@@ -1,9 +1,9 @@
 """The named choices of a run's config, open to plugins.
 
-Every config field that names an implementation (``env.kind``, ``policy.kind``,
+Every config field that names an implementation (``env.kind``, ``env.landscape``, ``policy.kind``,
 ``reward.source``, ``run.loggers``, ``scheduler.merge``, ``scheduler.mutate``,
 ``scheduler.objectives``, ``scheduler.population``, ``reward.proxy.combine``,
-``policy.causal_lm.rollout.engine``, ``explore.advantage``, ``explore.policy_loss``) takes its allowed values from a
+``policy.causal_lm.rollout.engine``) takes its allowed values from a
 :class:`Registry` below. The config validates a name against it when it loads (an unknown
 name is a :class:`~popgrpo.config.ConfigError` listing the choices); the code that builds the
 thing asks :meth:`Registry.get` for it.
@@ -39,6 +39,7 @@ __all__ = [
     "ADVANTAGES",
     "ENVIRONMENTS",
     "GROUP_TRAINERS",
+    "LANDSCAPES",
     "LOGGERS",
     "MERGES",
     "MUTATIONS",
@@ -52,6 +53,7 @@ __all__ = [
     "ROLLOUT_ENGINES",
     "SELECTION_STATISTICS",
     "STUDIES",
+    "STUDY_LANDSCAPES",
     "TEXT_IDEAS",
     "VECTOR_IDEAS",
     "DuplicateChoice",
@@ -266,6 +268,9 @@ def failed_plugins() -> list[str]:
 ENVIRONMENTS: Registry[Callable[..., Any]] = Registry(
     "environment", "env.kind", "(env: EnvConfig, device) -> Environment | TextEnvironment"
 )
+LANDSCAPES: Registry[Callable[..., Any]] = Registry(
+    "landscape family", "env.landscape", "(env: EnvConfig) -> Peaks (popgrpo.envs.landscapes)"
+)
 POLICIES: Registry[Callable[..., Any]] = Registry(
     "policy",
     "policy.kind",
@@ -318,8 +323,14 @@ GROUP_TRAINERS: Registry[Callable[..., Any]] = Registry(
 STUDIES: Registry[Any] = Registry(
     "study", "popgrpo reproduce --study", "StudyKind (popgrpo.study.kinds): plan, default --out, report"
 )
+# Not a config field's choices: the landscapes a study runs its methods on (`--landscape`,
+# a discovery design's landscapes; popgrpo.study.discovery_landscapes.StudyLandscape).
+STUDY_LANDSCAPES: Registry[Any] = Registry(
+    "study landscape", "a study's landscapes", "StudyLandscape (popgrpo.study.discovery_landscapes): preset, overrides"
+)
 REGISTRIES: tuple[Registry[Any], ...] = (
     ENVIRONMENTS,
+    LANDSCAPES,
     POLICIES,
     REWARD_SOURCES,
     LOGGERS,
@@ -356,13 +367,13 @@ def _execution_reward(config: object, execution: T) -> T:
 
 
 # ---- built-ins: registered like any plugin's, with lazy targets for torch-heavy modules --------
-ENVIRONMENTS.register("idea", "popgrpo.envs.kinds:IDEA")
+ENVIRONMENTS.register("idea", "popgrpo.envs:idea_env")
 # ``ideas``: what a policy samples and an environment scores, "vector" (R^d ideas, the default of
 # a plugin's entry) or "text" (completions); a run's policy and environment must agree.
-# ``inputs="env.text"``: the kind reads its prompts and reward callables from env.text, so the
-# config requires them there.
-ENVIRONMENTS.register("text", "popgrpo.envs.kinds:TEXT", ideas=TEXT_IDEAS, inputs="env.text")
-ENVIRONMENTS.register("code", "popgrpo.envs.kinds:CODE", ideas=TEXT_IDEAS)
+ENVIRONMENTS.register("text", "popgrpo.envs:text_env", ideas=TEXT_IDEAS)
+ENVIRONMENTS.register("code", "popgrpo.envs:code_env", ideas=TEXT_IDEAS)
+LANDSCAPES.register("peaks", "popgrpo.envs.landscapes:gaussian_peaks")
+LANDSCAPES.register("stepping_stones", "popgrpo.envs.landscapes:stepping_stones")
 POLICIES.register("gaussian", "popgrpo.algorithms.policy_kinds:GAUSSIAN", ideas=VECTOR_IDEAS)
 POLICIES.register("causal_lm", "popgrpo.algorithms.policy_kinds:CAUSAL_LM", ideas=TEXT_IDEAS)
 REWARD_SOURCES.register("execution", _execution_reward)
@@ -394,6 +405,8 @@ GROUP_TRAINERS.register("shared_base", "popgrpo.algorithms.shared_members:Shared
 for _name, _attr in (("paper", "PAPER"), ("warm", "WARM"), ("lm", "LM"), ("discovery", "DISCOVERY"),
                      ("discovery-tuning", "DISCOVERY_TUNING"), ("code-run", "CODE_RUN")):  # fmt: skip
     STUDIES.register(_name, f"popgrpo.study.kinds:{_attr}")
+for _name, _attr in (("collapse", "COLLAPSE"), ("paper", "PAPER"), ("stepping_stones", "STEPPING_STONES")):
+    STUDY_LANDSCAPES.register(_name, f"popgrpo.study.discovery_landscapes:{_attr}")
 ROLLOUT_ENGINES.register("hf", "popgrpo.policies.engines:hf_engine")
 ROLLOUT_ENGINES.register("vllm", "popgrpo.policies.vllm_engine:vllm_engine")
 _state.builtin = False

@@ -135,6 +135,7 @@ def test_plugin_module_and_callable_are_loaded_once_and_a_broken_one_only_warns(
 # Every config field whose values are registry names, with a name no registry holds.
 FIELDS = {
     "env.kind": "env.kind=nope",
+    "env.landscape": "env.landscape=nope",
     "policy.kind": "policy.kind=nope",
     "reward.source": "reward.source=nope",
     "run.loggers": "run.loggers=[tensorboard, nope]",

@@ -44,9 +44,12 @@ __all__ = [
     "first_hits",
     "parse_first_hits",
     "parse_peak_fractions",
+    "peak_coverage",
     "peak_fractions",
     "peak_hits",
+    "peak_reach",
     "reachable_peaks",
+    "sampled_discovery",
     "union_discovery",
 ]
 
@@ -110,6 +113,25 @@ def peak_fractions(
     best = torch.full((len(peak_height),), -math.inf, dtype=torch.float64)
     best = best.scatter_reduce(0, peak, fraction, reduce="amax")
     return {p: float(best[p]) for p in range(len(peak_height)) if bool(visited[p])}
+
+
+def peak_reach(fractions: Mapping[int, float], peaks: Iterable[int], threshold: float) -> dict[int, bool]:
+    """``{peak: reached}`` for each of ``peaks``: its best fraction of its height (``fractions``, as
+    :func:`peak_fractions` gives them; a peak absent was never visited) is at least ``threshold``."""
+    return {p: fractions.get(p, -math.inf) >= threshold for p in sorted(peaks)}
+
+
+def peak_coverage(fractions: Mapping[int, float], peaks: Iterable[int], threshold: float) -> float:
+    """Coverage above a height threshold: ``mean over peaks p of max(0, f_p − threshold)``.
+
+    ``f_p`` is peak ``p``'s best fraction of its height (``fractions``; 0 for a peak never
+    visited), ``peaks`` the peaks averaged over (NaN when none). An idea counts only where it
+    lies above ``threshold`` of its peak's height, so sampling widely, which raises every
+    basin's fraction a little, adds nothing until it reaches the top part of a peak."""
+    targets = sorted(peaks)
+    if not targets:
+        return math.nan
+    return sum(max(0.0, fractions.get(p, 0.0) - threshold) for p in targets) / len(targets)
 
 
 def reachable_peaks(centre_peaks: torch.Tensor) -> frozenset[int]:
@@ -242,5 +264,42 @@ def union_discovery(rows: Iterable[Mapping[str, object]], unit: Sequence[str] = 
         first_discovery=dict(sorted(first.items())),
         peaks_known=known,
         trajectory=tuple(trajectory),
+        peak_fraction=dict(sorted(fractions.items())),
+    )
+
+
+def sampled_discovery(
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]],
+    peak_height: torch.Tensor,
+    fraction: float,
+) -> Discovery:
+    """What one stream of ideas found, fed batch by batch in sampling order (a random search).
+
+    Each batch is ``(quality [B], peak [B], expected [B] or None, executed [B] bool or None)``:
+    the ideas' noise-free quality, basin, noise-free expected reward and whether each counts
+    (None: all). Returns a :class:`Discovery` as :func:`union_discovery` would of one unit whose
+    rows held these ideas: best values, first hits at ``fraction`` (positions 1-based, as
+    samples-to-first-discovery), the best fraction of each basin visited, the samples; no
+    trajectory."""
+    best_expected = best_quality = math.nan
+    first: dict[int, int] = {}
+    fractions: dict[int, float] = {}
+    samples = 0
+    for quality, peak, expected, executed in batches:
+        if expected is not None:
+            best_expected = _nanmax(best_expected, best_value(expected, executed))
+        best_quality = _nanmax(best_quality, best_value(quality, executed))
+        for p, at in first_hits(quality, peak, peak_height, fraction, executed).items():
+            first.setdefault(p, samples + at + 1)
+        for p, f in peak_fractions(quality, peak, peak_height, executed).items():
+            fractions[p] = max(fractions.get(p, -math.inf), f)
+        samples += int(quality.shape[0])
+    return Discovery(
+        best_expected=best_expected,
+        best_quality=best_quality,
+        samples=samples,
+        first_discovery=dict(sorted(first.items())),
+        peaks_known=True,
+        trajectory=(),
         peak_fraction=dict(sorted(fractions.items())),
     )

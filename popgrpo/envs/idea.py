@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
 from popgrpo.config import EnvConfig
+from popgrpo.envs.landscapes import Peaks
+from popgrpo.registry import LANDSCAPES
 
 __all__ = ["IdeaEnv"]
 
@@ -24,6 +25,10 @@ class IdeaEnv:
         * ``R(x) = Q(x)·B + ε·B`` with ``B ~ Bernoulli(p_exec(x))`` and ``ε ~ N(0, 0.3²)``.
         * behaviour ``b(x) = (sigmoid(‖x‖ − 3), atan2(x[1], x[0]) / 2π + 0.5)``.
         * complexity ``‖x‖``.
+
+    Where the peaks are is the landscape family's (``env.landscape``,
+    :mod:`popgrpo.envs.landscapes`); the paper's, described below, is the default ``peaks``.
+    ``far_peaks`` names the peaks a discovery study asks about (the family says which).
 
     What the paper leaves open, and what we chose (fixed before comparing methods, the
     same for every method; all are fields of ``env`` in the config):
@@ -51,19 +56,13 @@ class IdeaEnv:
         constant of the landscape is set once, in the config's field defaults."""
         base = config.model_dump(exclude={"kind", "text"}) if config is not None else {}
         cfg = EnvConfig(**{**base, **fields})
-        dim, n_peaks = cfg.dim, cfg.n_peaks
-        self.idea_dim = dim
+        self.idea_dim = cfg.dim
         self.exec_lambda = cfg.exec_lambda
         self.p_exec_min, self.p_exec_max = self.P_EXEC_MIN, self.P_EXEC_MAX
         self.noise_std = cfg.noise_std
-        i = torch.arange(n_peaks, dtype=torch.float32)
-        self.peak_quality = cfg.quality_base + cfg.quality_step * i
-        self.peak_width = cfg.width_base + cfg.width_step * i
-        rng = np.random.default_rng(cfg.peak_seed)
-        directions = rng.standard_normal((n_peaks, dim))
-        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-        radii = np.linspace(cfg.radius_min, cfg.radius_max, n_peaks)
-        self.peak_centres = torch.as_tensor(directions * radii[:, None], dtype=torch.float32)
+        peaks: Peaks = LANDSCAPES.get(cfg.landscape)(cfg)
+        self.peak_quality, self.peak_width, self.peak_centres = peaks.quality, peaks.width, peaks.centres
+        self.far_peaks = frozenset(peaks.far)
 
     def quality(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N]`` noiseless quality ``Q(x)``."""
@@ -76,6 +75,11 @@ class IdeaEnv:
         for ``p = peak(x)``: how close ``x`` is to the top of its own peak (the discovery
         metrics of :mod:`popgrpo.core.discovery`)."""
         return self._bumps(ideas.detach()).argmax(dim=1)
+
+    def quality_and_peak(self, ideas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`quality` and :meth:`peak` of ``ideas [N, d]`` from one evaluation of the bumps."""
+        best = self._bumps(ideas.detach()).max(dim=1)
+        return best.values, best.indices
 
     def _bumps(self, ideas: torch.Tensor) -> torch.Tensor:
         """``[N, d]`` → ``[N, peaks]``: each peak's Gaussian bump at each idea."""

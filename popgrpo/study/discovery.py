@@ -15,10 +15,24 @@ import numpy as np
 import pandas as pd
 import torch
 
-from popgrpo.core.discovery import Discovery, reachable_peaks, union_discovery
+from popgrpo.core.discovery import Discovery, reachable_peaks, sampled_discovery, union_discovery
 from popgrpo.envs import Landscape
 
-__all__ = ["archived_best_quality", "reachable", "run_discovery", "trial_summary"]
+__all__ = [
+    "RANDOM_SEARCH",
+    "WIDTHS",
+    "archived_best_quality",
+    "random_search",
+    "reachable",
+    "run_discovery",
+    "trial_summary",
+]
+
+RANDOM_SEARCH = "random search"
+"""The random-search arm's label in a study's tables."""
+
+WIDTHS = (0.25, 0.35, 0.5, 0.71, 1.0, 1.41, 2.0, 2.83, 4.0, 5.66, 8.0)
+"""The widths random search is tuned over: 0.25 to 8 in steps of √2."""
 
 
 def run_discovery(frames: pd.DataFrame | Sequence[pd.DataFrame]) -> Discovery:
@@ -83,3 +97,45 @@ def trial_summary(frame: pd.DataFrame, reachable_set: frozenset[int]) -> tuple[d
     }
     curve = pd.DataFrame([p.__dict__ for p in found.trajectory])
     return summary, curve
+
+
+def random_search(
+    landscape: Landscape,
+    samples: int,
+    width: float,
+    generator: torch.Generator,
+    fraction: float,
+    executed_only: bool = True,
+    batch: int = 1 << 15,
+) -> Discovery:
+    """What ``samples`` ideas drawn from the untrained isotropic Gaussian ``N(0, width²·I)`` find
+    on ``landscape`` (:func:`~popgrpo.core.discovery.sampled_discovery`; peaks reached at
+    ``fraction`` of their height).
+
+    ``executed_only``: count only ideas whose execution succeeded, ``B ~ Bernoulli(p_exec(x))``
+    drawn from ``generator`` as a run's member draws it, so random search is scored by the rule a
+    run's discovery columns follow; False counts every idea, which is kinder to random search.
+    ``best_expected`` is ``max Q·p_exec`` where the landscape has ``p_exec`` (NaN otherwise).
+    ``generator`` draws the ideas and the executions; same generator state, same result."""
+    dim = int(getattr(landscape, "idea_dim"))  # noqa: B009  # the Landscape protocol does not name it
+    p_exec = getattr(landscape, "p_exec", None)
+    both = getattr(landscape, "quality_and_peak", None)
+    if executed_only and p_exec is None:
+        raise ValueError("executed_only needs a landscape with p_exec(ideas)")
+
+    def batches():
+        left = samples
+        while left > 0:
+            n = min(batch, left)
+            ideas = width * torch.randn((n, dim), generator=generator)
+            quality, peak = both(ideas) if both else (landscape.quality(ideas), landscape.peak(ideas))
+            expected, success = None, None
+            if p_exec is not None:
+                p = p_exec(ideas)
+                expected = quality * p
+                if executed_only:
+                    success = torch.bernoulli(p, generator=generator).bool()
+            yield quality, peak, expected, success
+            left -= n
+
+    return sampled_discovery(batches(), landscape.peak_quality, fraction)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from popgrpo.study.plan import Trial, landscape_preset
+from popgrpo.study.plan import Trial, landscape_overrides, landscape_preset
 
 __all__ = [
     "CONTROL",
@@ -190,10 +190,12 @@ def build_discovery_plan(design: DiscoveryDesign) -> list[dict]:
     trials = []
     for landscape in design.landscapes:
         preset = landscape_preset(LANDSCAPE_PRESET, landscape)
+        landscape_settings = landscape_overrides(landscape)
         for instance in design.instances:
             for intensity in design.intensities:
                 for arm in (*design.arms, *design.extra_arms):
                     overrides = (
+                        *landscape_settings,
                         f"run.epochs={design.epochs}",
                         f"env.peak_seed={instance}",
                         f"grpo.steps_per_epoch={intensity}",

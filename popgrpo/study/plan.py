@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from popgrpo.config import Config, load_config, preset_path
+from popgrpo.registry import STUDY_LANDSCAPES
 
 __all__ = [
     "ABLATIONS",
@@ -30,6 +31,8 @@ __all__ = [
     "Membership",
     "Trial",
     "build_plan",
+    "landscape_overrides",
+    "landscape_preset",
 ]
 
 SEEDS = (42, 142, 242, 342, 442)  # main paper §5: n = 5, seeds 42–442
@@ -126,21 +129,24 @@ REGIME_METHODS = {
     "best-of-K GRPO": ("pop_grpo", CONTROLS["best-of-K GRPO"]),
 }
 
-# The landscapes a study can run on: today's presets, or the calibrated paper_* presets that
-# `popgrpo calibrate` writes (docs/studies/reproduce.md, "Calibrating the open choices").
+# The landscapes the paper study runs on: today's presets, or the calibrated paper_* presets that
+# `popgrpo calibrate` writes (docs/studies/reproduce.md, "Calibrating the open choices"). Every
+# study landscape (these, stepping_stones, a plugin's) is an entry of STUDY_LANDSCAPES.
 LANDSCAPES = ("collapse", "paper")
 
 
 def landscape_preset(preset: str, landscape: str) -> str:
-    """The preset of ``preset``'s method on ``landscape``; a clear error when it was never calibrated."""
-    if landscape not in LANDSCAPES:
-        raise ValueError(f"landscape must be one of {', '.join(LANDSCAPES)}, got {landscape!r}")
-    if landscape == "collapse":
-        return preset
-    name = f"paper_{preset}"
+    """The preset of ``preset``'s method on ``landscape`` (:data:`popgrpo.registry.STUDY_LANDSCAPES`;
+    its overrides: :func:`landscape_overrides`); a clear error when it was never calibrated."""
+    name = STUDY_LANDSCAPES.get(landscape).preset(preset)
     if not preset_path(name).exists():
         raise ValueError(f"no preset {name!r}: run `popgrpo calibrate` first (it writes the paper_* presets)")
     return name
+
+
+def landscape_overrides(landscape: str) -> tuple[str, ...]:
+    """The config overrides that make a method's preset run on ``landscape`` (after its preset)."""
+    return tuple(STUDY_LANDSCAPES.get(landscape).overrides)
 
 
 @dataclass(frozen=True)

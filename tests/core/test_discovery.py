@@ -133,3 +133,46 @@ def test_union_without_peak_columns_knows_no_peaks():
 
 def test_reachable_peaks_are_those_whose_centre_is_in_their_own_basin():
     assert reachable_peaks(torch.tensor([6, 1, 5, 3])) == frozenset({1, 3})
+
+
+def test_peak_coverage_is_the_mean_excess_over_the_threshold():
+    from popgrpo.core.discovery import peak_coverage, peak_reach
+
+    fractions = {0: 0.95, 1: 0.6, 3: 0.8}  # peak 2 never visited
+    # mean over peaks 0..3 of max(0, f − 0.7): (0.25 + 0 + 0 + 0.1) / 4
+    assert peak_coverage(fractions, range(4), 0.7) == pytest.approx(0.35 / 4)
+    assert peak_coverage(fractions, [1, 2], 0.7) == 0.0  # spread alone (0.6) buys nothing
+    assert peak_coverage(fractions, [0], 0.9) == pytest.approx(0.05)
+    assert math.isnan(peak_coverage(fractions, [], 0.7))
+    assert peak_reach(fractions, [3, 0, 1, 2], 0.8) == {0: True, 1: False, 2: False, 3: True}
+
+
+def test_sampled_discovery_of_one_stream_is_union_discovery_of_its_rows():
+    from popgrpo.core.discovery import sampled_discovery
+
+    quality = torch.tensor([0.1, 2.9, 0.95, 3.0, 1.0, 1.9, 0.2])
+    peak = torch.tensor([0, 2, 0, 2, 0, 1, 1])
+    expected = quality / 2
+    executed = torch.tensor([True, False, True, True, True, True, False])
+    halves = [(quality[:3], peak[:3], expected[:3], executed[:3]), (quality[3:], peak[3:], expected[3:], executed[3:])]
+    found = sampled_discovery(halves, HEIGHTS, 0.9)
+    # the same ideas as one unit's two epochs of rows
+    rows = []
+    for epoch, (q, p, e, x) in enumerate(halves):
+        hits = first_hits(q, p, HEIGHTS, 0.9, x)
+        rows.append(
+            {
+                "epoch": epoch,
+                "member": 0,
+                "ideas": len(q),
+                "discovery_best_expected": best_value(e, x),
+                "discovery_best_quality": best_value(q, x),
+                "discovery_peaks": json.dumps({str(k): v for k, v in hits.items()}),
+                "discovery_peak_fraction": json.dumps({str(k): v for k, v in peak_fractions(q, p, HEIGHTS, x).items()}),
+            }
+        )
+    union = union_discovery(rows)
+    assert found.first_discovery == union.first_discovery == {0: 3, 1: 6, 2: 4}
+    assert found.peak_fraction == pytest.approx(union.peak_fraction)
+    assert (found.best_quality, found.best_expected, found.samples) == (3.0, 1.5, 7)
+    assert (union.best_quality, union.best_expected, union.samples) == (3.0, 1.5, 7)
