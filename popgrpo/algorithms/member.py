@@ -54,7 +54,7 @@ from popgrpo.algorithms.step import (
 from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.exploration import count_bonus, unlikeliness_rewards, weight_positive
-from popgrpo.core.merge import Mutation
+from popgrpo.core.merge import GaussianMutation
 from popgrpo.core.repulsion import group_best, repulsion_penalty
 from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
 from popgrpo.core.trees import map_leaves
@@ -419,7 +419,7 @@ class Member:
         """Continue from ``base`` (the merged model; None: this member's own weights) plus its own mutation.
 
         ``mutation`` is a :class:`~popgrpo.algorithms.merges.WeightMutation` (e.g.
-        :class:`~popgrpo.core.merge.Mutation`), a float σ_p for the main paper's Gaussian
+        :class:`~popgrpo.core.merge.SvdMutation`), a float σ_p for the main paper's Gaussian
         perturbation, or None for none. A mutation that ``needs_base`` (svd: its task vector)
         gets this member's round-0 weights. The mutation stream is keyed by (member, round), so
         it does not depend on which process or executor performs it. With ``reset_optimizer``
@@ -431,7 +431,7 @@ class Member:
         """
         self.repel = torch.tensor(repel, dtype=torch.float64).reshape(len(repel), -1) if repel else None
         if isinstance(mutation, float | int):
-            mutation = Mutation("gaussian", sigma=float(mutation))
+            mutation = GaussianMutation(sigma=float(mutation))
         info: dict[str, Any] = {}
         if base is not None or mutation is not None:
             start = self.get_weights() if base is None else base

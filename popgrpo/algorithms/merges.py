@@ -59,7 +59,7 @@ class WeightMutation(Protocol):
     """What each member adds to the merged weights when it adopts them (``scheduler.mutate``).
 
     Picklable: the scheduler makes one and every member's actor applies it.
-    :class:`popgrpo.core.merge.Mutation` is the built-in one.
+    :class:`popgrpo.core.merge.GaussianMutation` and :class:`~popgrpo.core.merge.SvdMutation` are the built-in ones.
     """
 
     @property
@@ -143,16 +143,16 @@ def task_arithmetic_merge(x: MergeInputs) -> tuple[dict[str, torch.Tensor], Desc
 
 def gaussian_mutation(params: Any) -> tuple[WeightMutation, Description]:
     """θ + σ_p·ε (main paper §4.3)."""
-    from popgrpo.core.merge import Mutation
+    from popgrpo.core.merge import GaussianMutation
 
-    return Mutation("gaussian", sigma=params.perturb_sigma), {"kind": "gaussian", "sigma": params.perturb_sigma}
+    return GaussianMutation(sigma=params.perturb_sigma), {"kind": "gaussian", "sigma": params.perturb_sigma}
 
 
 def svd_mutation(params: Any) -> tuple[WeightMutation, Description]:
     """Scale the singular components of the task vector by w_i ~ U[0, w_max] (CycleQD §3.3)."""
-    from popgrpo.core.merge import Mutation
+    from popgrpo.core.merge import SvdMutation
 
-    mutation = Mutation("svd", w_max=params.svd_w_max, mode=params.svd_mode)
+    mutation = SvdMutation(w_max=params.svd_w_max, mode=params.svd_mode)
     return mutation, {"kind": "svd", "w_max": params.svd_w_max, "mode": params.svd_mode, "base": "round0"}
 
 

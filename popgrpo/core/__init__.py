@@ -21,7 +21,9 @@ from popgrpo.core.grpo import (
     token_clipped_surrogate,
 )
 from popgrpo.core.merge import (
+    GaussianMutation,
     Mutation,
+    SvdMutation,
     greedy_soup,
     mutate,
     perturb,
@@ -48,9 +50,11 @@ from popgrpo.core.selection import cyclic_objective, objective_scores, pop_score
 
 __all__ = [
     "AdaptiveAlpha",
+    "GaussianMutation",
     "MapElitesArchive",
     "Mutation",
     "NoveltyMemory",
+    "SvdMutation",
     "alpha_dual_step",
     "best_at_k",
     "binned_advantages",

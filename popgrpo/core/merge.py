@@ -31,7 +31,9 @@ import torch
 from popgrpo.core.tensor_lists import float_list
 
 __all__ = [
+    "GaussianMutation",
     "Mutation",
+    "SvdMutation",
     "crossover_weights",
     "greedy_soup",
     "mutate",
@@ -277,68 +279,79 @@ def svd_mutate(tau: StateDict, scales: Mapping[str, torch.Tensor]) -> dict[str, 
 
 
 @dataclass(frozen=True)
-class Mutation:
-    """What each member adds to the merged weights when it adopts them (``scheduler.mutate``).
+class GaussianMutation:
+    """``scheduler.mutate=gaussian``: each member adds ``σ·ε`` to the merged weights when it adopts
+    them (:func:`perturb`; main paper §4.3). Plain data, so it travels to Ray actors."""
 
-    Plain data, so it travels to Ray actors. ``gaussian``: :func:`perturb` with ``sigma``.
-    ``svd``: :func:`svd_mutate` of the task vector relative to the member's round-0 weights,
-    with ``w ~ U[0, w_max]``; ``mode="scale"`` scales components by ``w`` (CycleQD §3.3's
-    formula), ``mode="add"`` by ``1 + w`` (CycleQD's released code adds ``U diag(w ⊙ σ) Vᵀ``).
-    """
-
-    kind: Literal["gaussian", "svd"] = "gaussian"
     sigma: float = 0.0
+
+    @property
+    def needs_base(self) -> bool:
+        """False: :meth:`apply` needs no round-0 weights."""
+        return False
+
+    def apply(
+        self, merged: StateDict, generator: torch.Generator, base: StateDict | None = None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """``θ = θ_merged + σ·ε``; the description is empty (the ``WeightMutation`` protocol of
+        popgrpo.algorithms.merges)."""
+        del base
+        return perturb(merged, self.sigma, generator), {}
+
+
+@dataclass(frozen=True)
+class SvdMutation:
+    """``scheduler.mutate=svd``: :func:`svd_mutate` of the task vector relative to the member's
+    round-0 weights, with ``w ~ U[0, w_max]``; ``mode="scale"`` scales components by ``w``
+    (CycleQD §3.3's formula), ``mode="add"`` by ``1 + w`` (CycleQD's released code adds
+    ``U diag(w ⊙ σ) Vᵀ``). Plain data, so it travels to Ray actors."""
+
     w_max: float = 0.3
     mode: Literal["scale", "add"] = "scale"
 
     @property
     def needs_base(self) -> bool:
-        """Whether :meth:`apply` needs the member's round-0 weights (the svd task vector's base)."""
-        return self.kind == "svd"
+        """True: the task vector is taken against the member's round-0 weights."""
+        return True
 
     def apply(
         self, merged: StateDict, generator: torch.Generator, base: StateDict | None = None
     ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """:func:`mutate` with this mutation (the ``WeightMutation`` protocol of popgrpo.algorithms.merges)."""
-        return mutate(merged, self, generator, base)
+        """``θ = θ_base + svd_mutate(θ_merged − θ_base, w)`` for each matrix, and ``θ_merged`` itself
+        for rank-one tensors; ``base`` (θ_base) is required. The description summarises the
+        draws ``w``: ``{n, mean, min, max}``."""
+        if base is None:
+            raise ValueError("the svd mutation needs base weights (the round-0 weights)")
+        if self.mode not in _SVD_FACTORS:
+            raise ValueError(f"unknown svd mutation mode {self.mode!r}")
+        tau = task_vector(merged, base)
+        draws = svd_scales(tau, self.w_max, generator)
+        factors = {k: _SVD_FACTORS[self.mode](w) for k, w in draws.items()}
+        mutated = svd_mutate(tau, factors)
+        out: dict[str, torch.Tensor] = {}
+        for key, value in merged.items():
+            if key in factors:
+                out[key] = (base[key].to(torch.float64) + mutated[key].to(torch.float64)).to(value.dtype)
+            else:
+                out[key] = value.clone()
+        all_w = torch.cat(list(draws.values())) if draws else torch.zeros(0, dtype=torch.float64)
+        summary: dict[str, float] = {"n": int(all_w.numel())}
+        if all_w.numel():
+            summary.update(mean=float(all_w.mean()), min=float(all_w.min()), max=float(all_w.max()))
+        return out, summary
+
+
+# SvdMutation.mode: the factor each singular component is scaled by, from its draw w.
+_SVD_FACTORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"scale": lambda w: w, "add": lambda w: 1.0 + w}
+
+Mutation = GaussianMutation | SvdMutation  # the built-in mutations (scheduler.mutate)
 
 
 def mutate(
     merged: StateDict, mutation: Mutation, generator: torch.Generator, base: StateDict | None = None
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Apply ``mutation`` to the merged weights; return the weights and a JSON-able description.
-
-    * ``gaussian``: ``θ = θ_merged + σ·ε`` (:func:`perturb`); the description is empty.
-    * ``svd``: ``θ = θ_base + svd_mutate(θ_merged − θ_base, w)`` for each matrix, and
-      ``θ_merged`` itself for rank-one tensors; ``base`` (θ_base, the round-0 weights) is
-      required. The description summarises the draws ``w``: ``{n, mean, min, max}``.
-    """
-    if mutation.kind == "gaussian":
-        return perturb(merged, mutation.sigma, generator), {}
-    if mutation.kind != "svd":
-        raise ValueError(f"unknown mutation kind {mutation.kind!r}")
-    if base is None:
-        raise ValueError("the svd mutation needs base weights (the round-0 weights)")
-    tau = task_vector(merged, base)
-    draws = svd_scales(tau, mutation.w_max, generator)
-    if mutation.mode == "add":
-        factors = {k: 1.0 + w for k, w in draws.items()}
-    elif mutation.mode == "scale":
-        factors = draws
-    else:
-        raise ValueError(f"unknown svd mutation mode {mutation.mode!r}")
-    mutated = svd_mutate(tau, factors)
-    out: dict[str, torch.Tensor] = {}
-    for key, value in merged.items():
-        if key in factors:
-            out[key] = (base[key].to(torch.float64) + mutated[key].to(torch.float64)).to(value.dtype)
-        else:
-            out[key] = value.clone()
-    all_w = torch.cat(list(draws.values())) if draws else torch.zeros(0, dtype=torch.float64)
-    summary: dict[str, float] = {"n": int(all_w.numel())}
-    if all_w.numel():
-        summary.update(mean=float(all_w.mean()), min=float(all_w.min()), max=float(all_w.max()))
-    return out, summary
+    """Apply ``mutation`` to the merged weights (its ``apply``); return the weights and a JSON-able description."""
+    return mutation.apply(merged, generator, base)
 
 
 # Typed wrappers of the torch calls whose stubs leave types unknown.

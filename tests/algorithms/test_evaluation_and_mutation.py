@@ -9,7 +9,7 @@ from popgrpo.algorithms.archive_service import LocalArchive
 from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
 from popgrpo.algorithms.initial_weights import initial_weights, round0_weights
 from popgrpo.algorithms.member import Member
-from popgrpo.core.merge import Mutation, mutate, soup
+from popgrpo.core.merge import GaussianMutation, SvdMutation, mutate, soup
 from popgrpo.core.seeding import STREAM_PERTURB, torch_generator
 from tests.configs import defaults
 
@@ -34,7 +34,7 @@ def test_svd_reseed_follows_the_formula_per_member_and_round():
     m0, m1 = Member(0, cfg, LocalArchive()), Member(1, cfg, LocalArchive())
     m0.train_epochs(1)
     merged = m0.get_weights()
-    mutation = Mutation("svd", w_max=0.3)
+    mutation = SvdMutation(w_max=0.3)
     info0 = m0.adopt(merged, mutation, round_index=1)
     info1 = m1.adopt(merged, mutation, round_index=1)
     assert info1 != info0  # each member its own draws
@@ -55,7 +55,7 @@ def test_gaussian_reseed_accepts_a_mutation_or_a_sigma():
     cfg = defaults(*TWO_MEMBERS)
     a, b = Member(0, cfg, LocalArchive()), Member(0, cfg, LocalArchive())
     base = a.get_weights()
-    assert a.adopt(base, Mutation("gaussian", sigma=0.01), 3) == {}
+    assert a.adopt(base, GaussianMutation(sigma=0.01), 3) == {}
     b.adopt(base, 0.01, 3)
     assert all(torch.equal(a.get_weights()[k], b.get_weights()[k]) for k in base)
 

@@ -20,7 +20,7 @@ from popgrpo.algorithms.population import (
     replaced_count,
 )
 from popgrpo.config import ConfigError, load_config
-from popgrpo.core.merge import Mutation
+from popgrpo.core.merge import GaussianMutation, SvdMutation
 from popgrpo.core.selection import pop_scores, select_top_m
 from tests.configs import defaults
 
@@ -55,7 +55,7 @@ def test_soup_is_the_main_papers_round():
     for a in decision.adoptions.values():
         assert (a.base, a.mutation, a.reset_optimizer, a.repel) == (
             MERGED,
-            Mutation("gaussian", sigma=0.01),
+            GaussianMutation(sigma=0.01),
             True,
             None,
         )
@@ -69,7 +69,7 @@ def test_soup_svd_names_the_add_svd_mutation_whatever_merge_and_mutate_say():
     decision = POPULATION_STEPS.get("soup_svd")(_inputs(cfg))
     assert decision.merge == RANKING[:3]
     assert all(
-        a.base == MERGED and a.mutation == Mutation("svd", w_max=0.3, mode="add") for a in decision.adoptions.values()
+        a.base == MERGED and a.mutation == SvdMutation(w_max=0.3, mode="add") for a in decision.adoptions.values()
     )
     assert decision.mutation["kind"] == "svd" and decision.mutation["mode"] == "add"
 
@@ -78,7 +78,7 @@ def test_soup_svd_names_the_add_svd_mutation_whatever_merge_and_mutate_say():
 def test_independent_keeps_every_members_own_weights(mutate, reset):
     cfg = defaults(*SELECTING, f"scheduler.mutate={mutate}", f"scheduler.reset_optimizer={str(reset).lower()}")
     decision = POPULATION_STEPS.get("independent")(_inputs(cfg))
-    expected_mutation = Mutation("gaussian", sigma=0.01) if mutate == "gaussian" else None
+    expected_mutation = GaussianMutation(sigma=0.01) if mutate == "gaussian" else None
     for a in decision.adoptions.values():
         assert (a.base, a.mutation, a.reset_optimizer) == (OWN, expected_mutation, reset)
     assert decision.merge == [] and decision.fetch == [] and decision.record["ranking"] == RANKING
@@ -99,7 +99,7 @@ def test_truncation_copies_top_into_bottom_and_leaves_the_rest():
     assert sorted(int(k) for k in copies) == sorted(bottom) and set(copies.values()) <= set(top)
     for k, a in decision.adoptions.items():
         if k in bottom:
-            assert a.base == copy_base(copies[str(k)]) and a.mutation == Mutation("gaussian", sigma=0.01)
+            assert a.base == copy_base(copies[str(k)]) and a.mutation == GaussianMutation(sigma=0.01)
             assert a.reset_optimizer
         else:
             assert (a.base, a.mutation, a.reset_optimizer) == (OWN, None, False)  # untouched
@@ -220,7 +220,7 @@ def test_islands_ring_migration_copies_each_elite_over_the_next_islands_worst():
     for k, adoption in decision.adoptions.items():
         if str(k) in decision.record["copies"]:
             assert adoption.base == copy_base(decision.record["copies"][str(k)]) and adoption.reset_optimizer
-            assert adoption.mutation == Mutation("gaussian", sigma=0.01)
+            assert adoption.mutation == GaussianMutation(sigma=0.01)
         else:
             assert (adoption.base, adoption.mutation, adoption.reset_optimizer) == (OWN, None, False)
 

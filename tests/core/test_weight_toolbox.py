@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from popgrpo.core.merge import (
-    Mutation,
+    GaussianMutation,
+    SvdMutation,
     crossover_weights,
     greedy_soup,
     mutate,
@@ -173,7 +174,7 @@ def test_mutate_svd_is_relative_to_base_and_seeded():
     g = torch.Generator().manual_seed(5)
     base = {"w": torch.randn(4, 3, generator=g), "b": torch.randn(3, generator=g)}
     merged = {"w": base["w"] + torch.randn(4, 3, generator=g), "b": torch.randn(3, generator=g)}
-    mutation = Mutation("svd", w_max=0.3)
+    mutation = SvdMutation(w_max=0.3)
     out1, info1 = mutate(merged, mutation, torch.Generator().manual_seed(9), base)
     out2, info2 = mutate(merged, mutation, torch.Generator().manual_seed(9), base)
     out3, _ = mutate(merged, mutation, torch.Generator().manual_seed(10), base)
@@ -183,15 +184,18 @@ def test_mutate_svd_is_relative_to_base_and_seeded():
     expected = base["w"] + svd_mutate(task_vector(merged, base), {"w": w})["w"]
     assert torch.allclose(out1["w"], expected, atol=1e-6)
     assert info1["n"] == 3 and info1["min"] == pytest.approx(float(w.min())) and info1["max"] <= 0.3
-    added, _ = mutate(merged, Mutation("svd", w_max=0.3, mode="add"), torch.Generator().manual_seed(9), base)
+    added, _ = mutate(merged, SvdMutation(w_max=0.3, mode="add"), torch.Generator().manual_seed(9), base)
     expected_add = base["w"] + svd_mutate(task_vector(merged, base), {"w": 1.0 + w})["w"]
     assert torch.allclose(added["w"], expected_add, atol=1e-6)
     with pytest.raises(ValueError, match="base"):
         mutate(merged, mutation, torch.Generator())
+    with pytest.raises(ValueError, match="unknown svd mutation mode 'double'"):
+        mutate(merged, SvdMutation(mode="double"), torch.Generator(), base)  # pyright: ignore[reportArgumentType]
+    assert mutation.needs_base and not GaussianMutation(0.1).needs_base
 
 
 def test_mutate_gaussian_is_perturb():
-    out, info = mutate(A, Mutation("gaussian", sigma=0.1), torch.Generator().manual_seed(4))
+    out, info = mutate(A, GaussianMutation(sigma=0.1), torch.Generator().manual_seed(4))
     noise = torch.randn(2, 2, generator=torch.Generator().manual_seed(4))
     assert torch.equal(out["w"], A["w"] + 0.1 * noise) and info == {}
 

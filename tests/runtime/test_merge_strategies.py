@@ -13,7 +13,7 @@ import torch
 
 from popgrpo.algorithms.evaluation import PURPOSE_MERGED, WeightsEvaluator
 from popgrpo.algorithms.initial_weights import initial_weights, round0_weights
-from popgrpo.core.merge import Mutation, mutate, score_weights, soup, task_arithmetic, wise_ft
+from popgrpo.core.merge import SvdMutation, mutate, score_weights, soup, task_arithmetic, wise_ft
 from popgrpo.core.seeding import STREAM_PERTURB, torch_generator
 from popgrpo.core.selection import objective_scores, select_top_m
 from popgrpo.runtime.executor import LocalExecutor
@@ -125,7 +125,7 @@ def test_svd_mutation_is_applied_per_member_and_recorded():
         merged = soup(fetched)
         for k, member in enumerate(after):
             generator = torch_generator(cfg.run.seed, STREAM_PERTURB, k, rec["round"] + 1)
-            expected, info = mutate(merged, Mutation("svd", w_max=0.3), generator, initial_weights(cfg, k))
+            expected, info = mutate(merged, SvdMutation(w_max=0.3), generator, initial_weights(cfg, k))
             assert _equal(member, expected) and perturb["w"][str(k)] == info
             assert torch.equal(member["mean_head.bias"], merged["mean_head.bias"])  # biases pass through
             assert not torch.equal(member["mean_head.weight"], merged["mean_head.weight"])
