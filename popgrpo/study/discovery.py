@@ -8,6 +8,7 @@ archive's elites, which are chosen by their noisy reward.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import cast
 
@@ -15,13 +16,22 @@ import numpy as np
 import pandas as pd
 import torch
 
-from popgrpo.core.discovery import Discovery, reachable_peaks, sampled_discovery, union_discovery
+from popgrpo.core.discovery import (
+    Discovery,
+    peak_coverage,
+    peak_reach,
+    reachable_peaks,
+    sampled_discovery,
+    union_discovery,
+)
 from popgrpo.envs import Landscape
 
 __all__ = [
+    "COVERAGE_THRESHOLD",
     "RANDOM_SEARCH",
     "WIDTHS",
     "archived_best_quality",
+    "discovery_summary",
     "random_search",
     "reachable",
     "run_discovery",
@@ -70,33 +80,62 @@ def reachable(landscape: Landscape, centres: torch.Tensor) -> frozenset[int]:
     return reachable_peaks(landscape.peak(centres))
 
 
-def trial_summary(frame: pd.DataFrame, reachable_set: frozenset[int]) -> tuple[dict[str, float], pd.DataFrame]:
-    """What one run found, as the discovery study reports it, and its per-epoch trajectory.
+COVERAGE_THRESHOLD = 0.7
+"""The height threshold of :func:`~popgrpo.core.discovery.peak_coverage` in a study's summaries."""
 
-    ``frame``: the run's ``metrics.parquet`` (every member a unit: a population, or K
-    independent runs of a ``scheduler.enabled=false`` population). Returns the summary
-    (``best_quality``, ``best_expected``, ``peaks``: peaks reached at the run's own
-    ``eval.discovery_threshold``, ``peak_fraction_mean``: the mean over reachable peaks of how
-    close to its top any idea came (0 for a basin never visited), ``discovery_time``: the mean
-    over reachable peaks of samples-to-first-discovery / samples, a peak never reached counting
-    1; ``samples``: every idea sampled) and the trajectory (``epoch``, ``samples``, ``peaks``,
-    ``best_expected``, ``best_quality``, cumulative).
-    """
-    found = run_discovery(frame)
+
+def discovery_summary(
+    found: Discovery,
+    reachable_set: frozenset[int],
+    far: frozenset[int] = frozenset(),
+    threshold: float = COVERAGE_THRESHOLD,
+) -> dict[str, float | str]:
+    """What a run, or a random search, found (``found``), as the discovery study reports it.
+
+    ``best_quality``, ``best_expected``; ``peaks``: reachable peaks reached at the run's own
+    threshold (its first hits); ``peak_fraction_mean``: the mean over reachable peaks of how close
+    to its top any idea came (0 for a basin never visited); ``discovery_time``: the mean over
+    reachable peaks of samples-to-first-discovery / samples, a peak never reached counting 1;
+    ``samples``; ``peaks_at_<f>`` for each of :data:`THRESHOLDS`; ``coverage``: the mean over
+    reachable peaks of ``max(0, fraction − threshold)``
+    (:func:`~popgrpo.core.discovery.peak_coverage`); ``far_peaks`` and ``far_coverage``: the same
+    over the landscape's far peaks that are reachable (NaN without far peaks); ``peak_fractions``:
+    every visited basin's best fraction as JSON (per-peak reach at any threshold)."""
     targets = sorted(reachable_set)
+    far_targets = sorted(far & reachable_set)
     fractions = [max(found.peak_fraction.get(p, 0.0), 0.0) for p in targets]
     times = [found.first_discovery.get(p, found.samples) / found.samples for p in targets]
-    summary = {
+    nan = float("nan")
+    return {
         "best_quality": found.best_quality,
         "best_expected": found.best_expected,
         "peaks": float(len(found.peaks & reachable_set)),
-        "peak_fraction_mean": float(np.mean(fractions)) if targets else float("nan"),
-        "discovery_time": float(np.mean(times)) if targets else float("nan"),
+        "peak_fraction_mean": float(np.mean(fractions)) if targets else nan,
+        "discovery_time": float(np.mean(times)) if targets else nan,
         "samples": float(found.samples),
         **{f"peaks_at_{f:g}": float(len(found.peaks_at(f) & reachable_set)) for f in THRESHOLDS},
+        "coverage": peak_coverage(found.peak_fraction, targets, threshold),
+        "far_peaks": float(sum(peak_reach(found.peak_fraction, far_targets, threshold).values()))
+        if far_targets
+        else nan,
+        "far_coverage": peak_coverage(found.peak_fraction, far_targets, threshold),
+        "peak_fractions": json.dumps({str(p): round(f, 6) for p, f in found.peak_fraction.items()}),
     }
+
+
+def trial_summary(
+    frame: pd.DataFrame, reachable_set: frozenset[int], far: frozenset[int] = frozenset()
+) -> tuple[dict[str, float | str], pd.DataFrame]:
+    """What one run found (:func:`discovery_summary`) and its per-epoch trajectory.
+
+    ``frame``: the run's ``metrics.parquet`` (every member a unit: a population, or K
+    independent runs of a ``scheduler.enabled=false`` population); ``far``: the landscape's far
+    peaks. The trajectory has ``epoch``, ``samples``, ``peaks``, ``best_expected``,
+    ``best_quality``, cumulative.
+    """
+    found = run_discovery(frame)
     curve = pd.DataFrame([p.__dict__ for p in found.trajectory])
-    return summary, curve
+    return discovery_summary(found, reachable_set, far), curve
 
 
 def random_search(

@@ -71,19 +71,21 @@ def summarise(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     from popgrpo.config import load_config, preset_path
     from popgrpo.envs import make_env
     from popgrpo.study.discovery import reachable, trial_summary
+    from popgrpo.study.plan import landscape_overrides
 
     plan = _load_plan(out)
-    reach: dict[tuple[str, int], frozenset[int]] = {}
+    reach: dict[tuple[str, int], tuple[frozenset[int], frozenset[int]]] = {}
     rows, curves = [], []
     for trial in plan["trials"]:
-        cell = (trial["preset"], trial["instance"])
+        cell = (trial["landscape"], trial["instance"])
         if cell not in reach:
-            env = make_env(load_config(preset_path(trial["preset"]), [f"env.peak_seed={trial['instance']}"]).env)
-            reach[cell] = reachable(env, env.peak_centres)
+            overrides = [*landscape_overrides(trial["landscape"]), f"env.peak_seed={trial['instance']}"]
+            env = make_env(load_config(preset_path(trial["preset"]), overrides).env)
+            reach[cell] = (reachable(env, env.peak_centres), frozenset(getattr(env, "far_peaks", ())))
         metrics = pd.read_parquet(out / "runs" / trial["key"] / "metrics.parquet")
-        summary, curve = trial_summary(metrics, reach[cell])
+        summary, curve = trial_summary(metrics, *reach[cell])
         labels = {k: trial[k] for k in ("key", "landscape", "instance", "intensity", "arm", "seed")}
-        rows.append({**labels, **summary, "reachable": len(reach[cell])})
+        rows.append({**labels, **summary, "reachable": len(reach[cell][0])})
         curves.append(curve.assign(key=trial["key"]))
     trials, curve_frame = pd.DataFrame(rows), pd.concat(curves, ignore_index=True)
     trials.to_parquet(trials_path, index=False, compression="zstd")
