@@ -8,7 +8,7 @@ import torch
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.ray_executor import RayExecutor
-from tests.configs import RAY_POPULATION, pop_grpo
+from tests.configs import RAY_PAIRS, RAY_POPULATION, pop_grpo
 from tests.driving import drive, same_rows
 
 pytestmark = pytest.mark.ray
@@ -138,32 +138,10 @@ def test_epoch_inserts_into_a_shared_archive_actor_lose_and_double_nothing(ray_l
 
 
 def test_outcome_counts_are_pooled_in_the_archive_actor(ray_local):
-    # explore.count_bonus: with a shared archive the archive actor counts every member's ideas in
-    # one table (what each member's bonus reads); with private archives each member counts its own.
-    counting = ("explore.count_bonus=0.3", "run.epochs=2")
-    rows, _, archives, _ = _run(RayExecutor, pop_grpo(*SHAPE, *counting, "archive.shared=true"))
+    # explore.count_bonus with a shared archive: the archive actor counts both members' ideas in
+    # one table, the one each member's bonus reads (per-member tables: test_exploration_member.py).
+    shape = ("population.size=2", "scheduler.top_m=2", "run.epochs=1", "grpo.steps_per_epoch=2", "eval.merged=false")
+    cfg = pop_grpo(*RAY_PAIRS, *shape, "archive.shared=true", "explore.count_bonus=0.3")
+    rows, _, archives, _ = _run(RayExecutor, cfg)
+    assert {r["member"] for r in rows} == {0, 1}
     assert len(archives) == 1 and archives[0].outcomes.total == sum(r["ideas"] for r in rows) > 0
-    rows, _, archives, _ = _run(RayExecutor, pop_grpo(*SHAPE, *counting, "archive.shared=false"))
-    per_member = [sum(r["ideas"] for r in rows if r["member"] == k) for k in range(4)]
-    assert [a.outcomes.total for a in archives] == per_member
-
-
-def test_executors_report_their_worker_processes_and_epoch_cpu(ray_local):
-    """The public process accounting the round timers read: each member actor's pid, and per
-    actor the CPU seconds its members trained in each train call; none for the in-process executor."""
-    import os
-
-    cfg = pop_grpo(*SHAPE)
-    local = LocalExecutor(cfg)
-    assert local.worker_pids() == [] and local.epoch_cpu_seconds() == []
-    executor = RayExecutor(cfg)
-    try:
-        executor.train(1)
-        executor.train(1)
-        pids = executor.worker_pids()
-        per_actor = executor.epoch_cpu_seconds()
-    finally:
-        executor.close()
-    assert len(pids) == len(executor.groups) == len(per_actor) and len(set(pids)) == len(pids)
-    assert os.getpid() not in pids
-    assert all(len(calls) == 2 and all(s > 0 for s in calls) for calls in per_actor)
