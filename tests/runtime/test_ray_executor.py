@@ -145,3 +145,24 @@ def test_outcome_counts_are_pooled_in_the_archive_actor(ray_local):
     rows, _, archives, _ = _run(RayExecutor, cfg)
     assert {r["member"] for r in rows} == {0, 1}
     assert len(archives) == 1 and archives[0].outcomes.total == sum(r["ideas"] for r in rows) > 0
+
+
+def test_executors_report_their_worker_processes_and_epoch_cpu(ray_local):
+    """The public process accounting the round timers read: each member actor's pid, and per
+    actor the CPU seconds its members trained in each train call; none for the in-process executor."""
+    import os
+
+    cfg = pop_grpo(*SHAPE)
+    local = LocalExecutor(cfg)
+    assert local.worker_pids() == [] and local.epoch_cpu_seconds() == []
+    executor = RayExecutor(cfg)
+    try:
+        executor.train(1)
+        executor.train(1)
+        pids = executor.worker_pids()
+        per_actor = executor.epoch_cpu_seconds()
+    finally:
+        executor.close()
+    assert len(pids) == len(executor.groups) == len(per_actor) and len(set(pids)) == len(pids)
+    assert os.getpid() not in pids
+    assert all(len(calls) == 2 and all(s > 0 for s in calls) for calls in per_actor)
