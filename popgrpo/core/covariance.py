@@ -63,7 +63,7 @@ def clip_cov_terms(
     ``[low, high]``, drawn with ``generator``, set to 0 (their gradient removed); returns the
     terms and the ``[same shape]`` bool mask of the removed tokens. Fewer tokens in the window
     than the count: all of them are removed."""
-    cov = token_covariance(logp, advantages, mask)
+    cov = token_covariance(logp, advantages, mask).cpu()  # the selection is drawn on the CPU, where generator lives
     window = torch.nonzero(((cov >= low) & (cov <= high)).reshape(-1)).reshape(-1)
     n = min(_count(ratio, int((mask > 0).sum())), len(window))
     removed = torch.zeros(cov.numel(), dtype=torch.bool)
@@ -86,7 +86,7 @@ def kl_cov_terms(
     """KL-Cov: the per-token losses ``−ρ·A`` (``ρ = exp(logp − old_logp)``, no clipping), plus
     ``coef·|logp − old_logp|`` on the ``max(1, ⌊ratio·N⌋)`` tokens of largest covariance; returns
     the terms and the bool mask of the penalised tokens. Ties at the cut are taken by position."""
-    cov = token_covariance(logp, advantages, mask)
+    cov = token_covariance(logp, advantages, mask).cpu()
     n = _count(ratio, int((mask > 0).sum()))
     chosen = torch.zeros(cov.numel(), dtype=torch.bool)
     if n:
