@@ -505,7 +505,7 @@ def _last_line(text: str) -> str:
 
 
 def _read_status(path: str, nonce: str) -> dict[str, str]:
-    """The child's out-of-band reports (``kind<TAB>detail`` lines), first of each kind.
+    """The child's out-of-band reports (``tag<TAB>detail`` lines), the first of each tag.
 
     A ``score`` line counts only with this run's nonce (``score<TAB>nonce<TAB>float.hex``): the
     program can write to the descriptor too, but it never learns the nonce. ``score`` is kept as
@@ -513,14 +513,14 @@ def _read_status(path: str, nonce: str) -> dict[str, str]:
     """
     status: dict[str, str] = {}
     for line in _tail(path, 16384).splitlines():
-        kind, _, detail = line.partition("\t")
-        if kind == "score":
+        tag, _, detail = line.partition("\t")
+        if tag == "score":
             given, _, value = detail.partition("\t")
             if not secrets.compare_digest(given.encode(), nonce.encode()):
                 status.setdefault("forged", "a score line without this run's nonce")
                 continue
             detail = value
-        status.setdefault(kind, detail[:_DETAIL_CHARS])
+        status.setdefault(tag, detail[:_DETAIL_CHARS])
     return status
 
 
