@@ -312,10 +312,9 @@ def _run(
                 bar.update(epochs - bar.n)
 
     # Between rounds the bar follows the member epochs as they finish (executors that count them).
-    member_epochs = getattr(executor, "member_epochs", None)
     follower = (
-        _BarFollower(member_epochs, config.population.size, done, config.run.epochs, move_bar)
-        if progress and member_epochs is not None
+        _BarFollower(executor.member_epochs, config.population.size, done, config.run.epochs, move_bar)
+        if progress
         else None
     )
     rewards = RewardWindow(config.run.summary_window)  # the bar's numbers are the summary's, so far

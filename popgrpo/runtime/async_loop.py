@@ -41,7 +41,7 @@ from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.algorithms.async_rounds import logical_finish, merge_due, merge_members, next_logical, straggler_delay
 from popgrpo.config import Config
 from popgrpo.runtime.executor import Executor
-from popgrpo.runtime.scheduler import PopulationRounds, round_lengths, train_after_adopt
+from popgrpo.runtime.scheduler import PopulationRounds, round_lengths
 
 __all__ = ["AsyncExecutor", "AsyncState", "AsyncStateError", "parse_async_state", "run_async"]
 
@@ -230,7 +230,7 @@ def run_async(
             epoch_end = max(int(r[-1]["epoch"]) for r in rows) + 1
             # Each merging actor's next round is sent right behind its adopt call (submit() below
             # takes those calls over): it trains on as soon as it has adopted.
-            train_after_adopt(executor, {g: lengths[round_of[g] + 1] for g in merging})
+            executor.train_after_adopt({g: lengths[round_of[g] + 1] for g in merging})
             record = rounds.end_round(version, epoch_end, members, rows)
             record["async"] = {
                 "merge": version,

@@ -77,6 +77,30 @@ class Executor(Protocol):
 
     def close(self) -> None: ...
 
+    # What differs between executors is declared here, with what an executor without it returns,
+    # so callers never probe for a method (an in-process executor answers each trivially).
+    @property
+    def n_actors(self) -> int:
+        """Member actors (processes that hold members and answer remote calls); 0 in-process."""
+        ...
+
+    def train_after_adopt(self, n_epochs: Mapping[int, int]) -> None:
+        """At the next :meth:`adopt`, send actor ``g`` its next train call of ``n_epochs[g]`` epochs right
+        behind its adopt call (results unchanged); an executor without actors has nothing to overlap."""
+        ...
+
+    def member_epochs(self) -> int | None:
+        """Member epochs finished so far, for the progress bar between rounds (None: not counted)."""
+        ...
+
+    def worker_pids(self) -> list[int]:
+        """The process id of each member actor, in actor order (empty in-process)."""
+        ...
+
+    def epoch_cpu_seconds(self) -> list[list[float]]:
+        """Per member actor, the CPU seconds its members spent in each train call (empty in-process)."""
+        ...
+
 
 def adopt_one(
     member: Member, bases: Mapping[str, Mapping[str, torch.Tensor]], adoption: Adoption, round_index: int
@@ -147,6 +171,15 @@ class LocalExecutor:
     def member_epochs(self) -> int:
         """Member epochs trained so far (the progress bar follows them from another thread)."""
         return self._member_epochs
+
+    @property
+    def n_actors(self) -> int:
+        """Members train in this process: no member actors."""
+        return 0
+
+    def train_after_adopt(self, n_epochs: Mapping[int, int]) -> None:
+        """Nothing to send ahead: members adopt and train in this process, one call after the other."""
+        del n_epochs
 
     def worker_pids(self) -> list[int]:
         """Members train in this process: there are no worker processes of their own (empty)."""

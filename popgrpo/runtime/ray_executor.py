@@ -667,6 +667,11 @@ class RayExecutor:
         """The members of each actor, which train and report together."""
         return [list(group) for group in self._groups]
 
+    @property
+    def n_actors(self) -> int:
+        """Member actors, one per group."""
+        return len(self._groups)
+
     def submit_train(self, g: int, n_epochs: int) -> Any:
         """Start ``n_epochs`` of actor ``g``'s members; the handle goes to :meth:`wait_train`.
 

@@ -44,7 +44,6 @@ __all__ = [
     "merge_selected",
     "round_lengths",
     "run_rounds",
-    "train_after_adopt",
 ]
 
 Weights = Mapping[str, torch.Tensor]
@@ -87,15 +86,6 @@ def merge_selected(
     return MERGES.get(config.scheduler.merge)(inputs)
 
 
-def train_after_adopt(executor: object, n_epochs: Mapping[int, int]) -> None:
-    """Ask ``executor`` to send each actor ``g`` its next train call of ``n_epochs[g]`` epochs
-    right behind its adopt call (:meth:`~popgrpo.runtime.ray_executor.RayExecutor.train_after_adopt`);
-    executors without remote calls (in-process) have nothing to overlap and no such method."""
-    hint = getattr(executor, "train_after_adopt", None)
-    if hint is not None:
-        hint(n_epochs)
-
-
 def run_rounds(
     config: Config,
     executor: Executor,
@@ -124,8 +114,7 @@ def run_rounds(
     epoch_end = sum(lengths[:start_round])
     rounds = PopulationRounds(config, executor) if rounds is None else rounds
     if pending is not None and config.scheduler.enabled and 0 < start_round < len(lengths):
-        actors = len(getattr(executor, "groups", ()))
-        train_after_adopt(executor, dict.fromkeys(range(actors), lengths[start_round]))
+        executor.train_after_adopt(dict.fromkeys(range(executor.n_actors), lengths[start_round]))
         record = rounds.end_round(start_round - 1, epoch_end, list(range(executor.n_members)), pending)
         on_round(start_round - 1, epoch_end, [[] for _ in pending], record)
     for round_index in range(start_round, len(lengths)):
@@ -137,8 +126,7 @@ def run_rounds(
         if config.scheduler.enabled and not is_last:
             # Every actor adopts, then trains the next round: sent together, so that no actor
             # waits for the driver in between (the same calls, in the same order, on each actor).
-            actors = len(getattr(executor, "groups", ()))
-            train_after_adopt(executor, dict.fromkeys(range(actors), lengths[round_index + 1]))
+            executor.train_after_adopt(dict.fromkeys(range(executor.n_actors), lengths[round_index + 1]))
             record = rounds.end_round(round_index, epoch_end, list(range(executor.n_members)), rows)
         on_round(round_index, epoch_end, rows, record)
 
