@@ -17,8 +17,9 @@ without noise:
   spent) when none did.
 
 Peaks are those of ``Q = max_i bump_i``: a peak whose centre lies in a higher, wider peak's
-basin (``peak(c_p) ≠ p``; peaks 0–2 of the calibrated landscape) is not a maximum of ``Q`` and
-is never reached; :func:`reachable_peaks` says which are.
+basin (``peak(c_p) ≠ p``; on the collapse landscape, peak 0 of instance 1 and peaks 0 and 1 of
+instance 2; none on the calibrated paper landscape's instances 1 and 2) is not a maximum of
+``Q`` and is never reached; :func:`reachable_peaks` says which are.
 
 A member computes an epoch's :func:`best_value` and :func:`first_hits` (a metrics row); a study
 unions the rows of a population, or of K runs, with :func:`union_discovery`. Shapes: ``N`` ideas

@@ -36,6 +36,7 @@ __all__ = [
     "INTENSITY",
     "THRESHOLD",
     "check_landscape",
+    "check_markdown",
     "control_overrides",
     "grpo_control",
     "landscape_env",
@@ -148,6 +149,26 @@ def problems(check: dict) -> list[str]:
         if best >= control["best_quality"]:
             out.append(f"instance {row['instance']}: random search's best quality {best:.3f} >= GRPO's")
     return out
+
+
+def check_markdown(check: dict) -> str:
+    """The check as a table, one row per instance: what docs/DISCOVERY.md shows (a test holds it so)."""
+    lines = [
+        "| instance | GRPO: far peaks reached | GRPO: best quality | random search: most far peaks (any width) "
+        "| random search: best far-peak fraction | random search: best quality (width) |",
+        "| --- " * 6 + "|",
+    ]
+    for row in check["instances"]:
+        control, searches = row["grpo"], row["random_search"]
+        n_far = len(control["far_fraction"])
+        best_width = max(searches, key=lambda w: searches[w]["best_quality"])
+        most = max(len(s["far_reached"]) for s in searches.values())
+        closest = max(max(s["far_fraction"].values()) for s in searches.values())
+        lines.append(
+            f"| {row['instance']} | {len(control['far_reached'])} of {n_far} | {control['best_quality']:.3f} "
+            f"| {most} of {n_far} | {closest:.2f} | {searches[best_width]['best_quality']:.3f} ({best_width}) |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,9 +4,10 @@ Every arm is one popgrpo run of K = 5 members on the same preset (``pop_grpo`` o
 collapse landscape, ``paper_pop_grpo`` on the calibrated one), so every arm samples and
 executes the same ideas and takes the same gradient steps: a population of K against K
 independent GRPO runs (``scheduler.enabled=false``: no selection, merge or mutation) with the
-same members, seeds and budget. No mechanism here spends a sample on selection or
-evaluation (they rank members by the round's training metrics); the report checks that the
-ideas sampled are equal across the arms of a cell and says so.
+same members, seeds and budget. No mechanism here spends a sample on selection (they rank
+members by the round's training metrics); the soup arms also evaluate their merged model every
+round (``eval.merged``), executing held-out ideas outside the samples counted. The report checks
+that the ideas sampled are equal across the arms of a cell and says so.
 
 A *unit* is (landscape instance, seed): ``env.peak_seed`` picks the landscape's peak
 directions, ``run.seed`` everything else, and both arms of a paired comparison share them. A

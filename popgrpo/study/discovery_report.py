@@ -106,7 +106,9 @@ def compute_check(trials: pd.DataFrame) -> str:
     return (
         "Compute: every compute-matched arm sampled and executed exactly the same number of ideas per run in each "
         f"cell ({'; '.join(per_intensity)}), with the same gradient steps (K = 5 members × epochs × updates/epoch); "
-        "no mechanism spends samples on selection or evaluation."
+        "no mechanism spends samples on selection. The soup arms also evaluate their merged model every round "
+        "(eval.merged: held-out ideas executed in the driver, not counted here and used by neither training nor "
+        "these metrics)."
     )
 
 
@@ -198,28 +200,48 @@ def decisions_markdown(rows: list[dict], landscapes: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary_markdown(verdicts: list[Verdict], design: dict) -> str:
+def random_pooled(random: pd.DataFrame, landscape: str, metric: str) -> float:
+    """Random search's mean of ``metric`` on ``landscape``, pooled as the claims are: each unit's
+    mean over the intensities, then the mean over units."""
+    part = random[random["landscape"] == landscape]
+    return float(part.groupby(["instance", "seed"])[metric].mean().mean())
+
+
+def summary_markdown(verdicts: list[Verdict], design: dict, random: pd.DataFrame | None = None) -> str:
     """What docs/DISCOVERY.md includes: the decisions, then every pooled claim (primary, then
-    secondary) with its mean arm and control values; the per-intensity claims are in verdicts.md."""
+    secondary) with its mean arm and control values, and random search's mean at its tuned width
+    where ``random`` (:mod:`popgrpo.study.discovery_random`) is given; the per-intensity claims
+    are in verdicts.md."""
+    extra = " random search |" if random is not None else ""
     lines = [
-        "| family | landscape | mechanism | metric | mechanism | best-of-K | difference [95% CI] | p (Holm) | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| family | landscape | mechanism | metric | mechanism | best-of-K |"
+        + extra
+        + " difference [95% CI] | p (Holm) | verdict |",
+        "| --- " * (9 + (random is not None)) + "|",
     ]
     for v in verdicts:
         if v.extra["intensity"] != "pooled":
             continue
         x = v.extra
+        rs = f" {random_pooled(random, x['landscape'], x['metric']):.3f} |" if random is not None else ""
         lines.append(
             f"| {x['tier']} | {x['landscape']} | {x['mechanism']} | {x['metric']} | {x['arm_mean']:.3f} "
-            f"| {x['control_mean']:.3f} | {v.test.mean:+.3f} [{v.ci[0]:+.3f}, {v.ci[1]:+.3f}] | {v.p_holm:.3g} "
+            f"| {x['control_mean']:.3f} |{rs} {v.test.mean:+.3f} [{v.ci[0]:+.3f}, {v.ci[1]:+.3f}] | {v.p_holm:.3g} "
             f"| **{v.word}** |"
         )
     sizes = sorted({v.test.n for v in verdicts if v.extra["intensity"] == "pooled"})
     units = " or ".join(str(n) for n in sizes)
+    about_random = (
+        " Random search: the same number of ideas per unit and cell from an isotropic Gaussian at the width tuned "
+        "for that metric on the tuning instance, scored by the runs' rule (executed ideas only); descriptive, "
+        "not a pre-registered claim (random_search.md)."
+        if random is not None
+        else ""
+    )
     return (
         decisions_markdown(decisions(verdicts, design), design["landscapes"])
         + f"\nPooled over the intensities (a unit's mean over them), {units} paired units (instance, seed) "
-        "per row; Holm within each family (primary: every primary claim, pooled and per intensity).\n\n"
+        f"per row; Holm within each family (primary: every primary claim, pooled and per intensity).{about_random}\n\n"
         + "\n".join(lines)
         + "\n"
     )
@@ -350,6 +372,84 @@ def wall_time(out: Path) -> float | None:
     return float(sum(json.loads(line)["seconds"] for line in path.read_text().splitlines() if line.strip()))
 
 
+RANDOM_METRICS = ("best_quality", "peak_fraction_mean", "peaks", "best_expected", "discovery_time", "coverage")
+
+
+def load_random(out: Path) -> pd.DataFrame | None:
+    """The random-search arm of the study in ``out`` (:mod:`popgrpo.study.discovery_random`), or None."""
+    from popgrpo.study.discovery_random import RANDOM_FILE
+
+    path = out / RANDOM_FILE
+    return pd.read_parquet(path) if path.exists() else None
+
+
+def write_random_markdown(out: Path, trials: pd.DataFrame, random: pd.DataFrame, design: dict) -> list[Path]:
+    """``random_search.md``: per cell, the width tuned for each metric and random search's mean ±
+    sd beside the control's (and the control's minus random search's, per unit); and
+    ``random_search.json``, the same numbers."""
+    control = trials[trials["arm"] == CONTROL]
+    rows, lines = [], []
+    header = "| landscape | updates/epoch | metric | width | random search | best-of-K | best-of-K − random [95% CI] |"
+    lines += [header, "| --- " * 7 + "|"]
+    cells = random[["landscape", "intensity"]].drop_duplicates().sort_values(["landscape", "intensity"])
+    for landscape, intensity in zip(cells["landscape"].astype(str), cells["intensity"].astype(int), strict=True):
+        part = random[(random["landscape"] == landscape) & (random["intensity"] == intensity)]
+        ctrl = control[(control["landscape"] == landscape) & (control["intensity"] == intensity)]
+        for metric in RANDOM_METRICS:
+            width = float(part[f"width_{metric}"].iloc[0])
+            if metric in ctrl.columns:
+                paired = ctrl.set_index(["instance", "seed"])[[metric]].join(
+                    part.set_index(["instance", "seed"])[[metric]], rsuffix="_random", how="inner"
+                )
+                diff = (paired[metric] - paired[f"{metric}_random"]).dropna()
+            else:
+                diff = pd.Series(dtype=float)
+            low = high = math.nan
+            if len(diff) > 1:
+                from scipy import stats as scipy_stats
+
+                low, high = scipy_stats.t.interval(
+                    0.95, len(diff) - 1, loc=diff.mean(), scale=diff.std(ddof=1) / math.sqrt(len(diff))
+                )
+            record = {
+                "landscape": landscape,
+                "intensity": intensity,
+                "metric": metric,
+                "width": width,
+                "random_mean": float(part[metric].mean()),
+                "random_sd": float(part[metric].std(ddof=1)),
+                "control_mean": float(ctrl[metric].mean()) if metric in ctrl.columns else math.nan,
+                "difference": float(diff.mean()) if len(diff) else math.nan,
+                "ci_low": float(low),
+                "ci_high": float(high),
+                "n": len(diff),
+            }
+            rows.append(record)
+            control_cell = "not recorded" if math.isnan(record["control_mean"]) else f"{record['control_mean']:.3f}"
+            diff_cell = (
+                "—"
+                if not len(diff)
+                else f"{record['difference']:+.3f} [{record['ci_low']:+.3f}, {record['ci_high']:+.3f}]"
+            )
+            lines.append(
+                f"| {landscape} | {intensity} | {metric} | {width:g} | {record['random_mean']:.3f} ± "
+                f"{record['random_sd']:.3f} | {control_cell} | {diff_cell} |"
+            )
+    text = (
+        "# Discovery study: random search beside best-of-K\n\n"
+        "Random search draws, for every unit (instance, seed) and cell, as many ideas as a run of the cell "
+        "sampled, from N(0, w²·I), and counts only the ideas whose execution succeeds (the runs' rule). Its width w "
+        "is tuned per landscape, intensity and metric over 0.25 to 8 (steps of √2) on the tuning instance and "
+        "seeds, which the confirmatory study never uses (discovery_random_widths.parquet). Descriptive: not a "
+        "pre-registered claim; the interval is a t-interval over the paired units. `coverage` is the mean over "
+        "reachable peaks of max(0, fraction − 0.7); runs summarised before it existed do not have it (not "
+        "recorded).\n\n" + "\n".join(lines) + "\n"
+    )
+    (out / "random_search.md").write_text(text)
+    (out / "random_search.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return [out / "random_search.md", out / "random_search.json"]
+
+
 def render_discovery(out: str | Path) -> list[Path]:
     """Write the study's tables, figures and (confirmatory) verdicts into ``out``; return the paths."""
     out = Path(out)
@@ -359,11 +459,15 @@ def render_discovery(out: str | Path) -> list[Path]:
     written = [out / TRIALS_FILE, out / CURVES_FILE]
     check = compute_check(trials)
     summary_metrics = ["best_quality", "peaks", "best_expected", "peak_fraction_mean", "discovery_time"]
+    random = load_random(out)
+    every_arm = trials if random is None else pd.concat([trials, random[trials.columns.intersection(random.columns)]])
     arms_md = out / "arms.md"
     arms_md.write_text(
         f"# Discovery study ({design['phase']}): every arm\n\n{check}\n\n"
-        f"Mean ± sd over (instance, seed) units; peaks at {design['threshold']:g} of a peak's height.\n\n"
-        + arms_markdown(trials, summary_metrics)
+        f"Mean ± sd over (instance, seed) units; peaks at {design['threshold']:g} of a peak's height"
+        + ("; random search at each metric's tuned width (random_search.md)" if random is not None else "")
+        + ".\n\n"
+        + arms_markdown(every_arm, summary_metrics)
     )
     written.append(arms_md)
     written.append(fig_curves(trials, curves, "peaks", "peaks reached", out / "fig_peaks_vs_samples.png"))
@@ -384,6 +488,8 @@ def render_discovery(out: str | Path) -> list[Path]:
         )
         written += [out / "tuning.json", out / "tuning.md"]
         return written
+    if random is not None:
+        written += write_random_markdown(out, trials, random, design)
     verdicts = judge_design(trials, design)
     records = [v.record() for v in verdicts]
     wall = wall_time(out)
@@ -412,7 +518,7 @@ def render_discovery(out: str | Path) -> list[Path]:
         if part:
             blocks.append(f"## {tier.capitalize()} metrics (one Holm family)\n\n" + verdicts_markdown(part))
     (out / "verdicts.md").write_text("\n".join(blocks))
-    (out / "summary.md").write_text(summary_markdown(verdicts, design))
+    (out / "summary.md").write_text(summary_markdown(verdicts, design, random))
     written += [out / "verdicts.json", out / "verdicts.md", out / "summary.md"]
     written.append(fig_effects(verdicts, out / "fig_effects.png"))
     return written

@@ -214,11 +214,22 @@ def test_the_committed_discovery_results_redraw_and_the_docs_quote_them(tmp_path
     from pathlib import Path
 
     committed = Path("docs/results/discovery")
-    for name in ("plan.json", "discovery_trials.parquet", "discovery_curves.parquet", "wall.jsonl"):
+    for name in (
+        "plan.json",
+        "discovery_trials.parquet",
+        "discovery_curves.parquet",
+        "wall.jsonl",
+        "discovery_random_search.parquet",
+        "discovery_random_widths.parquet",
+    ):
         shutil.copy(committed / name, tmp_path / name)
     render_discovery(tmp_path)
     summary = (tmp_path / "summary.md").read_text()
     assert summary == (committed / "summary.md").read_text()
+    assert "| best-of-K | random search |" in summary  # random search in every table the page shows
+    for name in ("arms.md", "random_search.md", "verdicts.md"):
+        assert (tmp_path / name).read_text() == (committed / name).read_text()
+    assert "| random search |" in (tmp_path / "arms.md").read_text()
     assert summary in Path("docs/DISCOVERY.md").read_text()
     saved = json.loads((tmp_path / "verdicts.json").read_text())
     assert saved["trials"] == 640 and saved["preregistration_sha256"] == load_preregistration()[1]

@@ -26,6 +26,7 @@ The last test tampers with copies of the pages and checks that each check then f
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import re
 from pathlib import Path
@@ -176,6 +177,124 @@ def lm_problems(doc: str) -> list[str]:
     return problems
 
 
+# ---- sentences that once said more than their tables (issue 46, item 6) -------------------------
+# (file, phrase): a claim its table does not support, which must not come back.
+OVERCLAIMS = [
+    ("docs/DISCOVERY.md", "the more updates per epoch, the more"),
+    ("docs/DISCOVERY.md", "peaks 0–2 of the calibrated"),
+    ("docs/DISCOVERY.md", "0–2 lie inside higher"),
+    ("popgrpo/core/discovery.py", "peaks 0–2 of the calibrated"),
+    ("docs/reference/statistics.md", "peaks 0–2 of the calibrated"),
+    ("docs/DISCOVERY.md", "no mechanism spends samples on selection or evaluation"),
+    ("popgrpo/study/discovery_report.py", "no mechanism spends samples on selection or evaluation"),
+    ("popgrpo/study/discovery_plan.py", "spends a sample on selection or\nevaluation"),
+    ("docs/RESULTS_LM.md", "show no difference"),
+    ("docs/WARM.md", "is not hacked later"),
+    ("docs/guides/async.md", "the speed wins"),
+]
+
+
+def overclaim_problems(pages: dict[str, str]) -> list[str]:
+    return [f"{name}: {phrase!r}" for name, phrase in OVERCLAIMS if phrase in pages[name]]
+
+
+def _pages() -> dict[str, str]:
+    return {name: (ROOT / name).read_text() for name in {n for n, _ in OVERCLAIMS}}
+
+
+def reachability_problems(discovery: str) -> list[str]:
+    """DISCOVERY.md's sentence on reachable peaks against the landscapes the study ran on."""
+    from popgrpo.config import load_config, preset_path
+    from popgrpo.envs import make_env
+    from popgrpo.study.discovery import reachable
+
+    unreachable = {}
+    for landscape, preset in (("collapse", "pop_grpo"), ("paper", "paper_pop_grpo")):
+        for instance in (1, 2, 1000):
+            env = make_env(load_config(preset_path(preset), [f"env.peak_seed={instance}"]).env)
+            unreachable[landscape, instance] = sorted(set(range(8)) - reachable(env, env.peak_centres))
+    trials = pd.read_parquet(DOCS / "results" / "discovery" / "discovery_trials.parquet")
+    cells = trials[["landscape", "instance", "reachable"]].drop_duplicates()
+    problems = [
+        f"{landscape} instance {instance}: {n} reachable in the committed trials"
+        for landscape, instance, n in cells.itertuples(index=False)
+        if n != 8 - len(unreachable[str(landscape), int(instance)])
+    ]
+    said = {
+        "all 8 peaks are reachable on every instance used here (1, 2 and the tuning instance 1000)": all(
+            not unreachable["paper", i] for i in (1, 2, 1000)
+        ),
+        "peak 0 lies inside a higher, wider peak's basin on instance 1": unreachable["collapse", 1] == [0],
+        "0 and 1 on instances 2 and 1000": unreachable["collapse", 2] == unreachable["collapse", 1000] == [0, 1],
+    }
+    text = " ".join(discovery.split())
+    return problems + [
+        f"DISCOVERY.md: {claim!r} absent or untrue" for claim, true in said.items() if claim not in text or not true
+    ]
+
+
+def repulsion_trend_problems(discovery: str) -> list[str]:
+    """The per-intensity repulsion effects DISCOVERY.md lists are verdicts.json's, and not monotone."""
+    records = json.loads((DOCS / "results" / "discovery" / "verdicts.json").read_text())["verdicts"]
+    text = _minus(" ".join(discovery.split()))
+    problems = []
+    for landscape in ("collapse", "paper"):
+        effects = [
+            next(
+                r["mean_diff"]
+                for r in records
+                if r["mechanism"] == "repulsion"
+                and r["metric"] == "peak_fraction_mean"
+                and r["landscape"] == landscape
+                and r["intensity"] == i
+            )
+            for i in (1, 2, 4, 8)
+        ]
+        listed = ", ".join(f"{e:+.3f}" for e in effects) + f" on {landscape}"
+        if listed not in text:
+            problems.append(f"DISCOVERY.md does not list repulsion's effects on {landscape} as {listed!r}")
+        steps = [b - a for a, b in itertools.pairwise(effects)]
+        if all(x > 0 for x in steps) or all(x < 0 for x in steps):
+            problems.append(f"repulsion's effects on {landscape} are monotone; the page says they are not")
+    if "no trend was pre-registered or tested" not in text:
+        problems.append("DISCOVERY.md no longer says the trend was not tested")
+    return problems
+
+
+def inconclusive_sentence_problems(lm: str, warm: str, async_guide: str) -> list[str]:
+    """RESULTS_LM.md, WARM.md and the async guide state their verdicts as the JSON has them."""
+    problems = []
+    best_of_k = {c["metric"]: c for c in json.loads((DOCS / "results/lm/study/lm_best_of_k_claims.json").read_text())}
+    lm_text = _minus(" ".join(lm.split()))
+    for metric, label in (("reward_max", "max reward"), ("diversity", "diversity")):
+        c = best_of_k[metric]
+        quoted = f"{label} ({c['mean_diff']:+.3f} ± {c['diff_sd']:.3f})"
+        if quoted not in lm_text or c["verdict"] != "inconclusive":
+            problems.append(
+                f"RESULTS_LM.md: {quoted!r} absent, or lm_best_of_k_claims.json's verdict is {c['verdict']}"
+            )
+    if "are inconclusive (no difference shown" not in lm_text:
+        problems.append("RESULTS_LM.md: the max reward and diversity claims are not called inconclusive")
+    warm_records = json.loads((DOCS / "results" / "warm" / "verdicts.json").read_text())
+    hacked = next(
+        r for r in warm_records if r["claim"] == "RL (clean): hacked later against pop_warm6 than against warm6"
+    )
+    warm_text = " ".join(warm.split())
+    if (
+        hacked["verdict"] != "inconclusive"
+        or f"is inconclusive (clean +{hacked['mean_diff']:.2f} epochs, Holm p = {hacked['p_holm']:.3f}" not in warm_text
+    ):
+        problems.append("WARM.md: Pop-GRPO against WARM M = 6 is not stated as its verdict")
+    p_values = []
+    for name in ("async_study.json", "async_study_scale2.json"):
+        compare = json.loads((ROOT / "benchmarks" / "data" / name).read_text())["compare_budget"]
+        p_values += [r["t_p"] for r in compare if r["key"] == "best_expected"]
+    quoted = "p = {:.2f} and {:.2f} with median 1 s stragglers, {:.2f} and {:.2f} with 2 s".format(*p_values)
+    if quoted not in " ".join(async_guide.split()) or min(p_values) < 0.05:
+        problems.append(f"async.md: the paired t-tests are not quoted as {quoted!r}")
+    return problems
+
+
 # ---- the tests -----------------------------------------------------------------------------------
 def _results() -> str:
     return (DOCS / "RESULTS.md").read_text()
@@ -222,3 +341,23 @@ def test_each_check_fails_on_a_tampered_page():
     assert lm_problems(lm.replace(lm_row, lm_row.replace("0.31", "0.32")))
     assert lm_problems(lm.replace(lm_row, lm_row.replace("**inconclusive**", "**better**")))
     assert lm_problems(lm.replace("| +0.059 ± 0.164 |", "| +0.095 ± 0.164 |"))
+
+
+def test_the_sentences_that_overclaimed_stay_fixed():
+    assert overclaim_problems(_pages()) == []
+    discovery = (DOCS / "DISCOVERY.md").read_text()
+    assert reachability_problems(discovery) == []
+    assert repulsion_trend_problems(discovery) == []
+    lm, warm, guide = ((DOCS / name).read_text() for name in ("RESULTS_LM.md", "WARM.md", "guides/async.md"))
+    assert inconclusive_sentence_problems(lm, warm, guide) == []
+
+
+def test_the_overclaim_checks_fail_on_the_old_sentences():
+    pages = _pages()
+    pages["docs/WARM.md"] += " Pop-GRPO against WARM M = 6 is not hacked later than GRPO."
+    assert overclaim_problems(pages) == ["docs/WARM.md: 'is not hacked later'"]
+    discovery = (DOCS / "DISCOVERY.md").read_text()
+    assert repulsion_trend_problems(discovery.replace("+0.014, +0.027, +0.006", "+0.014, +0.027, +0.016"))
+    assert reachability_problems(discovery.replace("all 8 peaks are reachable", "peaks 0–2 are unreachable"))
+    lm, warm, guide = ((DOCS / name).read_text() for name in ("RESULTS_LM.md", "WARM.md", "guides/async.md"))
+    assert inconclusive_sentence_problems(lm, warm, guide.replace("p = 0.23 and", "p = 0.02 and"))

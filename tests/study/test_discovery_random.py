@@ -1,0 +1,55 @@
+"""Random search beside a discovery study (popgrpo.study.discovery_random): widths tuned on the
+tuning instance only, the committed arm recomputes, and random_search in study.discovery
+follows core's sampled_discovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from popgrpo.envs.idea import IdeaEnv
+from popgrpo.study.discovery import WIDTHS, random_search
+from popgrpo.study.discovery_plan import TUNING
+from popgrpo.study.discovery_random import RANDOM_FILE, TUNED_METRICS, WIDTH_FILE, search_unit, tuned_widths
+
+COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "results" / "discovery"
+
+
+def test_tuned_widths_take_each_metrics_best_width():
+    tuning = pd.DataFrame(
+        [{"landscape": "paper", "intensity": 1, "width": w, **{m: 0.0 for m in TUNED_METRICS}} for w in (0.5, 1.0, 2.0)]
+    )
+    tuning.loc[tuning["width"] == 2.0, "best_quality"] = 1.0  # higher is better
+    tuning.loc[tuning["width"] == 0.5, "discovery_time"] = -1.0  # lower is better
+    widths = tuned_widths(tuning)
+    assert widths[("paper", 1, "best_quality")] == 2.0
+    assert widths[("paper", 1, "discovery_time")] == 0.5
+    assert widths[("paper", 1, "peaks")] == 0.5  # ties: the narrowest
+
+
+def test_random_search_counts_only_executed_ideas_unless_asked():
+    env = IdeaEnv()
+    everything = random_search(env, 4096, 2.0, torch.Generator().manual_seed(0), 0.7, executed_only=False)
+    executed = random_search(env, 4096, 2.0, torch.Generator().manual_seed(0), 0.7)
+    assert everything.samples == executed.samples == 4096
+    assert executed.best_quality <= everything.best_quality
+    ideas = 2.0 * torch.randn((4096, 16), generator=torch.Generator().manual_seed(0))
+    assert everything.best_quality == pytest.approx(float(env.quality(ideas).max()))
+
+
+def test_the_committed_arm_was_tuned_on_the_tuning_instance_only_and_recomputes():
+    widths = pd.read_parquet(COMMITTED / WIDTH_FILE)
+    arm = pd.read_parquet(COMMITTED / RANDOM_FILE)
+    trials = pd.read_parquet(COMMITTED / "discovery_trials.parquet")
+    assert sorted(widths["width"].unique()) == list(WIDTHS)
+    assert not set(arm["instance"]) & set(TUNING.instances) and not set(arm["seed"]) & set(TUNING.seeds)
+    units = trials[["landscape", "instance", "intensity", "seed"]].drop_duplicates()
+    assert len(arm) == len(units)
+    chosen = tuned_widths(widths)
+    row = arm[(arm["landscape"] == "collapse") & (arm["intensity"] == 1)].iloc[0]
+    assert row["width_best_quality"] == chosen[("collapse", 1, "best_quality")]
+    found = search_unit("collapse", int(row["instance"]), 1, int(row["seed"]), 76_800, row["width_best_quality"], 0.7)
+    assert found["best_quality"] == pytest.approx(row["best_quality"], abs=1e-9)
