@@ -95,3 +95,10 @@ def test_every_committed_random_search_recomputes(check):
 def test_a_committed_grpo_control_reproduces(check):
     instance = 8
     _same(grpo_control(check["landscape"], instance), _row(check, instance)["grpo"])
+
+
+def test_the_discovery_page_shows_the_committed_check(check):
+    from popgrpo.study.discovery_check import check_markdown
+
+    page = (COMMITTED.parents[2] / "DISCOVERY.md").read_text()
+    assert check_markdown(check) in page
