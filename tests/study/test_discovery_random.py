@@ -53,3 +53,25 @@ def test_the_committed_arm_was_tuned_on_the_tuning_instance_only_and_recomputes(
     assert row["width_best_quality"] == chosen[("collapse", 1, "best_quality")]
     found = search_unit("collapse", int(row["instance"]), 1, int(row["seed"]), 76_800, row["width_best_quality"], 0.7)
     assert found["best_quality"] == pytest.approx(row["best_quality"], abs=1e-9)
+
+
+def test_discovery_summary_carries_coverage_and_far_peaks():
+    from popgrpo.core.discovery import Discovery
+    from popgrpo.study.discovery import discovery_summary
+
+    found = Discovery(
+        best_expected=0.5,
+        best_quality=1.8,
+        samples=100,
+        first_discovery={1: 10, 3: 50},
+        peaks_known=True,
+        trajectory=(),
+        peak_fraction={0: 0.5, 1: 0.9, 3: 0.75},
+    )
+    summary = discovery_summary(found, frozenset({0, 1, 2, 3}), far=frozenset({2, 3}), threshold=0.7)
+    assert summary["peaks"] == 2.0
+    assert summary["coverage"] == pytest.approx((0 + 0.2 + 0 + 0.05) / 4)
+    assert summary["far_peaks"] == 1.0  # peak 3 (0.75 >= 0.7); peak 2 never visited
+    assert summary["far_coverage"] == pytest.approx(0.05 / 2)
+    assert summary["discovery_time"] == pytest.approx((1 + 0.1 + 1 + 0.5) / 4)
+    assert summary["peak_fraction_mean"] == pytest.approx((0.5 + 0.9 + 0 + 0.75) / 4)

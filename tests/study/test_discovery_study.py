@@ -234,3 +234,21 @@ def test_the_committed_discovery_results_redraw_and_the_docs_quote_them(tmp_path
     saved = json.loads((tmp_path / "verdicts.json").read_text())
     assert saved["trials"] == 640 and saved["preregistration_sha256"] == load_preregistration()[1]
     assert saved == json.loads((committed / "verdicts.json").read_text())
+
+
+def test_a_design_runs_the_stepping_stones_family_with_its_overrides():
+    from popgrpo.registry import STUDY_LANDSCAPES
+    from popgrpo.study.plan import landscape_overrides
+
+    design = DiscoveryDesign.from_json({**SMALL.to_json(), "landscapes": ["stepping_stones", "collapse"]})
+    trials = build_discovery_plan(design)
+    stones = [t for t in trials if t["landscape"] == "stepping_stones"]
+    assert stones and all(t["preset"] == "pop_grpo" for t in stones)
+    assert all(t["overrides"][: len(landscape_overrides("stepping_stones"))] == list(
+        landscape_overrides("stepping_stones")
+    ) for t in stones)  # fmt: skip
+    assert "env.landscape=stepping_stones" in STUDY_LANDSCAPES.get("stepping_stones").overrides
+    collapse = [t for t in trials if t["landscape"] == "collapse"]
+    assert not any("env.landscape" in o for t in collapse for o in t["overrides"])
+    with pytest.raises(ValueError, match="stepping_stones"):
+        build_discovery_plan(DiscoveryDesign.from_json({**SMALL.to_json(), "landscapes": ["stepping_stone"]}))
