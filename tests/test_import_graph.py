@@ -10,9 +10,11 @@ own layer and the layers below it, never one above.
 """
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "popgrpo"
+DESIGN = PACKAGE.parent / "docs" / "reference" / "design.md"
 
 # Bottom to top: (layer, the module prefixes in it). A module belongs to the layer of its
 # longest matching prefix; every popgrpo module must belong to one.
@@ -150,3 +152,58 @@ def test_core_imports_nothing_above_it():
     for module, imported in _graph().items():
         if module.startswith("popgrpo.core"):
             assert not [m for m in imported if m.startswith(above) or m == "popgrpo.config"], module
+
+
+def _design_layers(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The layer table of design.md's "Layers" section as ``LAYERS`` writes it, bottom to top.
+
+    The table is the section's first fenced block, in columns two or more spaces apart: a
+    line that starts a layer begins with its name; the paths are the field that starts where
+    the first line's paths do, on that line or the ones under it. A path is relative to
+    ``popgrpo/`` (``popgrpo/`` may be written or left out): ``x/`` is the package ``popgrpo.x``,
+    ``x.py`` the module, ``popgrpo/`` alone the root package. Parenthesised text is a note.
+    """
+    section = ("\n" + text).split("\n## Layers\n", 1)[1]
+    block = section.split("```", 2)[1]
+    rows: list[tuple[str, list[str]]] = []
+    column = None
+    for line in block.splitlines():
+        fields = [(m.start(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", line)]
+        if not fields:
+            continue
+        if fields[0][0] == 0:
+            rows.append((fields[0][1], []))
+            column = fields[1][0] if column is None else column
+        rows[-1][1].extend(field for start, field in fields if start == column)
+    layers = []
+    for name, cells in reversed(rows):
+        paths = re.sub(r"\([^)]*\)", " ", " ".join(cells))
+        prefixes = []
+        for path in re.split(r"[,\s]+", paths.strip()):
+            relative = path.removeprefix("popgrpo/").removesuffix("/").removesuffix(".py")
+            prefixes.append(".".join(["popgrpo", *relative.split("/")]) if relative else "popgrpo")
+        layers.append((name, tuple(sorted(prefixes))))
+    return layers
+
+
+def test_the_design_page_draws_the_layers_this_test_enforces():
+    assert _design_layers(DESIGN.read_text()) == [(name, tuple(sorted(prefixes))) for name, prefixes in LAYERS]
+
+
+def test_the_design_table_reader_reads_continuation_lines_notes_and_the_root():
+    text = """## Layers
+
+```
+top        popgrpo/cli.py, jobs/     entry
+                                     points
+           popgrpo/sim/              a tool
+bottom     popgrpo/config/, x.py,    config
+           y.py
+           popgrpo/ (any other       the root
+           module)
+```
+"""
+    assert _design_layers(text) == [
+        ("bottom", ("popgrpo", "popgrpo.config", "popgrpo.x", "popgrpo.y")),
+        ("top", ("popgrpo.cli", "popgrpo.jobs", "popgrpo.sim")),
+    ]
