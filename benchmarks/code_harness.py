@@ -6,7 +6,7 @@ other work on it, affects every column alike), each method running ``--workers``
 (default: the cores):
 
 * **harness, warm pool**: :func:`popgrpo.envs.harness.submit_tests` on a
-  :class:`~popgrpo.envs.sandbox_pool.SandboxPool` of ``2 × workers`` sandboxes, warm when the
+  :class:`~popgrpo.envs.sandbox.pool.SandboxPool` of ``2 × workers`` sandboxes, warm when the
   batch starts (as it is while a trainer generates); every program under bubblewrap, seccomp,
   its limits and the audit hook, each test reported through the hook;
 * **harness, one-shot**: the same through :class:`~popgrpo.envs.sandbox.Sandbox`, a sandbox
@@ -42,7 +42,7 @@ from typing import Any
 from popgrpo.envs.harness import TestSpec, submit_tests
 from popgrpo.envs.problems import Problem, build_program, load_problems
 from popgrpo.envs.sandbox import Sandbox, SandboxLimits
-from popgrpo.envs.sandbox_pool import SandboxPool
+from popgrpo.envs.sandbox.pool import SandboxPool
 
 LIMITS = SandboxLimits(timeout_s=20, cpu_s=20, memory_mb=512)
 

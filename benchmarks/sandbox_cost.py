@@ -7,7 +7,7 @@ other work on it, affects every column alike):
    start (``bwrap`` with the sandbox's namespaces, mounts and seccomp filter running
    ``/bin/true``), the one-shot cold path (:class:`popgrpo.envs.sandbox.Sandbox`: a new
    bubblewrap and interpreter per program) and the warm pool
-   (:class:`popgrpo.envs.sandbox_pool.SandboxPool`, a warm sandbox waiting when the program
+   (:class:`popgrpo.envs.sandbox.pool.SandboxPool`, a warm sandbox waiting when the program
    comes), with the ratio cold / pool of each round.
 2. **Per program in a batch** of ``--batch`` programs (a GRPO step's rewards): the one-shot path
    (``max_workers`` = cores) and a pool of ``--batch`` sandboxes refilled before the batch, as
@@ -33,16 +33,10 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 
-from popgrpo.envs.sandbox import (
-    Sandbox,
-    SandboxLimits,
-    _bwrap_command,
-    _interpreter_roots,
-    _memfd,
-    child_env,
-    seccomp_program,
-)
-from popgrpo.envs.sandbox_pool import SandboxPool
+from popgrpo.envs.sandbox import Sandbox, SandboxLimits, child_env, seccomp_program
+from popgrpo.envs.sandbox.bwrap import bwrap_command, interpreter_roots
+from popgrpo.envs.sandbox.pool import SandboxPool
+from popgrpo.envs.sandbox.seccomp import memfd
 
 PROBE = "score = 0.5"
 
@@ -67,9 +61,9 @@ def bare_bwrap(python_roots: list[str]) -> Callable[[], None]:
 
     def run() -> None:
         with tempfile.TemporaryDirectory(prefix="popgrpo-sandbox-bench-") as work:
-            fd = _memfd("popgrpo-seccomp", seccomp_program())
+            fd = memfd("popgrpo-seccomp", seccomp_program())
             try:
-                cmd = [*_bwrap_command(bwrap, work, fd, python_roots), "/bin/true"]
+                cmd = [*bwrap_command(bwrap, work, fd, python_roots), "/bin/true"]
                 subprocess.run(cmd, pass_fds=(fd,), check=True, env=child_env("/sandbox"))
             finally:
                 os.close(fd)
@@ -89,7 +83,7 @@ def _fmt(s: dict[str, float], unit: str = "", digits: int = 0) -> str:
 def one_at_a_time(runs: int, site_packages: bool) -> dict[str, dict[str, float]]:
     """Table 1: ms per program for bare bwrap, the one-shot path and the warm pool, and cold/pool."""
     limits = SandboxLimits()
-    bare = bare_bwrap(_interpreter_roots(sys.executable, site_packages))
+    bare = bare_bwrap(interpreter_roots(sys.executable, site_packages))
     rows: dict[str, list[float]] = {"bwrap /bin/true": [], "one-shot": [], "pool": [], "one-shot / pool": []}
     with (
         Sandbox(limits, max_workers=1, site_packages=site_packages) as cold,

@@ -124,7 +124,7 @@ def require_module(module: str) -> ModuleType:
 # A test that needs a program but does not declare it passes on every machine that has the
 # program, CI's included, and fails on a newcomer's that lacks it. With this variable set, each
 # test runs with the programs it did not declare taken off PATH, so such a test fails in CI's
-# normal pass. popgrpo finds its programs on PATH (shutil.which: bwrap in envs/sandbox.py,
+# normal pass. popgrpo finds its programs on PATH (shutil.which: bwrap in envs/sandbox/bwrap.py,
 # prometheus in ops/monitor.py), and so do the tests (require), so PATH is all there is to hide;
 # subprocesses, and a Ray started during the test, inherit it.
 HIDE_ENV = "POPGRPO_TEST_HIDE_PROGRAMS"

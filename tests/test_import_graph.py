@@ -207,3 +207,16 @@ bottom     popgrpo/config/, x.py,    config
         ("bottom", ("popgrpo", "popgrpo.config", "popgrpo.x", "popgrpo.y")),
         ("top", ("popgrpo.cli", "popgrpo.jobs", "popgrpo.sim")),
     ]
+
+
+def test_the_sandbox_package_modules_import_only_those_listed_before_them():
+    """popgrpo.envs.sandbox's docstring lists its modules bottom to top; each imports only earlier ones."""
+    package = "popgrpo.envs.sandbox"
+    docstring = (PACKAGE / "envs" / "sandbox" / "__init__.py").read_text().split("one module per part", 1)[1]
+    listed = re.findall(r"^``(\w+)``\s", docstring.split("\n\n", 2)[1], re.M)
+    graph = _graph()
+    modules = sorted(m.rsplit(".", 1)[1] for m in graph if m.startswith(package + "."))
+    assert sorted(listed) == modules
+    for i, name in enumerate(listed):
+        imported = {m.rsplit(".", 1)[1] for m in graph[f"{package}.{name}"] if m.startswith(package + ".")}
+        assert imported <= set(listed[:i]), (name, imported - set(listed[:i]))

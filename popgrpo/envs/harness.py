@@ -12,7 +12,7 @@ A problem (:mod:`popgrpo.envs.problems`) comes with tests of one of three kinds,
 
 :func:`submit_tests` sends the program and the tests to one sandbox
 (:mod:`popgrpo.envs.sandbox`: bubblewrap, seccomp, limits, a fresh interpreter), where the
-child's harness (:func:`popgrpo.envs.sandbox_child.run_tests`) runs the program once and then
+child's harness (:func:`popgrpo.envs.sandbox.child.run_tests`) runs the program once and then
 each test, and reports each outcome through the audit hook: a line per test on the status
 descriptor, authenticated with a keyed BLAKE2b of its text under the run's nonce, which only the
 hook holds. Printed output, a line the program writes to the descriptor, or one it rewrites in
@@ -63,8 +63,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from popgrpo.envs.sandbox import Interpret, Outcome, Sandbox, SandboxLimits, _classify
-from popgrpo.envs.sandbox_child import FORBIDDEN_EXIT, TESTS_MARK
+from popgrpo.envs.sandbox import Interpret, Outcome, Sandbox, SandboxLimits
+from popgrpo.envs.sandbox.child import FORBIDDEN_EXIT, TESTS_MARK
+from popgrpo.envs.sandbox.status import classify
 
 __all__ = [
     "MODES",
@@ -230,7 +231,7 @@ class _ReadReports(Interpret[TestRun]):
     def __call__(self, outcome: Outcome, nonce: str, limits: SandboxLimits) -> TestRun:
         spec = self.spec
         n = len(spec)
-        run = _classify(outcome, limits, (-math.inf, math.inf))
+        run = classify(outcome, limits, (-math.inf, math.inf))
         reports = read_reports(outcome.status_text, nonce)
         if run.reason == "forbidden" or outcome.returncode == FORBIDDEN_EXIT:
             return TestRun(("error",) * n, "forbidden", run.detail)

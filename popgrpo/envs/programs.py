@@ -323,7 +323,7 @@ def pooled_program_reward(
     """:func:`program_reward`'s ``Q · B`` per completion as a plain reward function.
 
     Runs the programs in this process's warm sandbox pool (``pool_size`` None: the default
-    size, :func:`popgrpo.envs.sandbox_pool.default_pool_size`) and returns one float per
+    size, :func:`popgrpo.envs.sandbox.pool.default_pool_size`) and returns one float per
     completion, TRL's ``GRPOTrainer(reward_funcs=[...])`` convention: TRL's other keywords
     (``completion_ids``, the dataset's columns, ``trainer_state``) are accepted and ignored. The
     values are those popgrpo's ``lm_programs`` members train on for the same completions.

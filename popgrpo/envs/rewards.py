@@ -8,7 +8,7 @@ path in the config.
 :class:`SandboxReward` is the execution reward for any other trainer: an object called as
 ``reward(completions, **kwargs)`` returning one float per completion, TRL's ``GRPOTrainer``
 ``reward_funcs`` convention (plain text or conversational completions), running the programs
-in a warm sandbox pool (:mod:`popgrpo.envs.sandbox_pool`). When the dataset has a tests column
+in a warm sandbox pool (:mod:`popgrpo.envs.sandbox.pool`). When the dataset has a tests column
 (``test``, ``test_list``, ``tests``, ``input_output``...), TRL passes it and each row is scored
 against its own tests by the sandbox's harness (:mod:`popgrpo.envs.harness`).
 """
@@ -70,7 +70,7 @@ def execution_score(
 
     ``pool_size``: 0 starts a fresh sandbox for each program when it is needed (one-shot); ``N``
     runs them in this process's warm pool of ``N`` sandboxes for these settings, kept between
-    calls (:func:`popgrpo.envs.sandbox_pool.shared_pool`); None: a pool of the default size. The
+    calls (:func:`popgrpo.envs.sandbox.pool.shared_pool`); None: a pool of the default size. The
     results are the same either way. With ``env.kind=text`` it comes from
     ``env.text.sandbox_pool_size`` unless the reward's kwargs set it.
 
@@ -99,7 +99,7 @@ def execution_sandbox(
     """The sandbox :func:`execution_score` runs its programs in, for these settings.
 
     ``pool_size`` 0: the process's one-shot sandbox (a fresh sandbox per program); otherwise the
-    process's warm pool (:func:`popgrpo.envs.sandbox_pool.shared_pool`). Both are kept for the
+    process's warm pool (:func:`popgrpo.envs.sandbox.pool.shared_pool`). Both are kept for the
     process's life and shared by every caller with the same settings.
     """
     from popgrpo.envs.sandbox import SandboxLimits
@@ -108,10 +108,10 @@ def execution_sandbox(
     lo, hi = score_range
     span = (float(lo), float(hi))
     if pool_size == 0:
-        from popgrpo.envs.sandbox import _default_sandbox_for  # pyright: ignore[reportPrivateUsage]
+        from popgrpo.envs.sandbox.reward import default_sandbox_for
 
-        return _default_sandbox_for(limits, max_workers, span, site_packages, isolation)
-    from popgrpo.envs.sandbox_pool import shared_pool
+        return default_sandbox_for(limits, max_workers, span, site_packages, isolation)
+    from popgrpo.envs.sandbox.pool import shared_pool
 
     return shared_pool(limits, pool_size, max_workers, span, site_packages=site_packages, isolation=isolation)
 
@@ -168,7 +168,7 @@ class SandboxReward:
     a completion may be text or a list of chat messages (the last message is the answer). The
     program and its score are as for :func:`execution_score` (same ``template``, ``fenced``,
     limits, ``score_range``). Programs run in this process's warm pool of ``pool_size``
-    sandboxes (None: :func:`popgrpo.envs.sandbox_pool.default_pool_size`; 0: a fresh sandbox per
+    sandboxes (None: :func:`popgrpo.envs.sandbox.pool.default_pool_size`; 0: a fresh sandbox per
     program, started when it is needed). The reasons of the last call are kept in
     :attr:`last_reasons`.
 
@@ -239,12 +239,12 @@ class SandboxReward:
     def sandbox(self) -> Sandbox:
         """The process's pool for these settings (or, with ``pool_size=0``, a one-shot sandbox)."""
         if self.pool_size == 0:
-            from popgrpo.envs.sandbox import _default_sandbox_for
+            from popgrpo.envs.sandbox.reward import default_sandbox_for
 
-            return _default_sandbox_for(
+            return default_sandbox_for(
                 self.limits, self.max_workers, self.score_range, self.site_packages, self.isolation
             )
-        from popgrpo.envs.sandbox_pool import shared_pool
+        from popgrpo.envs.sandbox.pool import shared_pool
 
         return shared_pool(
             self.limits,

@@ -25,10 +25,10 @@ pytestmark = pytest.mark.requires("sandbox")
 
 @pytest.fixture(autouse=True)
 def _no_warm_sandboxes_of_earlier_tests():
-    """A shared pool (popgrpo.envs.sandbox_pool.shared_pool) lives until the process exits, and
+    """A shared pool (popgrpo.envs.sandbox.pool.shared_pool) lives until the process exits, and
     its warm sandboxes are children of this process too: close the pools earlier tests left
     open, so that the leak checks here see only the sandboxes these tests start."""
-    from popgrpo.envs.sandbox_pool import SandboxPool
+    from popgrpo.envs.sandbox.pool import SandboxPool
 
     SandboxPool.close_all()
 
@@ -103,16 +103,16 @@ def _release(n: int) -> None:
 
 def _count_sandboxes(monkeypatch) -> list[int]:
     """A one-item list counting the sandboxes started from now on."""
-    from popgrpo.envs import sandbox as sandbox_module
+    from popgrpo.envs.sandbox import spawn as spawn_module  # where the one-shot path looks spawn_child up
 
     started = [0]
-    spawn = sandbox_module.spawn_child
+    spawn = spawn_module.spawn_child
 
     def counted(*args, **kwargs):
         started[0] += 1
         return spawn(*args, **kwargs)
 
-    monkeypatch.setattr(sandbox_module, "spawn_child", counted)
+    monkeypatch.setattr(spawn_module, "spawn_child", counted)
     return started
 
 

@@ -5,9 +5,10 @@ import os
 
 import pytest
 
-from popgrpo.envs import sandbox_child
-from popgrpo.envs.sandbox import SandboxLimits, _limits_message
-from popgrpo.envs.sandbox_child import parse_limits, read_program, split_header
+from popgrpo.envs.sandbox import SandboxLimits
+from popgrpo.envs.sandbox import child as sandbox_child
+from popgrpo.envs.sandbox.child import parse_limits, read_program, split_header
+from popgrpo.envs.sandbox.command import limits_message
 
 
 def _message(**changes) -> bytes:
@@ -25,7 +26,7 @@ def _message(**changes) -> bytes:
 
 
 def test_the_parents_message_is_what_the_child_accepts():
-    line = _limits_message(SandboxLimits(cpu_s=3, memory_mb=64, file_size_mb=2), 7, 8, nproc=0, audit_hook=False)
+    line = limits_message(SandboxLimits(cpu_s=3, memory_mb=64, file_size_mb=2), 7, 8, nproc=0, audit_hook=False)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert parse_limits(line.rstrip(b"\n")) == {
         "status_fd": 7,

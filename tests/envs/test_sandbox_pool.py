@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 from popgrpo.envs.sandbox import ExecutionResult, Sandbox, SandboxLimits
-from popgrpo.envs.sandbox_pool import SandboxPool, shared_pool
+from popgrpo.envs.sandbox.pool import SandboxPool, shared_pool
 
 pytestmark = pytest.mark.requires("sandbox")
 
@@ -120,7 +120,7 @@ def test_close_kills_every_sandbox_and_removes_its_directory(tmp_path):
 
 _TRAINER = """
 import os, signal, sys
-from popgrpo.envs.sandbox_pool import SandboxPool
+from popgrpo.envs.sandbox.pool import SandboxPool
 from popgrpo.envs.sandbox import SandboxLimits
 pool = SandboxPool(SandboxLimits(timeout_s=1.0), size=3, site_packages=False, isolation=sys.argv[1])
 assert pool.wait_warm(timeout=30)

@@ -1,6 +1,6 @@
 """A pooled sandbox cannot see or affect another program, the pool, or the trainer.
 
-The warm pool (:mod:`popgrpo.envs.sandbox_pool`) keeps sandboxes waiting next to the one that
+The warm pool (:mod:`popgrpo.envs.sandbox.pool`) keeps sandboxes waiting next to the one that
 runs a program. Each attack below runs in a pooled sandbox, once with every layer and once with
 the audit hook's refusals off (``kernel``: bubblewrap and seccomp alone), and is judged from
 outside: the other warm sandboxes still alive and in the pool, a process of the test's own still
@@ -24,7 +24,7 @@ import uuid
 import pytest
 
 from popgrpo.envs.sandbox import CHILD_SCRIPT, ExecutionResult, SandboxLimits
-from popgrpo.envs.sandbox_pool import SandboxPool
+from popgrpo.envs.sandbox.pool import SandboxPool
 
 pytestmark = pytest.mark.requires("sandbox")
 

@@ -5,7 +5,7 @@ generated program runs (``python -m benchmarks.sandbox_cost``). :class:`SandboxP
 ``size`` sandboxes started ahead of need, each exactly as :class:`popgrpo.envs.sandbox.Sandbox`
 starts one: bubblewrap's namespaces and seccomp filter in place, the interpreter up with its
 rlimits set and its signals blocked, blocked reading its program from a pipe
-(:mod:`popgrpo.envs.sandbox_child`). A background thread refills the pool while the trainer does
+(:mod:`popgrpo.envs.sandbox.child`). A background thread refills the pool while the trainer does
 other work: when no program runs, or as soon as one waits for a sandbox. What the pool never
 does:
 
@@ -49,7 +49,10 @@ import weakref
 from collections import deque
 from typing import TypeVar
 
-from popgrpo.envs.sandbox import ExecutionResult, Interpret, Sandbox, SandboxChild, SandboxLimits, spawn_child
+from popgrpo.envs.sandbox.limits import ExecutionResult, SandboxLimits
+from popgrpo.envs.sandbox.runner import Sandbox
+from popgrpo.envs.sandbox.spawn import SandboxChild, spawn_child
+from popgrpo.envs.sandbox.status import Interpret
 
 __all__ = ["SandboxPool", "default_pool_size", "shared_pool"]
 

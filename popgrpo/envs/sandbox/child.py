@@ -10,7 +10,7 @@ control descriptor named by its only argument:
    The child applies them (:func:`apply_limits`), blocks every asynchronous signal, imports what
    the audit hook needs, writes one byte to ``ready_fd`` and closes it: it is now warm.
 2. **The program**, when the trainer has one: the run's nonce, a newline, the source, then end
-   of file. A warm pool (:mod:`popgrpo.envs.sandbox_pool`) keeps children waiting here for as
+   of file. A warm pool (:mod:`popgrpo.envs.sandbox.pool`) keeps children waiting here for as
    long as it needs; the one-shot path writes it at once. End of file before any program (the
    trainer closed the pool, or died) ends the child quietly with :data:`NO_PROGRAM_EXIT`.
 
