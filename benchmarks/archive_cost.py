@@ -19,11 +19,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from benchmarks.common import fit_line, md_table, met
+from benchmarks.common import fit_line, met
 from popgrpo.config import load_config, preset_path
 from popgrpo.core.archive import MapElitesArchive
 from popgrpo.core.novelty import NoveltyMemory
 from popgrpo.envs import make_env
+from popgrpo.markdown import md_table
 
 TARGET_R2 = 0.98
 DEFAULT_BATCH = 128  # P × G of one GRPO step

@@ -50,7 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import local_ray, md_table, write_between
+from benchmarks.common import local_ray, write_between
+from popgrpo.markdown import md_table
 
 
 def markers(tag: str = "") -> tuple[str, str]:

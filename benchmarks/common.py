@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmark suite: Markdown tables, fits, process memory, local Ray clusters.
+"""Shared pieces of the benchmark suite: fits, process memory, local Ray clusters.
 
 Memory is read from ``/proc`` (Linux): psutil is not a dependency. RSS double counts the
 pages that processes share (torch's libraries are mapped into every Ray worker), so it is
@@ -27,7 +27,6 @@ __all__ = [
     "gib",
     "local_ray",
     "loopback_ray_cluster",
-    "md_table",
     "met",
     "pss_bytes",
     "replace_between",
@@ -36,13 +35,6 @@ __all__ = [
 ]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def md_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """A Markdown table; cells are written with ``str``."""
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def met(ok: bool, reason: str = "") -> str:
@@ -105,31 +97,34 @@ def driver_and_ray_daemons() -> list[int]:
     return pids
 
 
-def rss_bytes(pids: Iterable[int]) -> int:
-    """Sum of the processes' resident set sizes (processes that have exited count 0)."""
+def _sum_over(pids: Iterable[int], read: Callable[[int], int]) -> int:
+    """``read(pid)`` summed over the processes (a process that has exited, or a file that does
+    not parse, counts 0)."""
     total = 0
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * _PAGE
-        except (OSError, IndexError, ValueError):
-            pass
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            total += read(pid)
     return total
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+def _pss(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        return next((int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:")), 0)
+
+
+def rss_bytes(pids: Iterable[int]) -> int:
+    """Sum of the processes' resident set sizes (processes that have exited count 0)."""
+    return _sum_over(pids, _rss)
 
 
 def pss_bytes(pids: Iterable[int]) -> int:
     """Sum of the processes' proportional set sizes (``/proc/PID/smaps_rollup``)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
+    return _sum_over(pids, _pss)
 
 
 class PeakMemory:

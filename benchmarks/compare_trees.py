@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import md_table
+from popgrpo.markdown import md_table
 
 # Runs inside the child interpreter, against whichever checkout PYTHONPATH names.
 _CHILD = """

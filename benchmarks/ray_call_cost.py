@@ -16,7 +16,7 @@ Then, on a second embedded Ray started as ``popgrpo train`` starts its own (the 
 workers' logs forwarded to the driver), the same actors are watched at rest only: what the
 dashboard adds to the floor that section 3's runs (on the first kind of Ray) do not show.
 
-CPU seconds are psutil's user + system of the processes (:func:`benchmarks.cpu_split.cpu_by_pid`),
+CPU seconds are psutil's user + system of the processes (:func:`popgrpo.telemetry.cpu.cpu_by_pid`),
 so the cost counts every process a call touches, not just this one. The JSON holds every repeat;
 ``--report JSON`` prints the text again from it.
 
@@ -35,8 +35,9 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.common import local_ray, md_table
+from benchmarks.common import local_ray
 from benchmarks.round_overhead import TARGET, _spread, load_sizes, rest_share
+from popgrpo.markdown import md_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "data" / "ray_call_cost.json"
@@ -48,7 +49,7 @@ CALLS_PER_MERGE = 2  # train and adopt: every member actor's least per merge
 def _ours_cpu() -> dict[int, float]:
     """CPU seconds of this process and each of its descendants (an embedded Ray's processes, its
     actors), by pid."""
-    from benchmarks.cpu_split import cpu_by_pid
+    from popgrpo.telemetry.cpu import cpu_by_pid
 
     return {pid: seconds for pid, (seconds, group) in cpu_by_pid(set()).items() if group != "other processes"}
 

@@ -15,7 +15,8 @@ loaded machine, it already holds what running next to each other costs the membe
 driver's work between rounds, Ray's calls) and CPU taken by anything else (Ray's processes,
 the driver and its background writer, other processes on the machine).
 
-Where the driver's time goes is timed per merge: :class:`TimedExecutor` timestamps the calls
+Where the driver's time goes is timed per merge: :class:`TimedExecutor` (a
+:class:`popgrpo.runtime.round_timer.RoundTimer`) timestamps the calls
 the round loop makes (``get_weights``, the top-M fetch; ``adopt``, ``ray.put`` of the merge
 and its broadcast; ``snapshot`` / ``restore_points``, the states the checkpoint holds), the
 hand-over of a round's results to the background writer (``on_round`` less those calls) and
@@ -40,10 +41,13 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from benchmarks.common import md_table, met, write_between
-from benchmarks.cpu_split import DRIVER_THREADS, CpuSample, split
+from benchmarks.common import met, write_between
 from popgrpo.config import Config, load_config, preset_path
+from popgrpo.markdown import md_table
+from popgrpo.runtime.round_timer import RoundTimer
+from popgrpo.telemetry.cpu import DRIVER_THREADS, CpuSample, split
 
 CORES = os.cpu_count() or 1
 TARGET = 0.05
@@ -61,60 +65,19 @@ NEXT_SECTION = "### 4. Multi-node layout"
 HEADLINE = re.compile(r"^\| 3 \| round time outside member training.*$", re.MULTILINE)
 
 
-class TimedExecutor:
-    """Wraps an executor; records ``(call, start, end)`` for the calls in :data:`TIMED`."""
+class TimedExecutor(RoundTimer):
+    """A :class:`RoundTimer` of the calls in :data:`TIMED` whose first round is the first train
+    or submit_train call; on Ray a :class:`CpuSample` is taken right before that call (its own
+    cost is not in the window) and at close, into :attr:`cpu`."""
 
     def __init__(self, inner) -> None:
-        self.inner = inner
-        self.calls: list[tuple[str, float, float]] = []
-        self.train_cpu: list[float] = []  # per train call and actor (Ray only)
-        self.actors = 0
-        self.cpu: list[CpuSample] = []  # at the first train call and at close (Ray only)
-        self.actor_pids: set[int] = set()
+        super().__init__(inner, timed=TIMED, round_start=("train", "submit_train"), mark=self._sample_cpu)
+        self.cpu: list[CpuSample] = []
 
-    def _sample_cpu(self) -> None:
-        actors = getattr(self.inner, "_actors", None)
-        if not actors:
-            return
-        import ray
-
-        if not self.actor_pids:
-            self.actor_pids = set(ray.get([a.pid.remote() for a in actors]))
-        self.cpu.append(CpuSample.take(self.actor_pids))
-
-    def __getattr__(self, name: str):
-        attr = getattr(self.inner, name)
-        if name in ("submit_train", "train") and not any(n == "first" for n, _, _ in self.calls):
-            self._sample_cpu()  # before the window opens: its own cost is not in it
-            now = time.perf_counter()
-            self.calls.append(("first", now, now))
-        return self.time_part(name, attr) if name in TIMED else attr
-
-    def time_part(self, name: str, fn):
-        """``fn`` wrapped to record its interval as part ``name``."""
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.calls.append((name, start, time.perf_counter()))
-
-        return timed
-
-    def close(self) -> None:
-        actors = getattr(self.inner, "_actors", None)
-        if actors:  # Ray: the CPU time each actor's members spent training, per train call
-            import ray
-
-            self._sample_cpu()
-            self.actors = len(actors)
-            self.train_cpu = [s for per in ray.get([a.train_cpu_seconds.remote() for a in actors]) for s in per]
-        self.inner.close()
-
-    def total(self, name: str, lo: float = float("-inf"), hi: float = float("inf")) -> float:
-        """Seconds spent in calls ``name``, counting only what falls between ``lo`` and ``hi``."""
-        return sum(max(0.0, min(end, hi) - max(start, lo)) for n, start, end in self.calls if n == name)
+    def _sample_cpu(self, round_index: int | None) -> None:
+        pids = self.worker_pids()
+        if pids and round_index in (0, None):
+            self.cpu.append(CpuSample.take(set(pids)))
 
 
 class WriterTimes:
@@ -174,13 +137,13 @@ def _train(cfg: Config, factory) -> tuple[TimedExecutor, WriterTimes]:
     holder: dict[str, TimedExecutor] = {}
     writer = WriterTimes()
 
-    def make(config, run_dir):
+    def make(config, run_dir) -> Any:
         holder["executor"] = TimedExecutor(factory(config, run_dir))
         return holder["executor"]
 
     def deferring(fn):  # wraps on_round, made before the executor exists: looked up at call time
         inner = train_module_deferring(fn)
-        return lambda *a, **kw: holder["executor"].time_part("on_round", inner)(*a, **kw)
+        return lambda *a, **kw: holder["executor"].time("on_round", inner)(*a, **kw)
 
     def make_loggers(*args, **kwargs):
         loggers = original_make_loggers(*args, **kwargs)
@@ -205,10 +168,10 @@ def _train(cfg: Config, factory) -> tuple[TimedExecutor, WriterTimes]:
 def measure(timed: TimedExecutor, writer: WriterTimes, cores: int) -> dict:
     """Seconds of the run's window, its members' training and each part (whole run, not per merge)."""
     calls = timed.calls
-    first = next(start for n, start, _ in calls if n == "first")
-    end = max(stop for n, _, stop in calls if n in TRAINING)
+    first = timed.starts[0]
+    end = max(c.end for c in calls if c.name in TRAINING)
     window = end - first
-    merges = sum(1 for n, _, _ in calls if n == "adopt")
+    merges = sum(1 for c in calls if c.name == "adopt")
 
     def total(name: str) -> float:  # inside the window only (not the start-up's or the last round's states)
         return timed.total(name, first, end)
@@ -224,7 +187,8 @@ def measure(timed: TimedExecutor, writer: WriterTimes, cores: int) -> dict:
     # The driver's time in the window outside training calls, less the parts above: selection, merge, eval.
     outside_calls = window - training_calls
     parts["driver"] = outside_calls - sum(parts.values())
-    members = sum(timed.train_cpu) / min(cores, max(timed.actors, 1))
+    train_cpu = sum(s for per_actor in timed.epoch_cpu for s in per_actor)
+    members = train_cpu / min(cores, max(len(timed.epoch_cpu), 1))
     return {
         "window": window,
         "members": members,
@@ -236,7 +200,7 @@ def measure(timed: TimedExecutor, writer: WriterTimes, cores: int) -> dict:
         "logging": writer.logging,
         "outside_share": 1 - members / window,
         # first train call to the executor's close (the last round's files and states included)
-        "cpu_split": split(timed.cpu[0], timed.cpu[1], sum(timed.train_cpu), cores) if len(timed.cpu) == 2 else None,
+        "cpu_split": split(timed.cpu[0], timed.cpu[1], train_cpu, cores) if len(timed.cpu) == 2 else None,
     }
 
 
@@ -245,17 +209,16 @@ NOT_THE_RUN = ("members' epochs", "other processes", "idle cores", "unaccounted"
 
 
 def at_rest(cfg: Config, cores: int, seconds: float = REST_S) -> dict[str, float]:
-    """The split of the cores (:func:`benchmarks.cpu_split.split`) while the run's Ray, its archive
+    """The split of the cores (:func:`popgrpo.telemetry.cpu.split`) while the run's Ray, its archive
     actor and its member actors are up with nothing to do: a :class:`RayExecutor` of ``cfg``
     built and left without a call for ``seconds`` (after 2 s for its start-up to settle)."""
-    import ray
 
     from popgrpo.runtime.ray_executor import RayExecutor
 
     run_dir = tempfile.mkdtemp(prefix="pgb-rest-", dir="/tmp")
     executor = RayExecutor(cfg, run_dir=os.path.join(run_dir, "run"))
     try:
-        pids = set(ray.get([a.pid.remote() for a in executor._actors]))
+        pids = set(executor.worker_pids())
         time.sleep(2.0)
         before = CpuSample.take(pids)
         time.sleep(seconds)
@@ -393,7 +356,7 @@ def markdown(r: dict) -> str:
         tables += [
             f"Where the {r['cores']} cores went, from the first train call to the executor's close (the last "
             f"round's files included): % of {r['cores']} cores × that time, per process and, in the driver, per "
-            "thread (psutil; `benchmarks/cpu_split.py`):",
+            "thread (psutil; `popgrpo/telemetry/cpu.py`):",
             split_table(arms),
         ]
     loads = ", ".join(f"{x:.1f}" for x in r["loads"])

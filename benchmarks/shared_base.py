@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import md_table, write_between
+from benchmarks.common import write_between
+from popgrpo.markdown import md_table
 
 PROMPTS = ["def add(a, b):", "x = 3 * (4 + 5)", "for i in range(3):", "print(1 + 2)", "y = [1, 2]", "z = 7 - 2"]
 BEGIN, END = "<!-- shared-base-cpu:begin -->", "<!-- shared-base-cpu:end -->"

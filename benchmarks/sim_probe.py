@@ -33,26 +33,23 @@ from typing import Any
 
 import psutil
 
-from benchmarks.cpu_split import cpu_by_pid
 from benchmarks.sim_validation import CORES, _config
+from popgrpo.runtime.round_timer import RoundTimer
+from popgrpo.telemetry.cpu import cpu_by_pid
 
 
-class Probe:
-    """Wraps the executor; at each round's ``train`` call it samples every process's CPU time."""
+class Probe(RoundTimer):
+    """A :class:`RoundTimer` of every executor call; at each round's ``train`` call and at close
+    it samples every process's CPU time, the member actors' context switches, the load average
+    and the machine's CPU times into :attr:`marks`."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner = inner
+        super().__init__(inner, mark=self._mark)
         self.marks: list[dict[str, Any]] = []
-        self.calls: list[dict[str, float]] = []
-        self.actor_pids: list[int] = []
 
-    def _mark(self) -> None:
-        import ray
-
-        if not self.actor_pids:
-            self.actor_pids = [int(ray.get(a.pid.remote())) for a in self.inner._actors]
+    def _mark(self, round_index: int | None) -> None:
         switches = {}
-        for pid in self.actor_pids:
+        for pid in self.worker_pids():
             try:
                 s = psutil.Process(pid).num_ctx_switches()
                 switches[pid] = (s.voluntary, s.involuntary)
@@ -61,37 +58,12 @@ class Probe:
         self.marks.append(
             {
                 "t": time.perf_counter(),
-                "cpu": cpu_by_pid(set(self.actor_pids)),
+                "cpu": cpu_by_pid(set(self.worker_pids())),
                 "switches": switches,
                 "load": os.getloadavg()[0],
                 "cpu_times": psutil.cpu_times(),
             }
         )
-        self.calls.append({})
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr) or name.startswith("_"):
-            return attr
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if name == "train":
-                self._mark()
-            start = time.perf_counter()
-            try:
-                return attr(*args, **kwargs)
-            finally:
-                if self.calls:
-                    self.calls[-1][name] = self.calls[-1].get(name, 0.0) + time.perf_counter() - start
-
-        return timed
-
-    def close(self) -> None:
-        self._mark()
-        import ray
-
-        self.train_cpu = [list(ray.get(a.train_cpu_seconds.remote())) for a in self.inner._actors]
-        self.inner.close()
 
 
 def alone_epoch(epochs: int = 20) -> dict[str, float]:
@@ -136,7 +108,7 @@ def probe(k: int, per_actor: int, rounds: int) -> dict[str, Any]:
     finally:
         ray.shutdown()
     p = holder["p"]
-    actor_set = set(p.actor_pids)
+    actor_set = set(p.worker_pids())
     first, last = 1, len(p.marks) - 1  # rounds 1 .. n-2 (marks[i] starts round i; the last mark is close)
     a, b = p.marks[first], p.marks[last]
     wall = b["t"] - a["t"]
@@ -147,13 +119,14 @@ def probe(k: int, per_actor: int, rounds: int) -> dict[str, Any]:
             continue  # started inside the span
         groups[g] = groups.get(g, 0.0) + (t1 - a["cpu"][pid][0])
     idle = b["cpu_times"].idle - a["cpu_times"].idle
-    train_wall = [c.get("train", 0.0) for c in p.calls[first:last]]
-    train_cpu = [sum(cs[r] for cs in p.train_cpu if r < len(cs)) for r in range(first, last)]
+    round_calls = p.round_calls()
+    train_wall = [c.get("train", 0.0) for c in round_calls[first:last]]
+    train_cpu = [sum(cs[r] for cs in p.epoch_cpu if r < len(cs)) for r in range(first, last)]
     sw = {
         kind: sum(b["switches"][pid][i] - a["switches"][pid][i] for pid in actor_set if pid in a["switches"]) / n
         for i, kind in enumerate(("voluntary", "involuntary"))
     }
-    calls = {name: statistics.fmean(c.get(name, 0.0) for c in p.calls[first:last]) for name in p.calls[first]}
+    calls = {name: statistics.fmean(c.get(name, 0.0) for c in round_calls[first:last]) for name in round_calls[first]}
     ours = sum(v for g, v in groups.items() if g != "other processes")
     out = {
         "k": k,

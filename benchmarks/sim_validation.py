@@ -2,7 +2,7 @@
 
     python -m benchmarks.sim_validation [--quick] [--out BENCHMARKS.md] [--data DIR] [--figure PNG]
 
-1. **Calibrate** (:func:`popgrpo.sim.calibrate.calibrate`): every cost of the model measured
+1. **Calibrate** (:func:`popgrpo.sim.measure.calibrate`): every cost of the model measured
    with the real components at sizes the validation does not use (member epochs alone,
    merges of 2 and 8, in-process runs at K = 2 and 8, one Ray actor).
 2. **Validate**: real synchronous runs of the ``pop_grpo`` preset on an embedded Ray at
@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import md_table, met, write_between
+from benchmarks.common import met, write_between
+from popgrpo.markdown import md_table
 
 BEGIN, END = "<!-- sim:begin -->", "<!-- sim:end -->"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -69,7 +70,7 @@ def validate(
 ) -> list[dict[str, Any]]:
     """Real Ray runs vs the simulator, one row per (K, members per actor).
 
-    Right before each real run the sharing terms (:func:`popgrpo.sim.calibrate.sharing_costs`,
+    Right before each real run the sharing terms (:func:`popgrpo.sim.measure.sharing_costs`,
     at 3 and 18 actors of the run's own members per actor: never the run's own size) are
     measured again, so that the share of the cores other users of the machine take is the one
     of that moment."""
@@ -79,7 +80,7 @@ def validate(
 
     from popgrpo.runtime.cluster import start_local_ray
     from popgrpo.runtime.ray_executor import RayExecutor
-    from popgrpo.sim.calibrate import run_timed, sharing_costs
+    from popgrpo.sim.measure import run_timed, sharing_costs
     from popgrpo.sim.model import ClusterShape, Scheduling, Workload, simulate
 
     rows = []
@@ -119,7 +120,7 @@ def validate(
                 "real_round_spread": [min(measured), max(measured)],
                 "sim_round_s": predicted,
                 "error": predicted / real - 1,
-                "real_train_s": statistics.fmean(timer.train_s[1:-1]),
+                "real_train_s": statistics.fmean(timer.per_round(("train",))[1:-1]),
                 "load_average_1min": load,
                 "sharing": {
                     name: value if isinstance(value, float) else {"a": value.a, "b": value.b}
@@ -328,7 +329,7 @@ def verdict(validation: list[dict]) -> list[str]:
 
 def remaining(validation: list[dict], off: list[dict]) -> str:
     """What the data say about the remaining error: the other sessions' share of the cores."""
-    from popgrpo.sim.calibrate import SHARING_AT
+    from popgrpo.sim.measure import SHARING_AT
 
     x0, x1 = (n / CORES for n in SHARING_AT)
     parts = []
@@ -423,7 +424,7 @@ def _logged(costs, k: int) -> str:
 def markdown(
     costs, validation: list[dict], curves: list[dict], seeds: int, command: str, autogroup: str | None = None
 ) -> str:
-    from popgrpo.sim.calibrate import SHARING_AT
+    from popgrpo.sim.measure import SHARING_AT
 
     x0, x1 = (n / CORES for n in SHARING_AT)
     groups = (
@@ -443,7 +444,7 @@ def markdown(
     lines = [
         "### 7. Scheduler simulator: checked against real runs here, then 1,000–10,000 members",
         "",
-        f"`{command}`; model: `popgrpo/sim/model.py`, costs: `popgrpo/sim/calibrate.py`.",
+        f"`{command}`; model: `popgrpo/sim/model.py`, costs: `popgrpo/sim/measure.py`.",
         "",
         f"Measured costs (pop_grpo preset, this machine; core work in CPU seconds; the median of "
         f"{validation[0].get('repeats', 1)} calibration(s), field by field; the driver's per-round work "
@@ -594,13 +595,13 @@ CHECKPOINT_EVERY = (1, 10)  # run.checkpoint_every of the scale curves once the 
 
 def checkpoint_split(args: argparse.Namespace, base) -> int:
     """``--checkpoint-split``: the checkpoint's part of the driver's per-round work, measured
-    ``args.repeats`` times (:func:`popgrpo.sim.calibrate.checkpoint_part`, the median of each of
+    ``args.repeats`` times (:func:`popgrpo.sim.measure.checkpoint_part`, the median of each of
     its two numbers), added to the saved costs; the scale curves simulated again for each
     :data:`CHECKPOINT_EVERY`; the section and figure redrawn. The validation is not rerun."""
     from dataclasses import replace
 
-    from popgrpo.sim.calibrate import NO_CHECKPOINTS, checkpoint_part, driver_line
     from popgrpo.sim.costs import CostModel
+    from popgrpo.sim.measure import NO_CHECKPOINTS, checkpoint_part, driver_line
 
     path = args.data / "sim_validation.json"
     data = json.loads(path.read_text())
@@ -661,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (1 if args.quick else 3)
 
-    from popgrpo.sim.calibrate import calibrate
+    from popgrpo.sim.measure import calibrate
 
     base = _config(5, 1, 4)
     if args.checkpoint_split:

@@ -20,11 +20,12 @@ import time
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import md_table, met
+from benchmarks.common import met
 from popgrpo.algorithms.initial_weights import initial_weights
 from popgrpo.algorithms.member import make_optimizer
 from popgrpo.config import Config, load_config, preset_path
 from popgrpo.envs import make_env
+from popgrpo.markdown import md_table
 from popgrpo.runtime.executor import LocalExecutor
 
 TARGET = 1.15  # member / bare

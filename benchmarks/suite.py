@@ -72,7 +72,7 @@ def header(command: str, started: dt.datetime, wall: dict[str, float], load: tup
     import ray
     import torch
 
-    from benchmarks.common import md_table
+    from popgrpo.markdown import md_table
 
     timings = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in wall.items())
     rows = [
@@ -89,7 +89,7 @@ def header(command: str, started: dt.datetime, wall: dict[str, float], load: tup
 def _summary(results: dict, cores: int) -> str:
     """One row per headline figure, every one a ratio, from the sections' results."""
     from benchmarks import round_overhead, step_floor, throughput
-    from benchmarks.common import md_table
+    from popgrpo.markdown import md_table
 
     rows = []
     floor = results.get("floor")

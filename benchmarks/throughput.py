@@ -82,10 +82,9 @@ def create_executors(configs: list[Config]) -> list:
 
 def actor_pids(executor) -> list[int]:
     """Process ids of this executor's member actors and its archive actor, if it has one."""
-    import ray
 
     archive = [] if executor._archive_pid is None else [executor._archive_pid]
-    return archive + ray.get([a.pid.remote() for a in executor._actors])
+    return archive + executor.worker_pids()
 
 
 def population_pids(executor) -> tuple[list[int], list[int]]:

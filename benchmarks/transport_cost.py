@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import md_table
+from popgrpo.core.trees import map_leaves
+from popgrpo.markdown import md_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "data" / "transport_cost.json"
@@ -46,15 +47,11 @@ def _states(members: int, hidden: int) -> list[dict]:
 
 
 def _count(obj) -> tuple[int, int]:
-    """Tensors and their bytes in a nest of dicts and lists."""
-    if isinstance(obj, torch.Tensor):
-        return 1, obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        pairs = [_count(v) for v in obj]
-        return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
-    return 0, 0
+    """Tensors and their bytes in a nest of dicts, lists and tuples: the leaves
+    :func:`popgrpo.runtime.transport.pack` packs (:func:`popgrpo.core.trees.map_leaves`)."""
+    tensors: list[torch.Tensor] = []
+    map_leaves(obj, torch.Tensor, tensors.append)
+    return len(tensors), sum(t.numel() * t.element_size() for t in tensors)
 
 
 def measure(members: int, hidden: int, repeats: int) -> dict:

@@ -75,7 +75,7 @@ from typing import Any, cast
 
 import torch
 
-from benchmarks.common import md_table
+from popgrpo.markdown import md_table
 
 PROMPTS = ["# arithmetic\n", "# loop\n", "# function\n", "# list\n", "# while\n", "# branch\n"]
 ADAM = {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}  # both sides

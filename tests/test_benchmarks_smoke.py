@@ -95,8 +95,8 @@ def test_round_overhead_times_the_drivers_parts_and_the_background_writer():
         ["population.size=3", "run.epochs=6", "scheduler.interval_epochs=2", "grpo.steps_per_epoch=2"],
     )
     timed, writer = _train(cfg, lambda c, d: LocalExecutor(c))
-    assert [n for n, _, _ in timed.calls].count("train") == 3
-    assert [n for n, _, _ in timed.calls].count("on_round") == 3  # each round handed over once
+    assert [c.name for c in timed.calls].count("train") == 3
+    assert [c.name for c in timed.calls].count("on_round") == 3  # each round handed over once
     assert writer.wall > 0 and writer.cpu > 0 and writer.logging > 0  # the writer's tasks ran, the loggers in them
     m = measure(timed, writer, cores=1)
     assert m["merges"] == 2

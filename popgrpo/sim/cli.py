@@ -7,7 +7,7 @@ The population (K, T, epochs, top-M, members per actor) comes from the config; t
 the member-time tail and the faults from the flags; the per-call costs from ``--costs`` (a
 :class:`~popgrpo.sim.costs.CostModel` JSON, or the ``sim_validation.json`` that
 ``python -m benchmarks.sim_validation`` writes), or, without it, from measuring them here
-(:func:`~popgrpo.sim.calibrate.calibrate`: a few minutes, with 3 and 18 member actors started; ``--save-costs`` keeps them).
+(:func:`~popgrpo.sim.measure.calibrate`: a few minutes, with 3 and 18 member actors started; ``--save-costs`` keeps them).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         except ValueError as exc:
             return _fail(str(exc))
     else:
-        from popgrpo.sim.calibrate import calibrate
+        from popgrpo.sim.measure import calibrate
 
         print("popgrpo simulate: measuring the per-call costs on this machine (a few minutes)", file=sys.stderr)
         costs = calibrate(config, progress=lambda line: print(f"  {line}", file=sys.stderr))

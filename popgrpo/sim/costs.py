@@ -2,7 +2,7 @@
 
 Every cost is a line ``a + b·x`` in seconds (:class:`Linear`), with ``x`` the quantity the
 part scales with: bytes moved, members merged, members in the population. The numbers come
-from :mod:`popgrpo.sim.calibrate`, which times the real calls (a member's epoch, a Ray actor
+from :mod:`popgrpo.sim.measure`, which times the real calls (a member's epoch, a Ray actor
 round trip, moving a state dict through the object store, the merge, the driver's per-round
 writes) on the machine it runs on, and are saved as JSON so that a simulation can be re-run
 anywhere. Nothing here imports Ray or torch.
@@ -59,7 +59,7 @@ class CostModel:
     is the one it saved last (a hard link instead of a new file).
 
     What sharing a node's cores costs, each a function of ``x``, the member actors per core
-    on the node, measured with ``x`` actors training at once (:mod:`popgrpo.sim.calibrate`):
+    on the node, measured with ``x`` actors training at once (:mod:`popgrpo.sim.measure`):
     ``contention(x)`` multiplies ``epoch_s`` (an epoch's CPU time inside an actor among
     others over its CPU time alone: time-slicing, caches); ``actor_call_cpu_s`` is an actor's
     CPU per ``train`` call outside its epochs (Ray's worker threads, live metrics);

@@ -10,9 +10,9 @@ def test_round_overhead_at_rest_watches_the_runs_ray_and_actors_without_a_call(r
     """``at_rest``: the split of the cores while the run's actors are up and idle; the summary
     table then shows the share outside training less it, run by run."""
     from benchmarks import round_overhead
-    from benchmarks.cpu_split import CpuSample
     from benchmarks.round_overhead import at_rest, markdown, rest_share
     from popgrpo.config import load_config, preset_path
+    from popgrpo.telemetry.cpu import CpuSample
 
     taken: list[tuple[set[int], CpuSample]] = []
 

@@ -1,10 +1,10 @@
-"""benchmarks/cpu_split.py: two samples of the machine's CPU turned into shares of the cores."""
+"""popgrpo.telemetry.cpu: two samples of the machine's CPU turned into shares of the cores."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.cpu_split import CpuSample, split
+from popgrpo.telemetry.cpu import CpuSample, split
 
 
 def test_split_shares_the_cores_between_roles_threads_and_idle():

@@ -65,10 +65,11 @@ from pathlib import Path
 from typing import Any
 
 from popgrpo.config import Config
+from popgrpo.runtime.round_timer import RoundTimer
 from popgrpo.sim.costs import CostModel, Linear
+from popgrpo.telemetry.cpu import CpuSample
 
 __all__ = [
-    "RoundTimer",
     "Sharing",
     "calibrate",
     "checkpoint_link_cost",
@@ -80,92 +81,10 @@ __all__ = [
 TIMED_CALLS = ("train", "get_weights", "adopt", "snapshot", "load_member_states", "load_archive_states")
 
 
-class RoundTimer:
-    """Wraps an executor: when each round's ``train`` call starts, and the seconds spent inside
-    executor calls in each round, so that a round's driver work is the rest."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.starts: list[float] = []
-        self.ends: list[float] = []  # when each round's ``train`` call returned: its last report
-        self.inside: list[float] = []
-        self.train_s: list[float] = []
-        self.adopt_s: list[float] = []
-        self.cpu_starts: list[float] = []  # the driver thread's CPU time at each round's start
-        self.inside_cpu: list[float] = []  # its CPU seconds inside executor calls, per round
-        self.writer_cpu: list[float] = []  # the background writer thread's CPU seconds, per round written
-        # Ray executors: each actor's CPU seconds in its members' epochs, per train call (read at close)
-        self.epoch_cpu: list[list[float]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if name not in TIMED_CALLS:
-            return attr
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if name == "train":
-                self.starts.append(time.perf_counter())
-                self.cpu_starts.append(time.thread_time())
-                self.inside.append(0.0)
-                self.inside_cpu.append(0.0)
-                self.train_s.append(0.0)
-                self.adopt_s.append(0.0)
-            start, start_cpu = time.perf_counter(), time.thread_time()
-            try:
-                return attr(*args, **kwargs)
-            finally:
-                seconds = time.perf_counter() - start
-                if self.inside:
-                    self.inside[-1] += seconds
-                    self.inside_cpu[-1] += time.thread_time() - start_cpu
-                    if name == "train":
-                        self.train_s[-1] += seconds
-                        self.ends.append(time.perf_counter())
-                    elif name == "adopt":
-                        self.adopt_s[-1] += seconds
-
-        return timed
-
-    def close(self) -> None:
-        self.starts.append(time.perf_counter())
-        self.cpu_starts.append(time.thread_time())
-        actors = getattr(self.inner, "_actors", None)
-        if actors:
-            import ray
-
-            self.epoch_cpu = ray.get([a.train_cpu_seconds.remote() for a in actors])
-        self.inner.close()
-
-    def round_seconds(self) -> list[float]:
-        """Wall time of each round, from its ``train`` call to the next (the last: to ``close``)."""
-        return [b - a for a, b in zip(self.starts, self.starts[1:], strict=False)]
-
-    def report_periods(self) -> list[float]:
-        """Wall time from each round's last report to the next round's: round 1's and on (each
-        holds a merge, the adopt and the round's training).
-
-        Unlike :meth:`round_seconds`, this does not depend on when the driver gets round to its
-        ``train`` call: an actor's next train call is sent right behind its adopt
-        (:func:`~popgrpo.runtime.scheduler.train_after_adopt`), so its members have been
-        training for a while by then, for longer in some rounds than in others."""
-        return [b - a for a, b in zip(self.ends, self.ends[1:], strict=False)]
-
-    def driver_seconds(self) -> list[float]:
-        """Per round: its wall time less the time inside executor calls."""
-        return [r - i for r, i in zip(self.round_seconds(), self.inside, strict=False)]
-
-    def driver_cpu_seconds(self) -> list[float]:
-        """Per round: the driver thread's CPU seconds outside executor calls plus the background
-        writer thread's for that round (the driver's work in core-seconds, which waiting for a
-        core on a busy machine does not inflate). The writer writes a round while the next one
-        trains, inside an executor call: its CPU is read in its own thread."""
-        rounds = [b - a for a, b in zip(self.cpu_starts, self.cpu_starts[1:], strict=False)]
-        writer = self.writer_cpu + [0.0] * (len(rounds) - len(self.writer_cpu))
-        return [max(0.0, r - i) + w for r, i, w in zip(rounds, self.inside_cpu, writer, strict=False)]
-
-
 def run_timed(config: Config, factory: Callable[[Config, Path], Any]) -> RoundTimer:
-    """Train ``config`` to the end through a :class:`RoundTimer`; its run directory is temporary."""
+    """Train ``config`` to the end through a :class:`~popgrpo.runtime.round_timer.RoundTimer` of
+    :data:`TIMED_CALLS` (the background writer's CPU per round recorded too); its run directory
+    is temporary."""
     from unittest import mock
 
     import popgrpo.train as train_module
@@ -173,7 +92,7 @@ def run_timed(config: Config, factory: Callable[[Config, Path], Any]) -> RoundTi
     holder: dict[str, RoundTimer] = {}
 
     def make(cfg: Config, run_dir: Path) -> Any:
-        holder["timer"] = RoundTimer(factory(cfg, run_dir))
+        holder["timer"] = RoundTimer(factory(cfg, run_dir), timed=TIMED_CALLS)
         return holder["timer"]
 
     def timed_writes(*args: Any, **kwargs: Any) -> Any:  # a round is written once the executor is made
@@ -349,9 +268,8 @@ def _ray_costs(
         executor = RayExecutor(config, run_dir=Path(tmp) / "run", address=address)
         start_s = time.perf_counter() - begin
         try:
-            actor = executor._actors[0]  # pyright: ignore[reportPrivateUsage]
-            ray.get(actor.pid.remote())
-            call_s = _median_time(lambda: ray.get(actor.pid.remote()), 50)
+            executor.worker_pids()  # one member actor: a round trip with no payload
+            call_s = _median_time(executor.worker_pids, 50)
             fetch = _median_time(lambda: executor.get_weights([0]), 15)
             adopt = _median_time(lambda: executor.adopt({MERGED: weights}, adoption, 1), 15)
         finally:
@@ -441,23 +359,11 @@ class Sharing:
 def _cpu_now(actor_pids: set[int]) -> tuple[float, float, float]:
     """(member actors' CPU, Ray's other processes' and the driver's CPU, the machine's busy CPU), in seconds.
 
-    Ray's processes are this driver's descendants (an embedded Ray: raylet, GCS, agents, workers)."""
-    import psutil
-
-    me = psutil.Process()
-    actors = ray_cpu = 0.0
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if proc.pid in actor_pids:
-            actors += t.user + t.system
-        else:
-            ray_cpu += t.user + t.system
-    m = psutil.cpu_times()
-    busy = sum(getattr(m, f) for f in ("user", "nice", "system", "irq", "softirq", "steal") if hasattr(m, f))
-    return actors, ray_cpu, busy
+    Ray's processes are this driver's descendants (an embedded Ray: raylet, GCS, agents, workers):
+    :class:`~popgrpo.telemetry.cpu.CpuSample` of them."""
+    sample = CpuSample.take(actor_pids, descendants_only=True)
+    actors = sample.seconds(("member actors",))
+    return actors, sample.seconds() - actors, sample.busy
 
 
 def _sharing(config: Config, n: int, address: str | None, rounds: int | None = None) -> Sharing:
@@ -487,14 +393,13 @@ def _sharing(config: Config, n: int, address: str | None, rounds: int | None = N
     with tempfile.TemporaryDirectory(prefix="pgsim-") as tmp:
         executor = RayExecutor(cfg, run_dir=Path(tmp) / "run", address=address)
         try:
-            handles = executor._actors  # pyright: ignore[reportPrivateUsage]
-            pids = {int(ray.get(h.pid.remote())) for h in handles}
+            pids = set(executor.worker_pids())
             executor.train(interval)  # warm-up
             begin, cpu0 = time.perf_counter(), _cpu_now(pids)
             for _ in range(rounds):
                 executor.train(interval)
             wall, cpu1 = time.perf_counter() - begin, _cpu_now(pids)
-            epoch_cpu = sum(sum(ray.get(h.train_cpu_seconds.remote())[1:]) for h in handles)
+            epoch_cpu = sum(sum(per_call[1:]) for per_call in executor.epoch_cpu_seconds())
         finally:
             executor.close()
         try:

@@ -1,19 +1,24 @@
 """Where a machine's cores went over a span of a run: every process's CPU seconds by role.
 
-Used by section 3 (:mod:`benchmarks.round_overhead`) and the simulator's probe
-(:mod:`benchmarks.sim_probe`). A :class:`CpuSample` holds, at one moment, the CPU seconds
-(user + system, psutil) of every process on the machine with its role, the driver's threads
-by kind, and the machine's idle seconds; :func:`split` turns two samples into core-seconds
-per role. Ray's processes are the driver's descendants; what is not is "other processes".
+The one CPU sampler of the simulator's calibration (:mod:`popgrpo.sim.measure`: the sharing
+costs), section 3 of the benchmarks (``benchmarks/round_overhead.py``), the simulator's probe
+(``benchmarks/sim_probe.py``) and the Ray call benchmark. A :class:`CpuSample` holds, at one
+moment, the CPU seconds (user + system, psutil) of every process on the machine with its role
+(or of the driver and its descendants only), the driver's threads by kind, and the machine's
+idle and busy seconds; :func:`split` turns two samples into core-seconds per role. Ray's
+processes are the driver's descendants; what is not is "other processes".
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import psutil
+
+__all__ = ["BUSY", "DRIVER_THREADS", "ROLES", "CpuSample", "cpu_by_pid", "driver_threads", "role", "split"]
 
 ROLES = ("member actors", "driver", "raylet", "gcs", "ray agents", "other ray workers", "other processes")
 # The driver's threads: popgrpo's background writer, the main thread (the round loop), the
@@ -48,12 +53,14 @@ def role(proc: psutil.Process, me: int, actors: set[int]) -> str:
     return "other processes"
 
 
-def cpu_by_pid(actors: set[int]) -> dict[int, tuple[float, str]]:
-    """Every process's CPU seconds and its role."""
+def cpu_by_pid(actors: set[int], descendants_only: bool = False) -> dict[int, tuple[float, str]]:
+    """Every process's CPU seconds and its role (``descendants_only``: this process's and its
+    descendants' only, without looking at the rest of the machine)."""
     me = psutil.Process()
-    ours = {c.pid for c in me.children(recursive=True)}
+    children = me.children(recursive=True)
+    ours = {c.pid for c in children}
     out = {}
-    for p in psutil.process_iter():
+    for p in [me, *children] if descendants_only else psutil.process_iter():
         try:
             t = p.cpu_times()
             group = role(p, me.pid, actors) if p.pid in ours or p.pid == me.pid else "other processes"
@@ -80,19 +87,35 @@ def driver_threads(writer_name: str = "popgrpo-writer") -> dict[int, tuple[str, 
     return out
 
 
+BUSY = ("user", "nice", "system", "irq", "softirq", "steal")  # psutil.cpu_times() fields of busy cores
+
+
 @dataclass
 class CpuSample:
+    """At time ``t`` (``time.perf_counter``): :func:`cpu_by_pid`, :func:`driver_threads`, and the
+    machine's idle (idle + iowait) and busy (:data:`BUSY`) CPU seconds over all cores."""
+
     t: float
     processes: dict[int, tuple[float, str]]
     threads: dict[int, tuple[str, float]]
     idle: float
+    busy: float = 0.0
 
     @classmethod
-    def take(cls, actors: set[int]) -> CpuSample:
+    def take(cls, actors: set[int], descendants_only: bool = False) -> CpuSample:
+        """A sample now; ``actors``: the member actors' pids (role ``member actors``)."""
         times = psutil.cpu_times()
         return cls(
-            time.perf_counter(), cpu_by_pid(actors), driver_threads(), times.idle + getattr(times, "iowait", 0.0)
+            time.perf_counter(),
+            cpu_by_pid(actors, descendants_only),
+            driver_threads(),
+            times.idle + getattr(times, "iowait", 0.0),
+            sum(getattr(times, f) for f in BUSY if hasattr(times, f)),
         )
+
+    def seconds(self, roles: Collection[str] | None = None) -> float:
+        """CPU seconds of the processes in ``roles`` (None: every process sampled)."""
+        return sum(s for s, role in self.processes.values() if roles is None or role in roles)
 
 
 def split(a: CpuSample, b: CpuSample, epochs_cpu: float, cores: int) -> dict[str, float]:
@@ -101,13 +124,13 @@ def split(a: CpuSample, b: CpuSample, epochs_cpu: float, cores: int) -> dict[str
     threads by kind, idle cores, and what no sample saw (threads and processes that ended
     between the samples; negative when a process started before ``a`` is counted that ``a`` missed)."""
     capacity = cores * (b.t - a.t)
-    roles = dict.fromkeys(ROLES, 0.0)
+    roles: dict[str, float] = dict.fromkeys(ROLES, 0.0)
     for pid, (seconds, group) in b.processes.items():
         if pid in a.processes and group in roles:
             roles[group] += seconds - a.processes[pid][0]
     out = {"members' epochs": epochs_cpu, "member actors, outside epochs": roles.pop("member actors") - epochs_cpu}
     driver = roles.pop("driver")
-    threads = dict.fromkeys(DRIVER_THREADS, 0.0)
+    threads: dict[str, float] = dict.fromkeys(DRIVER_THREADS, 0.0)
     for tid, (kind, seconds) in b.threads.items():  # a thread started in the span: all its time
         threads[kind] += seconds - (a.threads[tid][1] if tid in a.threads else 0.0)
     for kind, seconds in threads.items():

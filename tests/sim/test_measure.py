@@ -11,7 +11,7 @@ import pytest
 
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.executor import LocalExecutor
-from popgrpo.sim.calibrate import Sharing, run_timed
+from popgrpo.sim.measure import TIMED_CALLS, Sharing, run_timed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,10 +23,12 @@ def test_round_timer_splits_each_round_into_executor_calls_and_driver_work():
     )
     timer = run_timed(cfg, lambda c, _d: LocalExecutor(c))
     rounds = timer.round_seconds()
-    assert len(rounds) == 3 == len(timer.train_s) == len(timer.inside)
+    train_s, inside = timer.per_round(("train",)), timer.per_round()
+    assert len(rounds) == 3 == len(train_s) == len(inside) == timer.rounds
     assert all(r > 0 for r in rounds)
     # Inside executor calls: at least the training; the rest is the driver's, never negative.
-    assert all(i >= t > 0 for i, t in zip(timer.inside, timer.train_s, strict=True))
+    assert all(i >= t > 0 for i, t in zip(inside, train_s, strict=True))
+    assert {c.name for c in timer.calls} <= set(TIMED_CALLS) and min(c.round for c in timer.calls) >= 0
     assert all(d >= 0 for d in timer.driver_seconds())
     # The driver's CPU outside executor calls, with its background writer's for the round:
     # one value per round, each at least the writer's part (every round is written).
@@ -35,7 +37,9 @@ def test_round_timer_splits_each_round_into_executor_calls_and_driver_work():
     assert len(driver) == 3 and all(d >= w for d, w in zip(driver, timer.writer_cpu, strict=True))
     # Each round's last report to the next's: one period fewer than rounds, none negative.
     assert len(timer.report_periods()) == 2 and all(p > 0 for p in timer.report_periods())
-    assert timer.adopt_s[0] > 0 and timer.adopt_s[-1] == 0  # the last round merges nothing
+    adopt_s = timer.per_round(("adopt",))
+    assert adopt_s[0] > 0 and adopt_s[-1] == 0  # the last round merges nothing
+    assert timer.epoch_cpu == [] and timer.worker_pids() == []  # in-process: no worker processes
 
 
 def test_sharing_splits_the_cpu_between_epochs_calls_ray_and_the_rest_of_the_machine():
@@ -105,7 +109,7 @@ def test_repeats_are_summarised_by_their_medians():
 
 def test_link_cost_is_measured_on_saves_that_link_every_member(monkeypatch):
     """``checkpoint_link_s``: every member of the timed saves is linked, none serialised again."""
-    from popgrpo.sim.calibrate import checkpoint_link_cost
+    from popgrpo.sim.measure import checkpoint_link_cost
     from popgrpo.telemetry import checkpoint
 
     serialised: list[int] = []
