@@ -405,7 +405,9 @@ def write_random_markdown(out: Path, trials: pd.DataFrame, random: pd.DataFrame,
             else:
                 diff = pd.Series(dtype=float)
             low = high = math.nan
-            if len(diff) > 1:
+            if len(diff) > 1 and diff.std(ddof=1) == 0:
+                low = high = float(diff.mean())  # every unit's difference the same: no spread to bound
+            elif len(diff) > 1:
                 from scipy import stats as scipy_stats
 
                 low, high = scipy_stats.t.interval(
@@ -440,7 +442,12 @@ def write_random_markdown(out: Path, trials: pd.DataFrame, random: pd.DataFrame,
         "Random search draws, for every unit (instance, seed) and cell, as many ideas as a run of the cell "
         "sampled, from N(0, w²·I), and counts only the ideas whose execution succeeds (the runs' rule). Its width w "
         "is tuned per landscape, intensity and metric over 0.25 to 8 (steps of √2) on the tuning instance and "
-        "seeds, which the confirmatory study never uses (discovery_random_widths.parquet). Descriptive: not a "
+        + (
+            "seeds: these very units, so here random search is at its in-sample best width "
+            if design["phase"] == "tuning"
+            else "seeds, which the confirmatory study never uses "
+        )
+        + "(discovery_random_widths.parquet). Descriptive: not a "
         "pre-registered claim; the interval is a t-interval over the paired units. `coverage` is the mean over "
         "reachable peaks of max(0, fraction − 0.7); runs summarised before it existed do not have it (not "
         "recorded).\n\n" + "\n".join(lines) + "\n"
@@ -474,6 +481,8 @@ def render_discovery(out: str | Path) -> list[Path]:
     written.append(
         fig_curves(trials, curves, "best_quality", "best noise-free Q", out / "fig_best_quality_vs_samples.png")
     )
+    if random is not None:
+        written += write_random_markdown(out, trials, random, design)
     if design["phase"] == "tuning":
         metrics = [*summary_metrics, *[c for c in trials.columns if c.startswith("peaks_at_")]]
         power = power_table(trials, metrics, alpha_family=POWER_FAMILY)
@@ -488,8 +497,6 @@ def render_discovery(out: str | Path) -> list[Path]:
         )
         written += [out / "tuning.json", out / "tuning.md"]
         return written
-    if random is not None:
-        written += write_random_markdown(out, trials, random, design)
     verdicts = judge_design(trials, design)
     records = [v.record() for v in verdicts]
     wall = wall_time(out)

@@ -75,3 +75,25 @@ def test_discovery_summary_carries_coverage_and_far_peaks():
     assert summary["far_coverage"] == pytest.approx(0.05 / 2)
     assert summary["discovery_time"] == pytest.approx((1 + 0.1 + 1 + 0.5) / 4)
     assert summary["peak_fraction_mean"] == pytest.approx((0.5 + 0.9 + 0 + 0.75) / 4)
+
+
+def test_the_tuning_tables_redraw_with_random_search(tmp_path):
+    import shutil
+
+    from popgrpo.study.discovery_report import render_discovery
+
+    committed = COMMITTED.parent / "discovery-tuning"
+    for name in (
+        "plan.json",
+        "discovery_trials.parquet",
+        "discovery_curves.parquet",
+        "wall.jsonl",
+        RANDOM_FILE,
+        WIDTH_FILE,
+    ):
+        shutil.copy(committed / name, tmp_path / name)
+    render_discovery(tmp_path)
+    for name in ("arms.md", "tuning.md", "random_search.md"):
+        assert (tmp_path / name).read_text() == (committed / name).read_text()
+    assert "in-sample best width" in (tmp_path / "random_search.md").read_text()
+    assert "| random search |" in (tmp_path / "arms.md").read_text()
