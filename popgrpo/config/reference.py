@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from popgrpo.config.schema import Config
+from popgrpo.markdown import md_table
 from popgrpo.registry import REGISTRIES, Registry
 
 __all__ = ["config_markdown", "model_markdown"]
@@ -29,7 +30,7 @@ def model_markdown(
     names. ``escape``: ``<`` and ``>`` outside code spans become entities (Markdown would take
     ``<name>`` for an HTML tag).
     """
-    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
+    rows: list[list[str]] = []
     choices = choices or {}
 
     def walk(section: type[BaseModel], prefix: str) -> None:
@@ -44,10 +45,10 @@ def model_markdown(
             if registry is not None:
                 names = ", ".join(f"`{n}`" for n in registry.builtin_names())
                 text += f" Built-in choices: {names} ({_EXTEND})."
-            lines.append(f"| `{prefix}{name}` | `{default}` | {_markdown_text(text) if escape else text} |")
+            rows.append([f"`{prefix}{name}`", f"`{default}`", _markdown_text(text) if escape else text])
 
     walk(model, "")
-    return "\n".join(lines) + "\n"
+    return md_table(["key", "default", "meaning"], rows) + "\n"
 
 
 def config_markdown() -> str:

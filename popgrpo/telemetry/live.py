@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from popgrpo.markdown import md_table
+
 __all__ = ["METRICS", "LiveMetrics", "metrics_markdown"]
 
 
@@ -247,8 +249,13 @@ class LiveMetrics:
 
 
 def metrics_markdown() -> str:
-    lines = ["| metric (Prometheus: `ray_` + name) | type | tags | meaning |", "| --- | --- | --- | --- |"]
-    for name, spec in METRICS.items():
-        meaning = spec.description + (" Exported by code runs only." if spec.code else "")
-        lines.append(f"| `{name}` | {spec.kind} | {', '.join(spec.tags)} | {meaning} |")
-    return "\n".join(lines) + "\n"
+    rows = [
+        [
+            f"`{name}`",
+            spec.kind,
+            ", ".join(spec.tags),
+            spec.description + (" Exported by code runs only." if spec.code else ""),
+        ]
+        for name, spec in METRICS.items()
+    ]
+    return md_table(["metric (Prometheus: `ray_` + name)", "type", "tags", "meaning"], rows) + "\n"
