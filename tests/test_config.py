@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,52 @@ def test_a_typo_in_a_preset_name_suggests_close_ones_and_lists_them():
     assert f"presets: {', '.join(names)} (`popgrpo config --list`" in str(err.value)
     assert {"grpo", "qd_grpo", "maxent_grpo", "pop_grpo", "lm_exec", "pop_grpo_scale"} <= set(names)
     assert dict(list_presets())["pop_grpo"] == "Pop-GRPO (main paper §4.3)"
+
+
+def _schema_descriptions() -> dict[str, str]:
+    """``Section.field`` → description, for every field of every model in popgrpo/config/schema.py."""
+    import inspect
+
+    from pydantic import BaseModel
+
+    from popgrpo.config import schema
+
+    models = [
+        c
+        for _, c in inspect.getmembers(schema, inspect.isclass)
+        if issubclass(c, BaseModel) and c.__module__ == schema.__name__
+    ]
+    return {f"{m.__name__}.{name}": f.description or "" for m in models for name, f in m.model_fields.items()}
+
+
+# A measured figure: a number with a unit of time (``2.5 ms``, ``40 s``), a speed ratio (``1.25x``,
+# ``0.72×``, not the product ``10 × 10``), a throughput (``tokens/s``) or the machine it was
+# measured on (``2-core``, ``2 CPU cores``; not an example of what fits, ``K = 256 on 2 cores``).
+MEASURED = re.compile(r"\d(?:[\d.,]*\d)?\s*(?:ms|s|min|h|[x×](?!\s*\d))(?![\w/])|\d\s*tokens/s|\d+(?:-| CPU )cores?\b")
+DESCRIPTION_CHARS = 700
+
+
+def test_field_descriptions_say_what_a_field_does_and_leave_measurements_to_the_docs():
+    """A measured figure goes stale with the code and the machine: it belongs in the docs page a
+    description points to, not in the description."""
+    descriptions = _schema_descriptions()
+    assert len(descriptions) > 200
+    assert {k: MEASURED.findall(d) for k, d in descriptions.items() if MEASURED.search(d)} == {}
+    assert {k: len(d) for k, d in descriptions.items() if len(d) > DESCRIPTION_CHARS} == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "measured"),
+    [
+        ("costs about 2.5 ms of CPU a round", True),
+        ("on the quiet 2-core machine 1.25x the sequential step", True),
+        ("took 0.65-0.69x TRL's time per step on 2 CPU cores, 0.92× without", True),
+        ("the sequential step's 120 tokens/s", True),
+        ("one archive cell at the default 10 × 10 grid", False),
+        ("every component shrinks to at most 30%", False),
+        ("fit large populations on few cores (e.g. K = 256 on 2 cores)", False),
+        ("timeout_s seconds; 0: off (BENCHMARKS.md section 7)", False),
+    ],
+)
+def test_the_measured_figure_rule(text, measured):
+    assert bool(MEASURED.search(text)) is measured

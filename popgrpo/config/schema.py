@@ -133,7 +133,7 @@ class RunConfig(Section):
     checkpoint_every: int = Field(
         default=1,
         ge=1,
-        description="Write a checkpoint (every member's state, the archives) after every this-many rounds (sync) or merges (async), and after the last. The metrics, lineage and loggers are written every round either way. A resumed run restarts from the newest checkpoint and recomputes the rounds after it to the same numbers (tested), so a larger value costs recomputation after a crash and saves the driver's background writer the checkpoint's per-member work each round it skips, which at thousands of members sets the pace of a run (BENCHMARKS.md section 7). Lost member actors are rebuilt from restore points kept in memory every round, whatever this is; a restarted archive actor (shared archive) reads the newest checkpoint, so without archive.redis_url it loses the elites accepted since then.",
+        description="Write a checkpoint (every member's state, the archives) after every this-many rounds (sync) or merges (async), and after the last; the metrics, lineage and loggers are written every round either way. A resumed run restarts from the newest checkpoint and recomputes the rounds after it to the same numbers (tested), so a larger value trades recomputation after a crash for less work in the driver's background writer (docs/guides/resume.md; at scale: docs/guides/scale.md). Lost member actors are rebuilt from in-memory restore points whatever this is; a restarted archive actor (shared archive) reads the newest checkpoint, so without archive.redis_url it loses the elites accepted since then.",
     )
     torch_threads: int = Field(
         default=1,
@@ -143,7 +143,7 @@ class RunConfig(Section):
     logged_members: int = Field(
         default=32,
         ge=0,
-        description="Members with series of their own in the loggers: member_0 to member_{N-1} (TensorBoard runs, MLflow and W&B `member_<k>/` keys, their archive heatmaps); the population's series, histograms and the shared archive cover every member either way, and metrics.parquet has every row. Each member's own series costs the background writer about 2.5 ms of CPU a round with TensorBoard (BENCHMARKS.md section 7, `python -m benchmarks.sim_validation`), which at thousands of members would set the pace of the run.",
+        description="Members with series of their own in the loggers: member_0 to member_{N-1} (TensorBoard runs, MLflow and W&B `member_<k>/` keys, their archive heatmaps); the population's series, histograms and the shared archive cover every member either way, and metrics.parquet has every row. Each member's own series adds to the driver's background writer's work every round, so at thousands of members they would set the pace of the run (measured: docs/guides/watch.md).",
     )
     loggers: list[LoggerName] = Field(
         default_factory=lambda: ["tensorboard"],
@@ -211,7 +211,7 @@ class TextEnvConfig(Section):
     sandbox_pool_size: int | None = Field(
         default=None,
         ge=0,
-        description="Warm sandboxes each process keeps started ahead of need for the execution rewards (popgrpo.envs.sandbox_pool): each still runs one program and is discarded, and a program's result is the same as in a sandbox started for it. null: 2 per core; 0: no pool, a fresh sandbox per program when it is needed. Passed as `pool_size` to reward callables that take it (execution_score, program_reward) unless their kwargs set it.",
+        description="Warm sandboxes each process keeps started ahead of need for the execution rewards (popgrpo.envs.sandbox.pool): each still runs one program and is discarded, and a program's result is the same as in a sandbox started for it. null: 2 per core; 0: no pool, a fresh sandbox per program when it is needed. Passed as `pool_size` to reward callables that take it (execution_score, program_reward) unless their kwargs set it.",
     )
 
     columns: list[str] = Field(
@@ -469,11 +469,11 @@ class CausalLMConfig(Section):
     )
     overlap: bool = Field(
         default=False,
-        description="Overlap a step's phases (same results as one after another, tested): each completion's reward starts as soon as its row finishes generating (reward callables with `submit_one`, e.g. program_reward, with reward.source=execution), the reference log-probs are computed while the programs run, and the embeddings of the completions run on a background thread (one per process, shared by its members) when nothing needs them before the update. Pays where a core is free for the work beside the main thread: on the quiet 2-core machine 1.25x the sequential step's tokens/s (with merged_generation), under load 0.72x (BENCHMARKS.md), the work beside the main thread slowing its generation and reference pass; off by default.",
+        description="Overlap a step's phases (same results as one after another, tested): each completion's reward starts as soon as its row finishes generating (reward callables with `submit_one`, e.g. program_reward, with reward.source=execution), the reference log-probs are computed while the programs run, and the completions' embeddings run on a background thread (one per process, shared by its members) when nothing needs them before the update. Faster where a core is free for the work beside the main thread, slower where none is (measured: docs/guides/lm.md); off by default.",
     )
     merged_generation: bool = Field(
         default=False,
-        description="Generate from a copy of the model whose adapted layers hold W + (alpha/r)·B·A (refreshed from the adapters before every rollout) instead of through peft's LoRA layers: the same distribution, one matmul per layer instead of three and none of peft's per-layer Python: with it the program model's generation took 0.65-0.69x TRL's time per step on 2 CPU cores, 0.92x without (BENCHMARKS.md). Costs one more copy of the adapted layers' weights (the rest is shared). The samples equal the unmerged ones up to float rounding, so a run is not bit-identical to one with this off; off by default so that runs reproduce what was committed.",
+        description="Generate from a copy of the model whose adapted layers hold W + (alpha/r)·B·A (refreshed from the adapters before every rollout) instead of through peft's LoRA layers: the same distribution, one matmul per layer instead of three and none of peft's per-layer Python (measured: docs/guides/lm.md), for one more copy of the adapted layers' weights (the rest is shared). The samples equal the unmerged ones up to float rounding, so a run is not bit-identical to one with this off; off by default so that runs reproduce what was committed.",
     )
     max_prompt_tokens: int = Field(
         default=256, ge=1, description="Prompts are cut to their last max_prompt_tokens tokens."
@@ -793,7 +793,7 @@ class SchedulerConfig(Section):
     )
     order: Literal["arrival", "logical"] = Field(
         default="arrival",
-        description="async: the order the driver takes reports in. `arrival`: as they come (ray.wait), fastest; which reports a merge takes then depends on timing, and merges.jsonl records it so a resumed run replays the merges already decided. `logical`: by logical finish time, the logical time of the merge a call started from plus its members' population.straggler delays (ties: the order the calls were made); the driver waits for that report even if another arrives first. The run is then the same bit for bit on any machine, after member restarts and after --resume (with private archives), and equals the in-process run; it loses little time when the seeded delays dominate the real spread of round times. docs/guides/async.md.",
+        description="async: the order the driver takes reports in. `arrival`: as they come (ray.wait), fastest; which reports a merge takes then depends on timing, and merges.jsonl records it so a resumed run replays the merges already decided. `logical`: by logical finish time, the logical time of the merge a call started from plus its members' population.straggler delays; the driver waits for that report even if another arrives first. The run is then the same bit for bit on any machine, after member restarts and after --resume (with private archives), and equals the in-process run. What it costs in wall time: docs/guides/async.md.",
     )
     svd_mode: Literal["scale", "add"] = Field(
         default="scale",
@@ -802,7 +802,7 @@ class SchedulerConfig(Section):
 
     population: PopulationStepName = Field(
         default="soup",
-        description="The population mechanism of a round's end (popgrpo.algorithms.population, docs/MECHANISMS.md). `soup`: every member continues from the merge of the top M (scheduler.merge) plus its mutation (main paper §4.3). `soup_svd`: the uniform soup with the SVD mutation in its `add` form, one named choice (ignores merge, mutate and svd_mode; docs/MERGING.md's ablation). `independent`: no averaging, each member keeps its weights and adds its mutation (ingredient arms: perturb + reset; reset only with mutate=none). `truncation`: the bottom truncation_fraction copy a top member and mutate (PBT exploit/explore, Jaderberg et al. 2017). `repulsion`: members keep their weights and their returns are lowered near where fitter members found their best ideas (NEA2 / RS-CMSA taboo regions, DvD, SVGD). `frontier`: the bottom truncation_fraction return to stored snapshots of members that opened archive cells (Go-Explore, Ecoffet et al. 2021). `islands`: scheduler.islands islands that never average weights, with the elite's weights migrating every migration_interval rounds (FunSearch; EvoTune).",
+        description="The population mechanism of a round's end (popgrpo.algorithms.population; each one and its sources: docs/MECHANISMS.md). `soup`: each member continues from the merge of the top M (scheduler.merge) plus its mutation. `soup_svd`: the uniform soup with the SVD mutation's `add` form. `independent`: each member keeps its weights, plus its mutation. `truncation`: the bottom truncation_fraction copy a top member and mutate. `repulsion`: returns are lowered near fitter members' best ideas. `frontier`: the bottom truncation_fraction return to snapshots of members that opened archive cells. `islands`: scheduler.islands islands, the elite migrating every migration_interval rounds.",
     )
     reset_optimizer: bool = Field(
         default=True,
