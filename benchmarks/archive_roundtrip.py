@@ -16,6 +16,7 @@ import tempfile
 import time
 
 from popgrpo.config import load_config, preset_path
+from popgrpo.markdown import md_table
 from popgrpo.runtime.executor import LocalExecutor
 
 
@@ -34,11 +35,7 @@ def main() -> None:
     from popgrpo.runtime.ray_executor import RayExecutor
 
     start_local_ray(num_cpus=2, temp_dir=tempfile.mkdtemp(prefix="pgb-", dir="/tmp"), include_dashboard=False)
-    print(
-        "| preset | in-process ms/step | Ray, private archive in the member actor | ratio "
-        "| Ray, shared archive in the archive actor | ratio |"
-    )
-    print("| --- | --- | --- | --- | --- | --- |")
+    rows = []
     for preset in ("grpo", "qd_grpo", "maxent_grpo"):
         cfg = load_config(preset_path(preset), [f"run.epochs={args.epochs + 1}"])
         steps = cfg.grpo.steps_per_epoch
@@ -49,10 +46,11 @@ def main() -> None:
             ray_executor = RayExecutor(layout)
             remote[shared] = time_train(ray_executor, args.epochs, steps)
             ray_executor.close()
-        print(
-            f"| {preset} | {local:.2f} | {remote[False]:.2f} | {remote[False] / local:.2f}× "
-            f"| {remote[True]:.2f} | {remote[True] / local:.2f}× |"
-        )
+        private, shared = remote[False], remote[True]
+        rows.append([preset, f"{local:.2f}", f"{private:.2f}", f"{private / local:.2f}×"])
+        rows[-1] += [f"{shared:.2f}", f"{shared / local:.2f}×"]
+    header = ["preset", "in-process ms/step", "Ray, private archive in the member actor", "ratio"]
+    print(md_table([*header, "Ray, shared archive in the archive actor", "ratio"], rows))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from popgrpo.envs.harness import TestSpec, submit_tests
 from popgrpo.envs.problems import Problem, build_program, load_problems
 from popgrpo.envs.sandbox import Sandbox, SandboxLimits
 from popgrpo.envs.sandbox.pool import SandboxPool
+from popgrpo.markdown import md_table
 
 LIMITS = SandboxLimits(timeout_s=20, cpu_s=20, memory_mb=512)
 
@@ -164,12 +165,12 @@ def markdown(result: dict[str, Any]) -> str:
         lines += [
             f"**{name}** ({result['programs'][name]} programs, {result['workers']} at a time):",
             "",
-            "| method | programs/s (median) | lowest–highest |",
-            "|---|---|---|",
         ]
-        for method, values in methods.items():
-            lines.append(f"| {method} | {statistics.median(values):.1f} | {min(values):.1f}–{max(values):.1f} |")
-        lines.append("")
+        rows = [
+            [method, f"{statistics.median(values):.1f}", f"{min(values):.1f}–{max(values):.1f}"]
+            for method, values in methods.items()
+        ]
+        lines += [md_table(["method", "programs/s (median)", "lowest–highest"], rows), ""]
     lines.append(
         f"{result['rounds']} rounds, interleaved; {result['cores']} cores, load average "
         f"{result['load_average'][0]:.1f}–{result['load_average'][1]:.1f} during the run."

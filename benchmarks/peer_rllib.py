@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from popgrpo.config import Config, load_config, preset_path
+from popgrpo.markdown import md_table
 from popgrpo.runtime.executor import LocalExecutor
 
 __all__ = ["TARGET_RATIO", "GRPORunner", "PPORunner", "markdown", "run"]
@@ -326,11 +327,7 @@ def markdown(result: dict) -> str:
     rows = [("RLlib PPO", rllib), ("popgrpo GRPO", result["popgrpo"])]
     if "popgrpo_ray" in result:
         rows.append(("popgrpo GRPO (Ray executor, run alone)", result["popgrpo_ray"]))
-    lines = [
-        "| run | env steps/s | ratio popgrpo/RLlib | median batch steps/s (ratio) | max reward | best batch mean "
-        "| wall s | cores |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    table = []
     for name, r in rows:
         is_peer = r is rllib
         ratio = "—" if is_peer else f"{r['steps_per_s'] / rllib['steps_per_s']:.1f}×"
@@ -340,10 +337,12 @@ def markdown(result: dict) -> str:
         else:
             median_ratio = "" if is_peer else f" ({median / rllib['median_batch_steps_per_s']:.1f}×)"
             median_cell = f"{median:,.0f}{median_ratio}"
-        lines.append(
-            f"| {name} | {r['steps_per_s']:,.0f} | {ratio} | {median_cell} | {r['max_reward']:.3f} | "
-            f"{r['best_batch_mean']:.3f} | {r['wall_s']:.2f} | {r['cores']} |"
+        rates = [f"{r['steps_per_s']:,.0f}", ratio, median_cell]
+        table.append(
+            [name, *rates, f"{r['max_reward']:.3f}", f"{r['best_batch_mean']:.3f}", f"{r['wall_s']:.2f}", r["cores"]]
         )
+    header = ["run", "env steps/s", "ratio popgrpo/RLlib", "median batch steps/s (ratio)", "max reward"]
+    lines = [md_table([*header, "best batch mean", "wall s", "cores"], table)]
     verdict = "met" if result["target_met"] else "not met"
     lines.append("")
     lines.append(

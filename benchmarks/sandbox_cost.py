@@ -37,6 +37,7 @@ from popgrpo.envs.sandbox import Sandbox, SandboxLimits, child_env, seccomp_prog
 from popgrpo.envs.sandbox.bwrap import bwrap_command, interpreter_roots
 from popgrpo.envs.sandbox.pool import SandboxPool
 from popgrpo.envs.sandbox.seccomp import memfd
+from popgrpo.markdown import md_table
 
 PROBE = "score = 0.5"
 
@@ -168,22 +169,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"# one sandboxed `score = 0.5`, {sp}; {os.cpu_count()} cores, load average {load:.1f} before")
     single = one_at_a_time(args.runs, args.site_packages)
     out["one_at_a_time_ms"] = single
-    print(f"\n| one at a time, {args.runs} rounds | median (p25–p75) |\n| --- | --- |")
-    for name, s in single.items():
-        print(f"| {name} | {_fmt(s, 'x', 1) if ' / ' in name else _fmt(s, ' ms')} |")
+    rows = [[name, _fmt(s, "x", 1) if " / " in name else _fmt(s, " ms")] for name, s in single.items()]
+    print("\n" + md_table([f"one at a time, {args.runs} rounds", "median (p25–p75)"], rows))
     if args.batch:
         batch = batched(args.batch, args.rounds, args.site_packages)
         out["batch"] = args.batch
         out["batched_ms_per_program"] = batch
-        print(f"\n| per program in a batch of {args.batch}, {args.rounds} batches | median (p25–p75) |\n| --- | --- |")
-        for name, s in batch.items():
-            print(f"| {name} | {_fmt(s, 'x', 1) if ' / ' in name else _fmt(s, ' ms', 1)} |")
+        rows = [[name, _fmt(s, "x", 1) if " / " in name else _fmt(s, " ms", 1)] for name, s in batch.items()]
+        header = [f"per program in a batch of {args.batch}, {args.rounds} batches", "median (p25–p75)"]
+        print("\n" + md_table(header, rows))
     if args.overhead:
-        print("\n| site-packages | none (audit hook only) ms | bwrap + seccomp ms | added ms (median of pairs) |")
-        print("| --- | --- | --- | --- |")
+        rows = []
         for site_packages in (False, True):
             bare, isolated, added = overhead(site_packages, args.runs)
-            print(f"| {'yes' if site_packages else 'no (-S)'} | {bare:.0f} | {isolated:.0f} | {added:.0f} |")
+            rows.append(["yes" if site_packages else "no (-S)", f"{bare:.0f}", f"{isolated:.0f}", f"{added:.0f}"])
+        header = ["site-packages", "none (audit hook only) ms", "bwrap + seccomp ms", "added ms (median of pairs)"]
+        print("\n" + md_table(header, rows))
     out["load_after"] = os.getloadavg()[0]
     print(f"\nload average {out['load_after']:.1f} after")
     if args.out:
