@@ -100,13 +100,7 @@ def validate(
         # adopts and the round's epochs. Not train call to train call: the next train call goes
         # right behind each actor's adopt, so a round has started before the driver's call.
         measured = timer.report_periods()[1:]
-        work = Workload(
-            members=k,
-            epochs=cfg.run.epochs,
-            interval=cfg.scheduler.interval_epochs,
-            top_m=cfg.scheduler.top_m,
-            members_per_actor=per_actor,
-        )
+        work = Workload.of(cfg)
         sim = simulate(costs_k, work, ClusterShape(1, CORES), Scheduling("sync"))
         predicted = statistics.fmean(sim.report_s[1:])
         real = statistics.fmean(measured)

@@ -96,18 +96,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             "embedded Ray with more logical than physical CPUs; a cluster with that many CPUs would refuse them",
             file=sys.stderr,
         )
-    work = Workload(
-        members=pop.size,
-        epochs=config.run.epochs,
-        interval=config.scheduler.interval_epochs if config.scheduler.enabled else config.run.epochs,
-        top_m=config.scheduler.top_m,
-        members_per_actor=pop.members_per_actor,
+    work = Workload.of(
+        config,
         straggler_sigma=args.straggler_sigma,
         node_mtbf_s=args.node_mtbf_s,
         node_return_s=args.node_return_s,
         hang_probability=args.hang_probability,
         deadline_factor=args.deadline_factor,
-        checkpoint_every=config.run.checkpoint_every,
     )
     modes: list[Mode] = ["sync", "async"] if args.mode == "both" else [args.mode]
     out: list[dict[str, Any]] = []

@@ -61,7 +61,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import simpy
 
-from popgrpo.config.schema import checkpoint_due
+from popgrpo.config.schema import Config, checkpoint_due
 from popgrpo.sim.costs import CostModel
 
 __all__ = ["ClusterShape", "Mode", "Scheduling", "SimResult", "Workload", "simulate"]
@@ -88,6 +88,22 @@ class Workload:
     hang_probability: float = 0.0
     deadline_factor: float = 3.0
     checkpoint_every: int = 1  # run.checkpoint_every: rounds (merges) between checkpoints
+
+    @classmethod
+    def of(cls, config: Config, **faults: Any) -> Workload:
+        """The workload a run of ``config`` trains: its population, epochs, round length (the
+        whole run when the scheduler is off), top M, members per actor and checkpoint interval;
+        ``faults``: the other fields (stragglers, node failures, hangs)."""
+        pop = config.population
+        return cls(
+            members=pop.size,
+            epochs=config.run.epochs,
+            interval=config.scheduler.interval_epochs if config.scheduler.enabled else config.run.epochs,
+            top_m=config.scheduler.top_m,
+            members_per_actor=pop.members_per_actor,
+            checkpoint_every=config.run.checkpoint_every,
+            **faults,
+        )
 
     def checkpoint_due(self, index: int, last: bool = False) -> bool:
         """Whether round (merge) ``index`` writes a checkpoint, as a run decides it (:func:`checkpoint_due`)."""

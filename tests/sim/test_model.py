@@ -274,3 +274,14 @@ def test_async_checkpoints_serialise_only_the_restore_points_renewed_since_the_l
     links = CostModel(**base, checkpoint_link_s=0.0)
     assert simulate(links, work, shape, asyn).wall_s < 0.75 * simulate(as_writes, work, shape, asyn).wall_s
     assert simulate(links, work, shape).wall_s == pytest.approx(simulate(as_writes, work, shape).wall_s)
+
+
+def test_workload_of_a_config_is_its_population_rounds_and_checkpoints():
+    from popgrpo.config import load_config, preset_path
+
+    cfg = load_config(preset_path("pop_grpo"), ["population.members_per_actor=5", "run.checkpoint_every=3"])
+    work = Workload.of(cfg, straggler_sigma=0.5)
+    assert (work.members, work.epochs, work.interval, work.top_m) == (5, cfg.run.epochs, 10, cfg.scheduler.top_m)
+    assert work.members_per_actor == 5 and work.checkpoint_every == 3 and work.straggler_sigma == 0.5
+    off = Workload.of(load_config(preset_path("grpo")))  # no scheduler: the whole run is one round
+    assert off.interval == off.epochs
