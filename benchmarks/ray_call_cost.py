@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import local_ray
-from benchmarks.round_overhead import TARGET, _spread, load_sizes, rest_share
+from benchmarks.overhead_budget import DEFAULT_JSON, TARGET, load_sizes, rest_share, spread
 from popgrpo.markdown import md_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,14 +152,14 @@ def markdown(r: dict, overhead: dict | None = None, transport: dict | None = Non
         [
             [
                 f"Ray with {r['actors']} idle actors, at rest: % of the {r['cores']} cores",
-                _spread(r["rest_cpu_per_s"], of_cores),
+                spread(r["rest_cpu_per_s"], of_cores),
             ],
             *(
                 [
                     [
                         f"the same on a Ray as `popgrpo train` starts it (dashboard on, logs to the driver): % of the "
                         f"{r['cores']} cores",
-                        _spread(r["rest_with_dashboard_cpu_per_s"], of_cores),
+                        spread(r["rest_with_dashboard_cpu_per_s"], of_cores),
                     ]
                 ]
                 if r.get("rest_with_dashboard_cpu_per_s")
@@ -167,7 +167,7 @@ def markdown(r: dict, overhead: dict | None = None, transport: dict | None = Non
             ),
             [
                 "one no-op actor call, driver + actor + Ray: CPU ms",
-                _spread(r["cpu_per_call_s"], lambda v: f"{v * 1e3:.2f}"),
+                spread(r["cpu_per_call_s"], lambda v: f"{v * 1e3:.2f}"),
             ],
         ],
     )
@@ -213,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         r = measure(args.actors, args.seconds, args.repeats)
         args.out.write_text(json.dumps(r, indent=1) + "\n")
-    from benchmarks import round_overhead, transport_cost
+    from benchmarks import transport_cost
 
-    saved, moved = round_overhead.DEFAULT_JSON, transport_cost.DEFAULT_OUT
+    saved, moved = DEFAULT_JSON, transport_cost.DEFAULT_OUT
     overhead = json.loads(saved.read_text()) if saved.is_file() else None
     print(markdown(r, overhead, json.loads(moved.read_text()) if moved.is_file() else None))
     return 0

@@ -44,13 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import met, write_between
+from benchmarks.overhead_budget import DEFAULT_JSON, TARGET, load_sizes, rest_share, spread
 from popgrpo.config import Config, load_config, preset_path
 from popgrpo.markdown import md_table
 from popgrpo.runtime.round_timer import RoundTimer
 from popgrpo.telemetry.cpu import DRIVER_THREADS, CpuSample, split
 
 CORES = os.cpu_count() or 1
-TARGET = 0.05
 # label → config overrides
 ARMS = {
     "sync": [],
@@ -205,7 +205,6 @@ def measure(timed: TimedExecutor, writer: WriterTimes, cores: int) -> dict:
 
 
 REST_S = 15.0  # seconds the run's Ray and actors are watched at rest
-NOT_THE_RUN = ("members' epochs", "other processes", "idle cores", "unaccounted")
 
 
 def at_rest(cfg: Config, cores: int, seconds: float = REST_S) -> dict[str, float]:
@@ -227,13 +226,6 @@ def at_rest(cfg: Config, cores: int, seconds: float = REST_S) -> dict[str, float
         executor.close()
         shutil.rmtree(run_dir, ignore_errors=True)
     return split(before, after, 0.0, cores)
-
-
-def rest_share(r: dict) -> float | None:
-    """The share of the cores the run's Ray and actors take at rest (every role but the machine's
-    other processes and idle cores), or None for results saved before it was measured."""
-    rest = r.get("at_rest")
-    return None if rest is None else sum(v for k, v in rest.items() if k not in NOT_THE_RUN)
 
 
 def run(
@@ -285,12 +277,6 @@ def run(
     }
 
 
-def _spread(values: list[float], fmt) -> str:
-    if len(values) == 1:
-        return fmt(values[0])
-    return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))})"
-
-
 def markdown(r: dict) -> str:
     arms: dict[str, list[dict]] = r["arms"]
 
@@ -309,11 +295,11 @@ def markdown(r: dict) -> str:
             [
                 f"Ray, K = {r['k']}, {label}",
                 runs[0]["merges"],
-                _spread([x["window"] for x in runs], lambda v: f"{v:.2f}"),
-                _spread([x["members"] for x in runs], lambda v: f"{v:.2f}"),
-                _spread(per_merge, ms),
-                _spread([x["outside_share"] for x in runs], pct),
-                *([] if rest is None else [_spread([x["outside_share"] - rest for x in runs], pct)]),
+                spread([x["window"] for x in runs], lambda v: f"{v:.2f}"),
+                spread([x["members"] for x in runs], lambda v: f"{v:.2f}"),
+                spread(per_merge, ms),
+                spread([x["outside_share"] for x in runs], pct),
+                *([] if rest is None else [spread([x["outside_share"] - rest for x in runs], pct)]),
                 f"≤ {TARGET:.0%}",
                 met(share <= TARGET, _largest(runs)),
             ]
@@ -331,7 +317,7 @@ def markdown(r: dict) -> str:
         cells = []
         for label in labels:
             runs = arms[label]
-            cells.append(_spread([value(x) / max(x["merges"], 1) for x in runs], ms))
+            cells.append(spread([value(x) / max(x["merges"], 1) for x in runs], ms))
         return [name, *cells]
 
     parts_rows = [
@@ -423,7 +409,7 @@ def split_table(arms: dict[str, list[dict]]) -> str:
     rows = []
     for key, name in SPLIT_ROWS.items():
         rows.append(
-            [name, *(_spread([x["cpu_split"][key] for x in runs], lambda v: f"{v:.1%}") for runs in arms.values())]
+            [name, *(spread([x["cpu_split"][key] for x in runs], lambda v: f"{v:.1%}") for runs in arms.values())]
         )
     return md_table(["share of the cores", *arms], rows)
 
@@ -637,7 +623,6 @@ def plot(sizes: dict[int, dict], path: Path) -> None:
 
 
 FIGURE = Path(__file__).resolve().parent.parent / "docs" / "img" / "round_overhead.png"
-DEFAULT_JSON = Path(__file__).resolve().parent / "data" / "round_overhead.json"
 CALL_COST_HEADING = "#### What one Ray call costs, against the budget (`benchmarks/ray_call_cost.py`)"
 
 
@@ -671,14 +656,6 @@ def write(path: Path, sizes: dict[int, dict]) -> None:
     write_between(path, text, SECTION + "\n", "\n" + NEXT_SECTION)
     doc = path.read_text()
     path.write_text(HEADLINE.sub(lambda _: headline_row(sizes), doc, count=1))
-
-
-def load_sizes(saved: dict) -> dict[int, dict]:
-    """The results of a saved ``--json``: ``{"sizes": {factor: result}}``, or the earlier
-    ``{"preset": result, "heavier": result}`` (the preset and 4×)."""
-    if "sizes" in saved:
-        return {int(k): v for k, v in saved["sizes"].items()}
-    return {1: saved["preset"], **({4: saved["heavier"]} if saved.get("heavier") else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
