@@ -18,7 +18,7 @@ base model), in this process, float32, one torch thread, on the same cores, with
 * **the same sampling**: ``G`` completions per prompt, at most ``T`` new tokens, temperature 1
   without top-k / top-p;
 * **the same reward function**: :func:`popgrpo.envs.programs.pooled_program_reward` for TRL,
-  ``program_reward`` in the same warm sandbox pool (:mod:`popgrpo.envs.sandbox_pool`, one pool of
+  ``program_reward`` in the same warm sandbox pool (:mod:`popgrpo.envs.sandbox.pool`, one pool of
   the process for these settings, shared by both sides) for popgrpo: the same value for the
   same completion (``tests/test_trl_parity.py``);
 * **the same timed work**: every block starts from a fresh trainer on each side (a new member,
