@@ -22,7 +22,6 @@ from popgrpo.core.grpo import (
 )
 from popgrpo.core.merge import (
     GaussianMutation,
-    Mutation,
     SvdMutation,
     greedy_soup,
     mutate,
@@ -52,7 +51,6 @@ __all__ = [
     "AdaptiveAlpha",
     "GaussianMutation",
     "MapElitesArchive",
-    "Mutation",
     "NoveltyMemory",
     "SvdMutation",
     "alpha_dual_step",
