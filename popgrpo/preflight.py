@@ -32,6 +32,7 @@ from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 
 from popgrpo.config import Config, ConfigError, TextEnvConfig
+from popgrpo.registry import ENVIRONMENTS, POLICIES, TEXT_IDEAS, ideas_of
 
 __all__ = ["check_run", "find_inputs", "load_inputs", "reward_import_paths", "use_import_paths"]
 
@@ -77,11 +78,11 @@ def check_run(config: Config, config_path: str | Path | None = None, workers_her
 def find_inputs(config: Config, config_path: str | Path | None = None, workers_here: bool = True) -> None:
     """The first pass of :func:`check_run`: every input found, nothing heavy imported (no torch,
     no Ray, no transformers), so that a typo is reported in a fraction of a second."""
-    if config.env.kind not in ("text", "code"):  # code: a text environment whose prompts are its problems
+    if not _text_environment(config):
         return
     use_import_paths(reward_import_paths(config_path))
     text = config.env.text
-    if config.policy.kind == "causal_lm":
+    if ideas_of(POLICIES, config.policy.kind) == TEXT_IDEAS:  # a language model: policy.causal_lm.model
         _check_model(config)
         if workers_here:
             _check_rollout_engine(config)
@@ -94,13 +95,19 @@ def find_inputs(config: Config, config_path: str | Path | None = None, workers_h
 def load_inputs(config: Config) -> None:
     """The second pass of :func:`check_run`, after :func:`find_inputs`: import the reward modules
     it found and read the prompts (this imports torch; a run needs it anyway)."""
-    if config.env.kind not in ("text", "code"):
+    if not _text_environment(config):
         return
     text = config.env.text
     for i, spec in enumerate(text.rewards):
         _import_reward(f"env.text.rewards[{i}].fn", spec.fn)
-    if config.env.kind == "text":
+    if ENVIRONMENTS.trait(config.env.kind, "inputs", "") == "env.text":  # its prompts are env.text's
         _load_prompts(text)
+
+
+def _text_environment(config: Config) -> bool:
+    """The environment scores completions (its registry entry's ``ideas`` trait, e.g. ``text`` and
+    ``code``), with the reward callables and embedding model of ``env.text``."""
+    return ideas_of(ENVIRONMENTS, config.env.kind) == TEXT_IDEAS
 
 
 def _check_rollout_engine(config: Config) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from popgrpo.markdown import md_table
 
@@ -27,7 +27,7 @@ __all__ = ["METRICS", "LiveMetrics", "metrics_markdown"]
 
 @dataclass(frozen=True)
 class MetricSpec:
-    kind: str  # "gauge" or "counter"
+    type: Literal["gauge", "counter"]  # the Prometheus metric type
     description: str
     tags: tuple[str, ...]
     row_key: str | None = None  # the metrics.parquet column it mirrors, if any
@@ -172,7 +172,7 @@ class LiveMetrics:
         self._gauges: dict[str, Gauge] = {}
         self._counters: dict[str, Counter] = {}
         for name, spec in METRICS.items():
-            if spec.kind == "gauge":
+            if spec.type == "gauge":
                 self._gauges[name] = Gauge(name, description=spec.description, tag_keys=spec.tags)
             else:
                 self._counters[name] = Counter(name, description=spec.description, tag_keys=spec.tags)
@@ -213,7 +213,7 @@ class LiveMetrics:
             value = float(row.get(spec.row_key, float("nan")))
             if value != value:  # NaN (e.g. no finite reward this epoch): leave the last value
                 continue
-            if spec.kind == "gauge":
+            if spec.type == "gauge":
                 self._set(name, value, tags)
             elif value > 0:
                 self._counters[name].inc(value, tags=tags)
@@ -252,7 +252,7 @@ def metrics_markdown() -> str:
     rows = [
         [
             f"`{name}`",
-            spec.kind,
+            spec.type,
             ", ".join(spec.tags),
             spec.description + (" Exported by code runs only." if spec.code else ""),
         ]
