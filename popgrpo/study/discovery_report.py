@@ -36,8 +36,21 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from popgrpo.markdown import md_table
 from popgrpo.study.discovery_plan import CONTROL, K1_ARM
-from popgrpo.study.stats import ALPHA, Claim, Verdict, judge, verdicts_markdown
+from popgrpo.study.stats import (
+    ALPHA,
+    HOLM,
+    VERDICT,
+    Claim,
+    Column,
+    Verdict,
+    effect,
+    judge,
+    label_column,
+    verdicts_markdown,
+    write_verdicts,
+)
 
 __all__ = ["METRICS", "render_discovery", "summarise"]
 
@@ -126,10 +139,11 @@ def _paired(trials: pd.DataFrame, arm: str, metric: str, landscape: str, intensi
     return wide.dropna()
 
 
-def claims(trials: pd.DataFrame, design: dict, tier: str) -> list[tuple[Claim, dict]]:
-    """The claims of one Holm family (``tier``: ``primary`` or ``secondary``) with their labels."""
+def claims(trials: pd.DataFrame, design: dict, tier: str) -> list[Claim]:
+    """The claims of one Holm family (``tier``: ``primary`` or ``secondary``), labelled with their
+    landscape, intensity (or ``pooled``), mechanism, metric, tier and both arms' means."""
     metrics = [m for m, spec in design["metrics"].items() if spec.get("tier", "primary") == tier]
-    out: list[tuple[Claim, dict]] = []
+    out: list[Claim] = []
     for landscape in design["landscapes"]:
         for arm in [a for a in design["arms"] if a != CONTROL]:
             for metric in metrics:
@@ -139,14 +153,6 @@ def claims(trials: pd.DataFrame, design: dict, tier: str) -> list[tuple[Claim, d
                     if wide.empty:
                         continue
                     where = "pooled" if intensity is None else f"{intensity}/epoch"
-                    claim = Claim.paired(
-                        f"{landscape}, {where}: {arm} − best-of-K, {metric}",
-                        wide[arm].to_numpy(),
-                        wide[CONTROL].to_numpy(),
-                        margin=float(spec["margin"]),
-                        higher_is_better=METRICS[metric][0],
-                        groups=tuple(wide.index.get_level_values("instance")),
-                    )
                     labels = {
                         "landscape": landscape,
                         "intensity": "pooled" if intensity is None else int(intensity),
@@ -156,21 +162,22 @@ def claims(trials: pd.DataFrame, design: dict, tier: str) -> list[tuple[Claim, d
                         "arm_mean": float(wide[arm].mean()),
                         "control_mean": float(wide[CONTROL].mean()),
                     }
-                    out.append((claim, labels))
+                    claim = Claim.paired(
+                        f"{landscape}, {where}: {arm} − best-of-K, {metric}",
+                        wide[arm].to_numpy(),
+                        wide[CONTROL].to_numpy(),
+                        margin=float(spec["margin"]),
+                        higher_is_better=METRICS[metric][0],
+                        groups=tuple(wide.index.get_level_values("instance")),
+                        labels=labels,
+                    )
+                    out.append(claim)
     return out
 
 
 def judge_design(trials: pd.DataFrame, design: dict) -> list[Verdict]:
     """Every claim of the design, judged in two Holm families (primary, secondary)."""
-    verdicts: list[Verdict] = []
-    for tier in ("primary", "secondary"):
-        family = claims(trials, design, tier)
-        if not family:
-            continue
-        for verdict, (_, labels) in zip(judge([c for c, _ in family]), family, strict=True):
-            verdict.extra.update(labels)
-            verdicts.append(verdict)
-    return verdicts
+    return [v for tier in ("primary", "secondary") for v in judge(claims(trials, design, tier))]
 
 
 def decisions(verdicts: list[Verdict], design: dict) -> list[dict]:
@@ -190,14 +197,16 @@ def decisions(verdicts: list[Verdict], design: dict) -> list[dict]:
 
 def decisions_markdown(rows: list[dict], landscapes: list[str]) -> str:
     """The decisions as a table: yes/no per landscape and overall."""
-    lines = ["| mechanism | " + " | ".join(f"beats best-of-K on {x}" for x in landscapes) + " | beats best-of-K |"]
-    lines.append("| --- " * (2 + len(landscapes)) + "|")
-    for row in rows:
-        cells = ["yes" if row[x] else "no" for x in landscapes]
-        lines.append(
-            f"| {row['mechanism']} | " + " | ".join(cells) + f" | **{'yes' if row['beats_best_of_k'] else 'no'}** |"
-        )
-    return "\n".join(lines) + "\n"
+    table = [
+        [
+            row["mechanism"],
+            *("yes" if row[x] else "no" for x in landscapes),
+            f"**{'yes' if row['beats_best_of_k'] else 'no'}**",
+        ]
+        for row in rows
+    ]
+    header = ["mechanism", *(f"beats best-of-K on {x}" for x in landscapes), "beats best-of-K"]
+    return md_table(header, table) + "\n"
 
 
 def random_pooled(random: pd.DataFrame, landscape: str, metric: str) -> float:
@@ -212,23 +221,20 @@ def summary_markdown(verdicts: list[Verdict], design: dict, random: pd.DataFrame
     secondary) with its mean arm and control values, and random search's mean at its tuned width
     where ``random`` (:mod:`popgrpo.study.discovery_random`) is given; the per-intensity claims
     are in verdicts.md."""
-    extra = " random search |" if random is not None else ""
-    lines = [
-        "| family | landscape | mechanism | metric | mechanism | best-of-K |"
-        + extra
-        + " difference [95% CI] | p (Holm) | verdict |",
-        "| --- " * (9 + (random is not None)) + "|",
+    columns: list[Column] = [
+        label_column("family", "tier"),
+        label_column("landscape", "landscape"),
+        label_column("mechanism", "mechanism"),
+        label_column("metric", "metric"),
+        ("mechanism", lambda v: f"{v.extra['arm_mean']:.3f}"),
+        ("best-of-K", lambda v: f"{v.extra['control_mean']:.3f}"),
     ]
-    for v in verdicts:
-        if v.extra["intensity"] != "pooled":
-            continue
-        x = v.extra
-        rs = f" {random_pooled(random, x['landscape'], x['metric']):.3f} |" if random is not None else ""
-        lines.append(
-            f"| {x['tier']} | {x['landscape']} | {x['mechanism']} | {x['metric']} | {x['arm_mean']:.3f} "
-            f"| {x['control_mean']:.3f} |{rs} {v.test.mean:+.3f} [{v.ci[0]:+.3f}, {v.ci[1]:+.3f}] | {v.p_holm:.3g} "
-            f"| **{v.word}** |"
+    if random is not None:
+        columns.append(
+            ("random search", lambda v: f"{random_pooled(random, v.extra['landscape'], v.extra['metric']):.3f}")
         )
+    columns += [("difference [95% CI]", effect()[1]), HOLM, VERDICT]
+    pooled = [v for v in verdicts if v.extra["intensity"] == "pooled"]
     sizes = sorted({v.test.n for v in verdicts if v.extra["intensity"] == "pooled"})
     units = " or ".join(str(n) for n in sizes)
     about_random = (
@@ -242,20 +248,18 @@ def summary_markdown(verdicts: list[Verdict], design: dict, random: pd.DataFrame
         decisions_markdown(decisions(verdicts, design), design["landscapes"])
         + f"\nPooled over the intensities (a unit's mean over them), {units} paired units (instance, seed) "
         f"per row; Holm within each family (primary: every primary claim, pooled and per intensity).{about_random}\n\n"
-        + "\n".join(lines)
-        + "\n"
+        + verdicts_markdown(pooled, columns)
     )
 
 
 def arms_markdown(trials: pd.DataFrame, metrics: list[str]) -> str:
     """Mean ± sd over units of each metric, per landscape × intensity × arm."""
     grouped = trials.groupby(["landscape", "intensity", "arm"], sort=True)
-    lines = ["| landscape | updates/epoch | arm | n | " + " | ".join(metrics) + " |"]
-    lines.append("| --- " * (4 + len(metrics)) + "|")
-    for (landscape, intensity, arm), part in grouped:
-        cells = [f"{part[m].mean():.3f} ± {part[m].std(ddof=1):.3f}" for m in metrics]
-        lines.append(f"| {landscape} | {intensity} | {arm} | {len(part)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [
+        [landscape, intensity, arm, len(part), *(f"{part[m].mean():.3f} ± {part[m].std(ddof=1):.3f}" for m in metrics)]
+        for (landscape, intensity, arm), part in grouped
+    ]
+    return md_table(["landscape", "updates/epoch", "arm", "n", *metrics], rows) + "\n"
 
 
 def _arm_order(trials: pd.DataFrame) -> list[str]:
@@ -356,11 +360,8 @@ def power_table(trials: pd.DataFrame, metrics: list[str], alpha_family: int, pow
 
 
 def _markdown_table(frame: pd.DataFrame, digits: int = 3) -> str:
-    lines = ["| " + " | ".join(frame.columns) + " |", "| --- " * len(frame.columns) + "|"]
-    for _, row in frame.iterrows():
-        cells = [f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[f"{v:.{digits}f}" if isinstance(v, float) else v for v in row] for _, row in frame.iterrows()]
+    return md_table(list(frame.columns), rows) + "\n"
 
 
 def wall_time(out: Path) -> float | None:
@@ -388,9 +389,7 @@ def write_random_markdown(out: Path, trials: pd.DataFrame, random: pd.DataFrame,
     sd beside the control's (and the control's minus random search's, per unit); and
     ``random_search.json``, the same numbers."""
     control = trials[trials["arm"] == CONTROL]
-    rows, lines = [], []
-    header = "| landscape | updates/epoch | metric | width | random search | best-of-K | best-of-K − random [95% CI] |"
-    lines += [header, "| --- " * 7 + "|"]
+    rows, table = [], []
     cells = random[["landscape", "intensity"]].drop_duplicates().sort_values(["landscape", "intensity"])
     for landscape, intensity in zip(cells["landscape"].astype(str), cells["intensity"].astype(int), strict=True):
         part = random[(random["landscape"] == landscape) & (random["intensity"] == intensity)]
@@ -433,10 +432,10 @@ def write_random_markdown(out: Path, trials: pd.DataFrame, random: pd.DataFrame,
                 if not len(diff)
                 else f"{record['difference']:+.3f} [{record['ci_low']:+.3f}, {record['ci_high']:+.3f}]"
             )
-            lines.append(
-                f"| {landscape} | {intensity} | {metric} | {width:g} | {record['random_mean']:.3f} ± "
-                f"{record['random_sd']:.3f} | {control_cell} | {diff_cell} |"
-            )
+            random_cell = f"{record['random_mean']:.3f} ± {record['random_sd']:.3f}"
+            table.append([landscape, intensity, metric, f"{width:g}", random_cell, control_cell, diff_cell])
+    header = ["landscape", "updates/epoch", "metric", "width", "random search", "best-of-K"]
+    header.append("best-of-K − random [95% CI]")
     text = (
         "# Discovery study: random search beside best-of-K\n\n"
         "Random search draws, for every unit (instance, seed) and cell, as many ideas as a run of the cell "
@@ -450,7 +449,7 @@ def write_random_markdown(out: Path, trials: pd.DataFrame, random: pd.DataFrame,
         + "(discovery_random_widths.parquet). Descriptive: not a "
         "pre-registered claim; the interval is a t-interval over the paired units. `coverage` is the mean over "
         "reachable peaks of max(0, fraction − 0.7); runs summarised before it existed do not have it (not "
-        "recorded).\n\n" + "\n".join(lines) + "\n"
+        "recorded).\n\n" + md_table(header, table) + "\n"
     )
     (out / "random_search.md").write_text(text)
     (out / "random_search.json").write_text(json.dumps(rows, indent=1) + "\n")
@@ -500,20 +499,14 @@ def render_discovery(out: str | Path) -> list[Path]:
     verdicts = judge_design(trials, design)
     records = [v.record() for v in verdicts]
     wall = wall_time(out)
-    (out / "verdicts.json").write_text(
-        json.dumps(
-            {
-                "preregistration_sha256": plan.get("preregistration_sha256"),
-                "trials": len(trials),
-                "wall_seconds": wall,
-                "design": design,
-                "decisions": decisions(verdicts, design),
-                "verdicts": records,
-            },
-            indent=1,
-        )
-        + "\n"
-    )
+    study = {
+        "preregistration_sha256": plan.get("preregistration_sha256"),
+        "trials": len(trials),
+        "wall_seconds": wall,
+        "design": design,
+        "decisions": decisions(verdicts, design),
+    }
+    write_verdicts(out / "verdicts.json", {**study, "verdicts": records})
     cost = f"{len(trials)} trials" + (f" in {wall / 60:.0f} min of wall time" if wall else "")
     blocks = [
         f"# Discovery study: verdicts against best-of-K\n\n{check} {cost}.\n",
