@@ -3,7 +3,7 @@
 Every config field that names an implementation (``env.kind``, ``env.landscape``, ``policy.kind``,
 ``reward.source``, ``run.loggers``, ``scheduler.merge``, ``scheduler.mutate``,
 ``scheduler.objectives``, ``scheduler.population``, ``reward.proxy.combine``,
-``policy.causal_lm.rollout.engine``) takes its allowed values from a
+``policy.causal_lm.rollout.engine``, ``explore.advantage``, ``explore.policy_loss``) takes its allowed values from a
 :class:`Registry` below. The config validates a name against it when it loads (an unknown
 name is a :class:`~popgrpo.config.ConfigError` listing the choices); the code that builds the
 thing asks :meth:`Registry.get` for it.
@@ -367,11 +367,13 @@ def _execution_reward(config: object, execution: T) -> T:
 
 
 # ---- built-ins: registered like any plugin's, with lazy targets for torch-heavy modules --------
-ENVIRONMENTS.register("idea", "popgrpo.envs:idea_env")
+ENVIRONMENTS.register("idea", "popgrpo.envs.kinds:IDEA")
 # ``ideas``: what a policy samples and an environment scores, "vector" (R^d ideas, the default of
 # a plugin's entry) or "text" (completions); a run's policy and environment must agree.
-ENVIRONMENTS.register("text", "popgrpo.envs:text_env", ideas=TEXT_IDEAS)
-ENVIRONMENTS.register("code", "popgrpo.envs:code_env", ideas=TEXT_IDEAS)
+# ``inputs="env.text"``: the kind reads its prompts and reward callables from env.text, so the
+# config requires them there.
+ENVIRONMENTS.register("text", "popgrpo.envs.kinds:TEXT", ideas=TEXT_IDEAS, inputs="env.text")
+ENVIRONMENTS.register("code", "popgrpo.envs.kinds:CODE", ideas=TEXT_IDEAS)
 LANDSCAPES.register("peaks", "popgrpo.envs.landscapes:gaussian_peaks")
 LANDSCAPES.register("stepping_stones", "popgrpo.envs.landscapes:stepping_stones")
 POLICIES.register("gaussian", "popgrpo.algorithms.policy_kinds:GAUSSIAN", ideas=VECTOR_IDEAS)

@@ -935,7 +935,7 @@ class RewardConfig(Section):
 class ExploreConfig(Section):
     advantage: AdvantageName = Field(
         default="group",
-        description="How a group's shaped returns become advantages (popgrpo.algorithms.exploration; within each complexity bin when maxent.complexity_bins > 1). `group`: GRPO's (r − mean)/(std + ε). `passk`: the closed-form pass@k advantage of Pass@k Training (Chen et al. 2025, arXiv 2508.10751), correct = return >= eval.success_threshold. `maxk`: PKPO's max@k advantage for continuous returns (Walder & Karkhanis 2025, arXiv 2505.15201), each idea's mean gain to the max of the k-subsets holding it over the same subsets without it (unbiased, never negative, not normalised). `reinforce`: +1 correct, −1 otherwise, no baseline (W-REINFORCE with positive_weight, Zhu et al. 2025, arXiv 2506.01347).",
+        description="How a group's shaped returns become advantages (popgrpo.algorithms.exploration; within each complexity bin when maxent.complexity_bins > 1). `group`: GRPO's (r − mean)/(std + ε). `passk`: the closed-form pass@k advantage of Pass@k Training (Chen et al. 2025, arXiv 2508.10751), correct = return >= eval.success_threshold. `maxk`: PKPO's max@k advantage for continuous returns (Walder & Karkhanis 2025, arXiv 2505.15201), each idea's mean gain to the max of the k-subsets holding it over the same subsets without it (unbiased; never negative for k >= 2; not normalised). `reinforce`: +1 correct, −1 otherwise, no baseline (W-REINFORCE with positive_weight, Zhu et al. 2025, arXiv 2506.01347).",
     )
     k: int = Field(
         default=4,
@@ -960,7 +960,7 @@ class ExploreConfig(Section):
     )
     policy_loss: PolicyLossName = Field(
         default="clip",
-        description="The policy-gradient term (popgrpo.core.grpo, popgrpo.core.covariance); a vector policy's tokens are its ideas. `clip`: PPO's clipped surrogate, ratio clipped to [1 − grpo.clip, 1 + clip_high]. `clip_cov`: Clip-Cov (Cui et al. 2025, arXiv 2505.22617): on top of `clip`, a random cov_ratio share of the tokens whose covariance of log-prob and advantage lies in [clip_cov_low, clip_cov_high] loses its gradient. `kl_cov`: KL-Cov (same paper): the unclipped surrogate plus kl_cov_coef·|log π − log π_old| on the cov_ratio share of tokens of largest covariance.",
+        description="The policy-gradient term (popgrpo.core.grpo, popgrpo.core.covariance); a vector policy's tokens are its ideas. `clip`: PPO's clipped surrogate, ratio clipped to [1 − grpo.clip, 1 + clip_high]. `clip_cov`: Clip-Cov (Cui et al. 2025, arXiv 2505.22617): on top of `clip`, a random cov_ratio share of the tokens whose covariance of log-prob and advantage lies in [clip_cov_low, clip_cov_high] loses its gradient. `kl_cov`: KL-Cov (same paper): the unclipped surrogate plus kl_cov_coef·abs(log π − log π_old) on the cov_ratio share of tokens of largest covariance.",
     )
     clip_high: float | None = Field(
         default=None,
@@ -981,7 +981,9 @@ class ExploreConfig(Section):
         default=5.0, description="clip_cov: upper bound ω_high of the covariance window (Cui et al. 2025: 5)."
     )
     kl_cov_coef: float = Field(
-        default=1.0, ge=0, description="kl_cov: coefficient β of the |log π − log π_old| penalty (Cui et al. 2025: 1)."
+        default=1.0,
+        ge=0,
+        description="kl_cov: coefficient β of the abs(log π − log π_old) penalty (Cui et al. 2025: 1).",
     )
 
     @model_validator(mode="after")
@@ -1105,11 +1107,15 @@ class Config(Section):
             return
         if not self.policy.causal_lm.model:
             raise ValueError("policy.causal_lm.model: a model directory or name is required with policy.kind=causal_lm")
-        # env.kind=code: the problems' tests are the reward and their prompts the prompts.
-        if self.env.kind == "text" and not self.env.text.rewards:
-            raise ValueError("env.text.rewards: at least one reward callable is required with env.kind=text")
-        if self.env.kind == "text" and not self.env.text.prompts and not self.env.text.prompts_path:
-            raise ValueError("env.text: give prompts inline (env.text.prompts) or a file (env.text.prompts_path)")
+        # An environment that reads env.text (its registry entry's ``inputs`` trait) needs its prompts
+        # and rewards there; env.kind=code's come from its problems and their tests.
+        if ENVIRONMENTS.trait(self.env.kind, "inputs", "") == "env.text":
+            if not self.env.text.rewards:
+                raise ValueError(
+                    f"env.text.rewards: at least one reward callable is required with env.kind={self.env.kind}"
+                )
+            if not self.env.text.prompts and not self.env.text.prompts_path:
+                raise ValueError("env.text: give prompts inline (env.text.prompts) or a file (env.text.prompts_path)")
         if self.population.vectorize:
             raise ValueError(
                 "population.vectorize packs Gaussian policies only; set it false for policy.kind=causal_lm"
