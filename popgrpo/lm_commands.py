@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from popgrpo.config import ConfigError
+from popgrpo.markdown import md_table
 
 __all__ = ["add_lm_parsers"]
 
@@ -150,10 +151,11 @@ def _cmd_programs(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     keys = ["tokens", "n", "success", "reward", "reward_if_ok"]
     fails = sorted({k for r in result["rows"] for k in r if k.startswith("fail_")})
-    sys.stdout.write("| " + " | ".join(keys + fails) + " |\n|" + "---|" * len(keys + fails) + "\n")
-    for row in result["rows"]:
-        cells = [row.get(k, 0.0) for k in keys + fails]
-        sys.stdout.write("| " + " | ".join(c if isinstance(c, str) else f"{c:.3g}" for c in cells) + " |\n")
+    table = [
+        [c if isinstance(c, str) else f"{c:.3g}" for c in (row.get(k, 0.0) for k in keys + fails)]
+        for row in result["rows"]
+    ]
+    sys.stdout.write(md_table(keys + fails, table) + "\n")
     sys.stdout.write(f"\n{len(texts)} samples, {distinct:.2f} of them distinct\n")
     return 0
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from popgrpo.config import ConfigError
 from popgrpo.envs.kinds import env_kind
+from popgrpo.markdown import md_table
 
 __all__ = ["add_parsers", "evaluate"]
 
@@ -146,12 +147,12 @@ def markdown(result: dict[str, Any]) -> str:
     """The table as Markdown."""
     ks = result["k"]
     head = ["member", *[f"pass@{k}" for k in ks], "solved", "distinct correct / solved"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for row in result["rows"]:
         cells = [row["name"], *[f"{row[f'pass@{k}']:.3f}" for k in ks], f"{row['solved']}/{result['problems']}"]
         cells.append("—" if math.isnan(row["distinct_correct"]) else f"{row['distinct_correct']:.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return md_table(head, rows)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
