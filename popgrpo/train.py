@@ -210,36 +210,147 @@ def _frontier_store(
         raise ResumeError(f"{run_dir}: checkpoint round {info['round']}: {exc}") from None
 
 
-class _BarFollower:
-    """A thread that moves the progress bar as member epochs finish, between the rows of two
-    rounds (:mod:`popgrpo.runtime.progress`): every ``every_s`` seconds it sets the bar to
-    ``start + member_epochs() / members`` epochs per member, capped at ``total``, through
-    ``move``, which never moves it back."""
+class _Progress:
+    """The progress bar of one run: it moves per epoch, never back, and shows the summary's reward
+    window so far (:class:`~popgrpo.telemetry.summary.RewardWindow`). Between the rows of two
+    rounds a thread follows the member epochs the executor counts (every ``every_s`` seconds:
+    ``done + member_epochs() / members`` epochs per member, capped at the run's)."""
 
-    def __init__(
-        self,
-        member_epochs: Callable[[], int | None],
-        members: int,
-        start: int,
-        total: int,
-        move: Callable[[int], None],
-        every_s: float = 1.0,
-    ) -> None:
-        self.member_epochs, self.members, self.start, self.total = member_epochs, members, start, total
-        self.move, self.every_s = move, every_s
+    def __init__(self, config: Config, executor: Executor, rows: list[dict], show: bool, every_s: float = 1.0) -> None:
+        self.done = len({r["epoch"] for r in rows})
+        self.total, self.members = config.run.epochs, config.population.size
+        self.bar = tqdm(
+            total=self.total, initial=self.done, desc=config.run.name, unit="epoch", disable=not show, mininterval=0.5
+        )
+        self.lock = threading.Lock()  # the round ends and the follower move the bar
+        self.rewards = RewardWindow(config.run.summary_window)
+        self.rewards.add(rows)
+        self.member_epochs, self.every_s = executor.member_epochs, every_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._follow, name="popgrpo-progress", daemon=True)
-        self._thread.start()
+        self._thread = threading.Thread(target=self._follow, name="popgrpo-progress", daemon=True) if show else None
+        if self._thread is not None:
+            self._thread.start()
+
+    def move(self, epochs: int) -> None:
+        with self.lock:
+            if epochs > self.bar.n:
+                self.bar.update(epochs - self.bar.n)
 
     def _follow(self) -> None:
         while not self._stop.wait(self.every_s):
             done = self.member_epochs()
             if done is not None:
-                self.move(min(self.total, self.start + done // self.members))
+                self.move(min(self.total, self.done + done // self.members))
+
+    def round_ended(self, round_index: int, epoch_end: int, new: list[dict], epochs_per_member: int) -> None:
+        """The rows of a round's end are in: the bar goes to ``epochs_per_member``, with the window's rewards."""
+        self.rewards.add(new)
+        self.move(epochs_per_member)
+        last = [r for r in new if r["epoch"] == epoch_end - 1]
+        if last:  # a replayed async merge may find its reporters' rows written with the one before
+            diversity = sum(r["diversity"] for r in last) / len(last)
+            window = self.rewards.values()
+            with self.lock:
+                self.bar.set_postfix(
+                    max_reward=f"{window['max_reward']:.3f}",
+                    population_max_reward=f"{window['population_max_reward']:.3f}",
+                    diversity=f"{diversity:.3f}",
+                    round=round_index,
+                )
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
+        self.bar.close()
+
+
+class RoundEnd:
+    """What the driver does with a finished round, called by the round loop
+    (:func:`~popgrpo.runtime.scheduler.run_rounds`, :func:`~popgrpo.runtime.async_loop.run_async`)
+    as ``round_end(round_index, epoch_end, rows_per_member, record, state)``. Its steps, in order:
+    keep the rows, take the members' and archives' states, take the executor's events, decide
+    whether to checkpoint, hand all of it to the background writer, and move the progress bar.
+    A stop signal that comes meanwhile waits until the round is handed over."""
+
+    def __init__(
+        self,
+        config: Config,
+        out: RunDirectory,
+        executor: Executor,
+        rounds: PopulationRounds,
+        writer: BackgroundWriter,
+        checkpointer: Checkpointer,
+        loggers: Loggers,
+        progress: _Progress,
+        rows: list[dict],
+        replaced_checkpoint: int | None,
+    ) -> None:
+        self.config, self.out, self.executor, self.rounds = config, out, executor, rounds
+        self.writer, self.checkpointer, self.loggers, self.progress = writer, checkpointer, loggers, progress
+        self.rows = rows  # every row so far (a resumed run's too)
+        self.synchronous = config.scheduler.mode == "sync"
+        # An extended run's first round end replaces the checkpoint its round left before the
+        # merge: that one would not do for a later resume, which reads the lineage line as "merged".
+        self.replaced_checkpoint = replaced_checkpoint
+
+    @deferring
+    def __call__(
+        self,
+        round_index: int,
+        epoch_end: int,
+        member_rows: list[list[dict]],
+        record: dict | None,
+        state: dict | None = None,
+    ) -> None:
+        new = [row for per_member in member_rows for row in per_member]
+        self.rows.extend(new)
+        member_states, archive_states = self.states(record)
+        events = self.take_events()
+        self.writer.submit(
+            _write_round,
+            self.out,
+            self.checkpointer,
+            self.loggers,
+            self.config,
+            RoundReport(round_index, epoch_end, new, record),
+            member_states,
+            archive_states,
+            self.loop_state(state),
+            self.rounds.state_dict(),
+            events,
+            self.checkpoint_due(round_index, epoch_end),
+        )
+        for event in events:
+            tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
+        self.progress.round_ended(round_index, epoch_end, new, len(self.rows) // len(member_rows))
+
+    def states(self, record: dict | None) -> tuple[list[dict], list[LocalArchiveState]]:
+        """The members' and archives' states for the checkpoint. Asynchronous rounds: members
+        still training are mid-round, and asking their actors for their states would wait for
+        them; the checkpoint holds every member's restore point (its state when it last adopted
+        a merge) and where each actor is, so that a resumed run redoes those rounds. At the end
+        everyone is idle: their states."""
+        if self.synchronous or record is None:
+            return self.executor.snapshot()
+        return cast(AsyncExecutor, self.executor).restore_points()
+
+    def take_events(self) -> list[dict]:
+        """The failures and recoveries the executor noted since the last round end."""
+        events = list(self.executor.events)
+        self.executor.events.clear()
+        return events
+
+    def loop_state(self, state: dict | None) -> dict | None:
+        """The asynchronous loop's state for the checkpoint: a copy (the loop goes on changing its lists)."""
+        return None if state is None else {"async": {**copy.deepcopy(state), "rows": len(self.rows)}}
+
+    def checkpoint_due(self, round_index: int, epoch_end: int) -> bool:
+        """``run.checkpoint_every`` rounds, the last round, and an extended run's first round end."""
+        last = epoch_end >= self.config.run.epochs
+        return checkpoint_due(round_index, self.config.run.checkpoint_every, last=last) or (
+            round_index == self.replaced_checkpoint
+        )
 
 
 def _write_round(
@@ -301,94 +412,24 @@ def _run(
         raise
     if say is not None:
         say(f"round {start_round} begins (epoch {done} of {config.run.epochs})")
-    bar = tqdm(
-        total=config.run.epochs, initial=done, desc=config.run.name, unit="epoch", disable=not progress, mininterval=0.5
-    )
-    bar_lock = threading.Lock()  # the round ends and the follower below move the bar
-
-    def move_bar(epochs: int) -> None:
-        with bar_lock:
-            if epochs > bar.n:
-                bar.update(epochs - bar.n)
-
-    # Between rounds the bar follows the member epochs as they finish (executors that count them).
-    follower = (
-        _BarFollower(executor.member_epochs, config.population.size, done, config.run.epochs, move_bar)
-        if progress
-        else None
-    )
-    rewards = RewardWindow(config.run.summary_window)  # the bar's numbers are the summary's, so far
-    rewards.add(rows)
-    synchronous = config.scheduler.mode == "sync"
-
+    bar = _Progress(config, executor, rows, show=progress)
     writer = BackgroundWriter()  # the round's files and logger events, written while the next round trains
-
-    @deferring  # a stop signal that comes while a round is handed over waits for it
-    def on_round(
-        round_index: int, epoch_end: int, member_rows: list[list[dict]], record: dict | None, state: dict | None = None
-    ) -> None:
-        new = [row for per_member in member_rows for row in per_member]
-        rows.extend(new)
-        # Asynchronous rounds: members still training are mid-round, and asking their actors
-        # for their states would wait for them; the checkpoint holds every member's restore
-        # point (its state when it last adopted a merge) and where each actor is, so that a
-        # resumed run redoes those rounds. At the end everyone is idle: their states.
-        if synchronous or record is None:
-            member_states, archive_states = executor.snapshot()
-        else:
-            member_states, archive_states = cast(AsyncExecutor, executor).restore_points()
-        # The state's lists are the loop's own, which it goes on changing: the writer gets a copy.
-        extra = None if state is None else {"async": {**copy.deepcopy(state), "rows": len(rows)}}
-        events = list(executor.events)
-        executor.events.clear()
-        checkpoint = checkpoint_due(round_index, config.run.checkpoint_every, last=epoch_end >= config.run.epochs)
-        # An extended run's first round end replaces the checkpoint its round left before the
-        # merge: that one would not do for a later resume, which reads the lineage line as "merged".
-        checkpoint = checkpoint or (pending is not None and round_index == start_round - 1)
-        writer.submit(
-            _write_round,
-            out,
-            checkpointer,
-            loggers,
-            config,
-            RoundReport(round_index, epoch_end, new, record),
-            member_states,
-            archive_states,
-            extra,
-            rounds.state_dict(),
-            events,
-            checkpoint,
-        )
-        for event in events:
-            tqdm.write(f"popgrpo: round {round_index}: {event['event']}: {event.get('reason', '')}")
-        rewards.add(new)
-        last = [r for r in new if r["epoch"] == epoch_end - 1]
-        move_bar(len(rows) // len(member_rows))  # epochs per member, on average
-        if last:  # a replayed async merge may find its reporters' rows written with the one before
-            diversity = sum(r["diversity"] for r in last) / len(last)
-            window = rewards.values()
-            with bar_lock:
-                bar.set_postfix(
-                    max_reward=f"{window['max_reward']:.3f}",
-                    population_max_reward=f"{window['population_max_reward']:.3f}",
-                    diversity=f"{diversity:.3f}",
-                    round=round_index,
-                )
-
     failed = True
     try:
         rounds = PopulationRounds(config, executor, store)  # carries out round ends; its state is checkpointed
+        replaced = start_round - 1 if pending is not None else None
+        round_end = RoundEnd(config, out, executor, rounds, writer, checkpointer, loggers, bar, rows, replaced)
         if restore is not None:
             executor.load_member_states(restore[0])
             executor.load_archive_states(restore[1])
-        if synchronous:
-            run_rounds(config, executor, on_round, start_round=start_round, rounds=rounds, pending=pending)
+        if config.scheduler.mode == "sync":
+            run_rounds(config, executor, round_end, start_round=start_round, rounds=rounds, pending=pending)
         else:
             try:
                 run_async(
                     config,
                     cast(AsyncExecutor, executor),
-                    on_round,
+                    round_end,
                     state=async_state,
                     decided=out.append_merge,
                     replay=replay,
@@ -401,8 +442,6 @@ def _run(
         # A stop signal waits until what the finished rounds wrote is on disk (a second one
         # ends the process at once; every file is replaced atomically, so none is half written).
         with deferred():
-            if follower is not None:
-                follower.close()
             bar.close()
             try:
                 executor.close()

@@ -156,7 +156,7 @@ def deferred() -> Iterator[None]:
 
 
 def deferring(func: Callable[P, R]) -> Callable[P, R]:
-    """``func`` run inside :func:`deferred` (the round loop's ``on_round``)."""
+    """``func`` run inside :func:`deferred` (``popgrpo.train.RoundEnd``, called at each round end)."""
 
     @wraps(func)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
