@@ -1077,7 +1077,7 @@ class Config(Section):
                 f"scheduler.islands ({sched.islands}) must be <= population.size ({self.population.size}): "
                 "every island needs a member"
             )
-        if self.explore.k > self.grpo.group_size:
+        if ADVANTAGES.trait(self.explore.advantage, "subsets", "") == "k" and self.explore.k > self.grpo.group_size:
             raise ValueError(
                 f"explore.k ({self.explore.k}) must be <= grpo.group_size ({self.grpo.group_size}): "
                 "pass@k and max@k advantages take k-subsets of one group"

@@ -159,7 +159,8 @@ def test_clip_higher_changes_only_updates_past_the_first():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["explore.k=9"], r"explore.k \(9\) must be <= grpo.group_size \(8\)"),
+        (["explore.advantage=passk", "explore.k=9"], r"explore.k \(9\) must be <= grpo.group_size \(8\)"),
+        (["explore.advantage=maxk", "explore.k=9"], r"explore.k \(9\) must be <= grpo.group_size \(8\)"),
         (["explore.clip_cov_low=2", "explore.clip_cov_high=1"], "clip_cov_high"),
         (["explore.positive_weight=-1"], "explore.positive_weight"),
         (["explore.advantage=passk2"], "explore.advantage: unknown advantage estimator 'passk2'"),
@@ -168,3 +169,9 @@ def test_clip_higher_changes_only_updates_past_the_first():
 def test_bad_explore_values_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, [*SMALL, *overrides])
+
+
+def test_explore_k_binds_only_the_estimators_that_take_k_subsets():
+    """A group smaller than the default explore.k is fine while no pass@k or max@k advantage reads k."""
+    config = load_config(None, [*SMALL, "grpo.group_size=2", "eval.k=2"])
+    assert config.explore.advantage == "group" and config.explore.k > config.grpo.group_size
