@@ -129,7 +129,7 @@ def run_async(
     replay: Mapping[int, Sequence[int]] | None = None,
     rounds: PopulationRounds | None = None,
 ) -> None:
-    """Train every member ``run.epochs`` epochs in asynchronous rounds.
+    """Train every member ``run.epochs`` epochs in asynchronous rounds (:class:`AsyncRounds`).
 
     ``on_merge(merge, epoch_end, rows_per_member, record, state)`` follows each merge
     (``record`` its lineage) and the end of the run (``record`` None); ``rows_per_member``
@@ -147,127 +147,164 @@ def run_async(
     checkpoints passes its own, as for :func:`~popgrpo.runtime.scheduler.run_rounds`, to save
     and restore the frontier store).
     """
-    sched = config.scheduler
-    lengths = round_lengths(config.run.epochs, sched.interval_epochs)
-    last_round = len(lengths) - 1
-    groups = executor.groups
-    buffer_size = sched.buffer or config.population.size
-    logical = sched.order == "logical"
-    replay = dict(replay or {})
-    if state is not None:
-        state.check(len(groups), len(lengths))
-    for merge, actors in (replay or {}).items():
-        if not set(actors) <= set(range(len(groups))) - set(state.finished if state else ()):
-            raise AsyncStateError(
-                f"merges.jsonl: merge {merge} names actors {sorted(actors)}, not all of them training"
-            )
-    version = state.merges if state else 0
-    round_of = list(state.round_of) if state else [0] * len(groups)  # the round each actor trains
-    base_of = list(state.base_of) if state else [0] * len(groups)  # the merge it trains from
-    finished: set[int] = set(state.finished) if state else set()
-    clock = state.clock if state else 0.0  # logical time of the last report taken
-    calls = state.calls if state else 0  # train calls made: ties of logical order
-    executor.restore_points()  # taken now, while no actor is busy
-    training = set(range(len(groups))) - finished
-    # Submitted in the order the interrupted run had them in flight: in-process, that order is
-    # the order of the reports, so a resumed run merges as the uninterrupted one would.
-    order = list(state.in_flight) if state else sorted(training)
-    keys: dict[int, tuple[float, int]] = {}  # actor not yet merged → (logical finish, call number)
-    if state is not None and state.keys is not None:
-        keys = dict(zip(order, state.keys, strict=True))
-    handles: list[Any] = []
+    AsyncRounds(config, executor, on_merge, state, decided, replay, rounds).run()
 
-    def submit(g: int) -> None:
-        nonlocal calls
-        if g not in keys:
-            delays = {k: _delay(config, k, round_of[g]) for k in groups[g]}
-            keys[g] = (logical_finish(clock, groups[g], delays), calls)
-            calls += 1
-        handles.append(executor.submit_train(g, lengths[round_of[g]]))
 
-    for g in order:
-        submit(g)
-    buffer: list[int] = []
-    pending: dict[int, list[dict]] = {k: [] for k in range(executor.n_members)}  # rows not yet written
-    reported: dict[int, list[dict]] = {}  # rows of the reports in the buffer, which their merge reads
-    rounds = PopulationRounds(config, executor) if rounds is None else rounds
+class AsyncRounds:
+    """The asynchronous round loop (:func:`run_async`): while an actor trains, the others report
+    into a buffer, and a merge is carried out as soon as one is due. :meth:`run` reads like the
+    synchronous loop: wait for a report, merge when due, tell the caller."""
 
-    def flush(merge: int, epoch_end: int, record: dict | None) -> None:
-        rows = [pending[k] for k in range(executor.n_members)]
+    def __init__(
+        self,
+        config: Config,
+        executor: AsyncExecutor,
+        on_merge: Callable[[int, int, list[list[dict]], dict | None, dict | None], None],
+        state: AsyncState | None = None,
+        decided: Callable[[dict], None] | None = None,
+        replay: Mapping[int, Sequence[int]] | None = None,
+        rounds: PopulationRounds | None = None,
+    ) -> None:
+        self.config, self.executor, self.on_merge, self.decided = config, executor, on_merge, decided
+        self.lengths = round_lengths(config.run.epochs, config.scheduler.interval_epochs)
+        self.last_round = len(self.lengths) - 1
+        self.groups = executor.groups
+        self.buffer_size = config.scheduler.buffer or config.population.size
+        self.logical = config.scheduler.order == "logical"
+        self.replay = dict(replay or {})
+        if state is not None:
+            state.check(len(self.groups), len(self.lengths))
+        for merge, actors in self.replay.items():
+            if not set(actors) <= set(range(len(self.groups))) - set(state.finished if state else ()):
+                raise AsyncStateError(
+                    f"merges.jsonl: merge {merge} names actors {sorted(actors)}, not all of them training"
+                )
+        n_groups = len(self.groups)
+        self.version = state.merges if state else 0
+        self.round_of = list(state.round_of) if state else [0] * n_groups  # the round each actor trains
+        self.base_of = list(state.base_of) if state else [0] * n_groups  # the merge it trains from
+        self.finished: set[int] = set(state.finished) if state else set()
+        self.clock = state.clock if state else 0.0  # logical time of the last report taken
+        self.calls = state.calls if state else 0  # train calls made: ties of logical order
+        executor.restore_points()  # taken now, while no actor is busy
+        self.training = set(range(n_groups)) - self.finished
+        # Submitted in the order the interrupted run had them in flight: in-process, that order is
+        # the order of the reports, so a resumed run merges as the uninterrupted one would.
+        self.order = list(state.in_flight) if state else sorted(self.training)
+        self.keys: dict[int, tuple[float, int]] = {}  # actor not yet merged → (logical finish, call number)
+        if state is not None and state.keys is not None:
+            self.keys = dict(zip(self.order, state.keys, strict=True))
+        self.handles: list[Any] = []
+        self.buffer: list[int] = []
+        self.pending: dict[int, list[dict]] = {k: [] for k in range(executor.n_members)}  # rows not yet written
+        self.reported: dict[int, list[dict]] = {}  # rows of the reports in the buffer, which their merge reads
+        self.rounds = PopulationRounds(config, executor) if rounds is None else rounds
+
+    def run(self) -> None:
+        for g in self.order:
+            self.submit(g)
+        while self.training or self.buffer:
+            merging = self.due()
+            if merging is not None:
+                epoch_end, record = self.merge(merging)
+                self.flush(self.version - 1, epoch_end, record)
+            else:
+                self.take_report()
+        self.flush(self.version, self.config.run.epochs, None)
+
+    def submit(self, g: int) -> None:
+        """Send actor ``g`` its round (a call sent ahead behind its adopt call is taken over)."""
+        if g not in self.keys:
+            delays = {k: _delay(self.config, k, self.round_of[g]) for k in self.groups[g]}
+            self.keys[g] = (logical_finish(self.clock, self.groups[g], delays), self.calls)
+            self.calls += 1
+        self.handles.append(self.executor.submit_train(g, self.lengths[self.round_of[g]]))
+
+    def due(self) -> list[int] | None:
+        """The actors a merge would take now, if one is due (a replayed merge waits for its actors)."""
+        if self.version in self.replay:
+            merging = sorted(self.replay[self.version])
+            return merging if set(merging) <= set(self.buffer) else None
+        groups, training = self.groups, self.training
+        may_still_report = sum(len(groups[g]) for g in training if self.round_of[g] < self.last_round)
+        buffered = sum(len(groups[g]) for g in self.buffer)
+        bases = [self.base_of[g] for g in training]
+        sched = self.config.scheduler
+        if merge_due(buffered, self.buffer_size, may_still_report, self.version, bases, sched.max_staleness):
+            return sorted(self.buffer)
+        return None
+
+    def merge(self, merging: list[int]) -> tuple[int, dict]:
+        """Merge the reports of ``merging``; each of them adopts and starts its next round.
+        Returns the merge's last epoch and its lineage record."""
+        groups = self.groups
+        members = merge_members(groups[g] for g in merging)
+        if self.decided is not None:
+            self.decided({"merge": self.version, "actors": merging, "members": members})
+        rows = [self.reported.pop(k) for k in members]  # each reporter's rows of the round it reported
+        epoch_end = max(int(r[-1]["epoch"]) for r in rows) + 1
+        # Each merging actor's next round is sent right behind its adopt call (submit() below
+        # takes those calls over): it trains on as soon as it has adopted.
+        self.executor.train_after_adopt({g: self.lengths[self.round_of[g] + 1] for g in merging})
+        record = self.rounds.end_round(self.version, epoch_end, members, rows)
+        record["async"] = {
+            "merge": self.version,
+            "members": members,
+            "bases": {str(k): self.base_of[g] for g in merging for k in groups[g]},
+            "rounds": {str(k): self.round_of[g] for g in merging for k in groups[g]},
+            "still_training": {str(k): self.base_of[g] for g in sorted(self.training) for k in groups[g]},
+        }
+        self.version += 1
+        self.buffer = [g for g in self.buffer if g not in merging]
+        for g in merging:
+            self.base_of[g], self.round_of[g] = self.version, self.round_of[g] + 1
+            del self.keys[g]
+            self.submit(g)
+            self.training.add(g)
+        return epoch_end, record
+
+    def take_report(self) -> None:
+        """Wait for the next report (logical order: the one due next, whoever else has finished)."""
+        if self.logical:
+            first = next_logical({h[0]: self.keys[h[0]] for h in self.handles})
+            mine = [h for h in self.handles if h[0] == first]
+            handle, rows = self.executor.wait_train(mine)
+            self.handles = [h for h in self.handles if h[0] != first]
+        else:
+            handle, rows = self.executor.wait_train(self.handles)
+            self.handles.remove(handle)
+        g = handle[0]
+        self.clock = max(self.clock, self.keys[g][0])
+        self.training.discard(g)
+        for k, member_rows in rows.items():
+            self.pending[k].extend(member_rows)
+            self.reported[k] = member_rows
+        if self.round_of[g] < self.last_round:
+            self.buffer.append(g)
+        else:
+            self.finished.add(g)
+            del self.keys[g]
+
+    def flush(self, merge: int, epoch_end: int, record: dict | None) -> None:
+        """Hand the rows reported since the last call, the record and where every actor is to ``on_merge``."""
+        rows = [self.pending[k] for k in range(self.executor.n_members)]
         if record is None and not any(rows):
             return  # a resumed run that had already finished every round
-        for k in pending:
-            pending[k] = []
+        for k in self.pending:
+            self.pending[k] = []
         # Reports a replayed merge left in the buffer count as in flight: a resumed run redoes them.
-        in_flight = [*buffer, *(h[0] for h in handles)]
+        in_flight = [*self.buffer, *(h[0] for h in self.handles)]
         where = {
-            "merges": version,
-            "round_of": round_of,
-            "base_of": base_of,
-            "finished": sorted(finished),
+            "merges": self.version,
+            "round_of": self.round_of,
+            "base_of": self.base_of,
+            "finished": sorted(self.finished),
             "in_flight": in_flight,
-            "keys": [list(keys[g]) for g in in_flight],
-            "clock": clock,
-            "calls": calls,
+            "keys": [list(self.keys[g]) for g in in_flight],
+            "clock": self.clock,
+            "calls": self.calls,
         }
-        on_merge(merge, epoch_end, rows, record, where)
-
-    while training or buffer:
-        if version in replay:
-            merging = sorted(replay[version])
-            due = set(merging) <= set(buffer)
-        else:
-            may_still_report = sum(len(groups[g]) for g in training if round_of[g] < last_round)
-            buffered = sum(len(groups[g]) for g in buffer)
-            bases = [base_of[g] for g in training]
-            merging = sorted(buffer)
-            due = merge_due(buffered, buffer_size, may_still_report, version, bases, sched.max_staleness)
-        if due:
-            members = merge_members(groups[g] for g in merging)
-            if decided is not None:
-                decided({"merge": version, "actors": merging, "members": members})
-            rows = [reported.pop(k) for k in members]  # each reporter's rows of the round it reported
-            epoch_end = max(int(r[-1]["epoch"]) for r in rows) + 1
-            # Each merging actor's next round is sent right behind its adopt call (submit() below
-            # takes those calls over): it trains on as soon as it has adopted.
-            executor.train_after_adopt({g: lengths[round_of[g] + 1] for g in merging})
-            record = rounds.end_round(version, epoch_end, members, rows)
-            record["async"] = {
-                "merge": version,
-                "members": members,
-                "bases": {str(k): base_of[g] for g in merging for k in groups[g]},
-                "rounds": {str(k): round_of[g] for g in merging for k in groups[g]},
-                "still_training": {str(k): base_of[g] for g in sorted(training) for k in groups[g]},
-            }
-            version += 1
-            buffer = [g for g in buffer if g not in merging]
-            for g in merging:
-                base_of[g], round_of[g] = version, round_of[g] + 1
-                del keys[g]
-                submit(g)
-                training.add(g)
-            flush(version - 1, epoch_end, record)
-            continue
-        if logical:  # wait for the report due next, whoever else has finished
-            first = next_logical({h[0]: keys[h[0]] for h in handles})
-            mine = [h for h in handles if h[0] == first]
-            handle, rows = executor.wait_train(mine)
-            handles = [h for h in handles if h[0] != first]
-        else:
-            handle, rows = executor.wait_train(handles)
-            handles.remove(handle)
-        g = handle[0]
-        clock = max(clock, keys[g][0])
-        training.discard(g)
-        for k, member_rows in rows.items():
-            pending[k].extend(member_rows)
-            reported[k] = member_rows
-        if round_of[g] < last_round:
-            buffer.append(g)
-        else:
-            finished.add(g)
-            del keys[g]
-    flush(version, config.run.epochs, None)
+        self.on_merge(merge, epoch_end, rows, record, where)
 
 
 def _delay(config: Config, member: int, round_index: int) -> float:
