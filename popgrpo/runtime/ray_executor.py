@@ -84,6 +84,9 @@ __all__ = ["RayExecutor", "RebuildFailed"]
 # Seconds between looks at whether an actor that is past population.hang_deadline_min_s without
 # answering has a stopped process (reaper.is_stopped): such an actor is hung whatever its deadline.
 STOPPED_POLL_S = 2.0
+# How long worker_pids and epoch_cpu_seconds wait for every actor's answer (they answer from
+# memory between calls; a timer that asks during a hang gets a GetTimeoutError, not a hang).
+ACCOUNTING_TIMEOUT_S = 60.0
 
 # What a lost member actor's answer raises: the actor died or its node is gone (RayActorError),
 # or the node went after the actor answered but before the driver fetched an answer too large
@@ -813,12 +816,14 @@ class RayExecutor:
     # ---- process accounting: what the round timers of calibration and benchmarks read ----
     def worker_pids(self) -> list[int]:
         """The process id of each member actor, in group order (one round trip to every actor)."""
-        return [int(pid) for pid in ray.get([actor.pid.remote() for actor in self._actors])]
+        refs = [actor.pid.remote() for actor in self._actors]
+        return [int(pid) for pid in ray.get(refs, timeout=ACCOUNTING_TIMEOUT_S)]
 
     def epoch_cpu_seconds(self) -> list[list[float]]:
         """Per member actor, in group order: the CPU seconds its members spent training in each
         ``train`` call so far (an actor rebuilt after a loss counts from its rebuild)."""
-        return [list(per_call) for per_call in ray.get([a.train_cpu_seconds.remote() for a in self._actors])]
+        refs = [a.train_cpu_seconds.remote() for a in self._actors]
+        return [list(per_call) for per_call in ray.get(refs, timeout=ACCOUNTING_TIMEOUT_S)]
 
     def member_epochs(self) -> int | None:
         """Member epochs finished so far, as the member actors reported them (None: not counted
