@@ -31,7 +31,10 @@ TWO_ACTORS = (
 
 def _actors(namespace: str, state: str | None = None) -> list:
     filters = [("ray_namespace", "=", namespace)] + ([("state", "=", state)] if state else [])
-    return list_actors(filters=filters, detail=True, raise_on_missing_output=False)
+    # The connected cluster's own address: another Ray on this machine (a parallel test worker's)
+    # would make the state API's search for one ambiguous.
+    address = ray.get_runtime_context().gcs_address
+    return list_actors(address=address, filters=filters, detail=True, raise_on_missing_output=False)
 
 
 def _live_repr(actor) -> str:

@@ -138,10 +138,14 @@ class StoppingExecutor(RayExecutor):
 
     def close(self) -> None:
         """First, what the dashboard's actor list shows: each member actor name's states."""
+        import ray
         from ray.util.state import list_actors
 
         self.listed: dict[str, list[str]] = {}
-        for a in list_actors(filters=[("ray_namespace", "=", self.namespace)], limit=1000, detail=True):
+        address = ray.get_runtime_context().gcs_address  # this cluster's, whatever else runs on the machine
+        for a in list_actors(
+            address=address, filters=[("ray_namespace", "=", self.namespace)], limit=1000, detail=True
+        ):
             self.listed.setdefault(a.name, []).append(a.state)
         super().close()
 
