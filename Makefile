@@ -20,9 +20,11 @@ run: install
 	$(BIN)/popgrpo train
 
 # The suite less its tests marked slow, which `test-slow` runs; CI (.ci/run) runs both.
-# docs/reference/tests.md says what each runs and why.
+# docs/reference/tests.md says what each runs and why. TEST_WORKERS pytest-xdist processes share
+# it module by module (a module's fixtures stay in one worker); the slow tests run one at a time.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q --durations=15 -m "not slow"
+	$(BIN)/python -m pytest -q --durations=15 -m "not slow" -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: install
 	$(BIN)/python -m pytest -q --durations=15 -m slow
