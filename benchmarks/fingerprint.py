@@ -13,8 +13,9 @@ columns can be told from one that changes behaviour. ``--compare`` against such 
 passes when every baseline column of every run is bit-identical, names the columns a run
 added, and exits 1 naming every run with a changed or removed column. Against an older
 baseline without per-column digests it compares whole-frame digests, as before (an added
-column then reads as a difference). Language-model presets (``lm_*``) need a model directory
-and are left out.
+column then reads as a difference). Presets of a language-model policy (``lm_*``,
+``code_programs``: a policy whose registry entry samples text) need a model directory and are
+left out.
 """
 
 from __future__ import annotations
@@ -108,8 +109,16 @@ def compare(before: dict[str, dict], after: dict[str, dict]) -> tuple[dict[str, 
     return differ, added
 
 
+def _samples_text(preset: Path) -> bool:
+    """The preset's policy samples text (a causal LM, which needs a model directory)."""
+    from popgrpo.config import load_config
+    from popgrpo.registry import POLICIES, TEXT_IDEAS, ideas_of
+
+    return ideas_of(POLICIES, load_config(preset).policy.kind) == TEXT_IDEAS
+
+
 def runs(epochs: int) -> dict[str, tuple[str, list[str]]]:
-    presets = sorted(p.stem for p in PRESET_DIR.glob("*.yaml") if not p.stem.startswith("lm_"))
+    presets = sorted(p.stem for p in PRESET_DIR.glob("*.yaml") if not _samples_text(p))
     plan = {name: (name, []) for name in presets}
     plan.update(VARIANTS)
     return {
