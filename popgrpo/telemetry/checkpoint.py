@@ -33,7 +33,7 @@ import re
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -63,14 +63,14 @@ def _tensorise(obj: Any) -> Any:
     return map_leaves(obj, np.ndarray, lambda a: {_NDARRAY: torch.from_numpy(np.array(a, order="C", copy=True))})
 
 
+def _is_array(obj: object) -> TypeGuard[dict[str, torch.Tensor]]:
+    """``obj`` is what :func:`_tensorise` made of a numpy array."""
+    return isinstance(obj, dict) and len(obj) == 1 and _NDARRAY in obj
+
+
 def _untensorise(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        if len(obj) == 1 and _NDARRAY in obj:
-            return obj[_NDARRAY].numpy()
-        return {k: _untensorise(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_untensorise(v) for v in obj)
-    return obj
+    """:func:`_tensorise` undone: each ``{"__ndarray__": tensor}`` back to a numpy array."""
+    return map_leaves(obj, _is_array, lambda marked: marked[_NDARRAY].numpy())
 
 
 def _to_bytes(obj: object) -> bytes:

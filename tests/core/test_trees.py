@@ -32,3 +32,12 @@ def test_map_leaves_leaves_named_tuples_and_other_leaf_types_alone():
     assert out["p"] is p  # a named tuple is returned as it is, what it holds untouched
     assert np.array_equal(out["a"], [1, 2, 3])
     assert torch.equal(out["t"], torch.ones(1))  # not the leaf type
+
+
+def test_map_leaves_takes_a_test_for_leaves_and_tests_a_dict_before_walking_it():
+    def marked(x: object) -> bool:
+        return isinstance(x, dict) and set(x) == {"m"}
+
+    nest = {"a": {"m": 1}, "b": [{"m": 2}, {"m": 3, "n": 4}], "c": ({"m": 5},)}
+    out = map_leaves(nest, marked, lambda d: d["m"] * 10)
+    assert out == {"a": 10, "b": [20, {"m": 3, "n": 4}], "c": (50,)}
