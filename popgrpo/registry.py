@@ -391,9 +391,11 @@ MUTATIONS.register("none", "popgrpo.algorithms.merges:none_mutation")
 for _name in ("soup", "soup_svd", "independent", "truncation", "repulsion", "frontier", "islands"):
     POPULATION_STEPS.register(_name, f"popgrpo.algorithms.population:{_name}_step")
 # The explore section's choices (popgrpo.algorithms.exploration; docs/MECHANISMS.md).
+for _name in ("group", "reinforce"):
+    ADVANTAGES.register(_name, f"popgrpo.algorithms.exploration:{_name}_advantage")
 # ``subsets="k"``: the estimator takes explore.k-subsets of a group, so k may not exceed its size.
-for _name, _traits in (("group", {}), ("passk", {"subsets": "k"}), ("maxk", {"subsets": "k"}), ("reinforce", {})):
-    ADVANTAGES.register(_name, f"popgrpo.algorithms.exploration:{_name}_advantage", **_traits)
+for _name in ("passk", "maxk"):
+    ADVANTAGES.register(_name, f"popgrpo.algorithms.exploration:{_name}_advantage", subsets="k")
 for _name in ("clip", "clip_cov", "kl_cov"):
     POLICY_LOSSES.register(_name, f"popgrpo.algorithms.exploration:{_name}_loss")
 # The main paper's S_k, then columns of the members' metrics rows (popgrpo.schema.METRIC_COLUMNS).
