@@ -19,7 +19,7 @@ Where the driver's time goes is timed per merge: :class:`TimedExecutor` (a
 :class:`popgrpo.runtime.round_timer.RoundTimer`) timestamps the calls
 the round loop makes (``get_weights``, the top-M fetch; ``adopt``, ``ray.put`` of the merge
 and its broadcast; ``snapshot`` / ``restore_points``, the states the checkpoint holds), the
-hand-over of a round's results to the background writer (``on_round`` less those calls) and
+hand-over of a round's results to the background writer (``train.RoundEnd`` less those calls) and
 the rest of the driver's time outside training calls (selection, the merge, the held-out
 evaluation). The background writer's own time (metrics part, lineage, loggers, checkpoint:
 :func:`popgrpo.train._write_round`) runs in its thread, beside the next round's training:
@@ -128,7 +128,7 @@ def default_config(quick: bool, overrides: list[str] | None = None) -> Config:
 
 
 def _train(cfg: Config, factory) -> tuple[TimedExecutor, WriterTimes]:
-    """One run through :class:`TimedExecutor`; the hand-over to the writer (``on_round``) and the
+    """One run through :class:`TimedExecutor`; the hand-over to the writer (``train.RoundEnd``) and the
     writer's tasks are timed too."""
     from unittest import mock
 
@@ -141,21 +141,21 @@ def _train(cfg: Config, factory) -> tuple[TimedExecutor, WriterTimes]:
         holder["executor"] = TimedExecutor(factory(config, run_dir))
         return holder["executor"]
 
-    def deferring(fn):  # wraps on_round, made before the executor exists: looked up at call time
-        inner = train_module_deferring(fn)
-        return lambda *a, **kw: holder["executor"].time("on_round", inner)(*a, **kw)
+    round_end = train_module.RoundEnd.__call__
+
+    def timed_round_end(self, *args, **kwargs):  # the executor is made after RoundEnd: looked up at call time
+        return holder["executor"].time("round_end", round_end)(self, *args, **kwargs)
 
     def make_loggers(*args, **kwargs):
         loggers = original_make_loggers(*args, **kwargs)
         loggers.log_round = writer.wrap_logging(loggers.log_round)
         return loggers
 
-    train_module_deferring = train_module.deferring
     original_make_loggers = train_module.make_loggers
     run_dir = tempfile.mkdtemp(prefix="pgb-round-", dir="/tmp")
     try:
         with (
-            mock.patch.object(train_module, "deferring", deferring),
+            mock.patch.object(train_module.RoundEnd, "__call__", timed_round_end),
             mock.patch.object(train_module, "make_loggers", make_loggers),
             mock.patch.object(train_module, "_write_round", writer.wrap(train_module._write_round)),
         ):
@@ -182,7 +182,7 @@ def measure(timed: TimedExecutor, writer: WriterTimes, cores: int) -> dict:
         "get_weights": total("get_weights"),
         "adopt": total("adopt"),
         "states": states,
-        "handover": total("on_round") - states,  # the states are asked for inside on_round
+        "handover": total("round_end") - states,  # the states are asked for inside the round end
     }
     # The driver's time in the window outside training calls, less the parts above: selection, merge, eval.
     outside_calls = window - training_calls

@@ -96,7 +96,7 @@ def test_round_overhead_times_the_drivers_parts_and_the_background_writer():
     )
     timed, writer = _train(cfg, lambda c, d: LocalExecutor(c))
     assert [c.name for c in timed.calls].count("train") == 3
-    assert [c.name for c in timed.calls].count("on_round") == 3  # each round handed over once
+    assert [c.name for c in timed.calls].count("round_end") == 3  # each round handed over once
     assert writer.wall > 0 and writer.cpu > 0 and writer.logging > 0  # the writer's tasks ran, the loggers in them
     m = measure(timed, writer, cores=1)
     assert m["merges"] == 2
