@@ -33,13 +33,13 @@ from benchmarks.common import (
     gib,
     local_ray,
     loopback_ray_cluster,
-    md_table,
     met,
     pss_bytes,
     rss_bytes,
     wait_until,
 )
 from popgrpo.config import Config, load_config, preset_path
+from popgrpo.markdown import md_table
 
 CORES = os.cpu_count() or 1
 MEMORY_TARGET_BYTES = 24 * 2**30  # K = 256 runs in 24 GiB
