@@ -41,6 +41,7 @@ class Run:
     plugin: bool = False  # the toy plugin installed first, as the page says (tests/plugins)
     check: str = ""  # text the block's output must hold
     after: str = ""  # the first command of a block of the same page to run first, in the same folder
+    requires: tuple[str, ...] = ()  # programs the block runs (keys of tests/services.py PROGRAMS)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ VERDICTS: dict[tuple[str, str], Run | Elsewhere | NotHere] = {
     ("docs/guides/extend.md", "popgrpo config --set env.kind=bowl --set scheduler.merge=toy_best"): Run(
         slow=True, timeout_s=900, plugin=True, check="kind: bowl"
     ),
-    ("docs/guides/lm.md", "popgrpo lm tiny --out runs/tiny-lm"): Run(slow=True, timeout_s=900),
+    ("docs/guides/lm.md", "popgrpo lm tiny --out runs/tiny-lm"): Run(slow=True, timeout_s=900, requires=("sandbox",)),
     ("docs/guides/lm.md", "popgrpo submit lm_exec --set policy.causal_lm.model=Qwen/Qwen2.5-0.5B-Instruct \\"): NotHere(
         CLUSTER + " with a GPU, and the network (a Hugging Face Hub model)"
     ),
@@ -230,7 +231,11 @@ def _run_block(page: str, block: str, verdict: Run, tmp_path: Path) -> str:
 def _runs(slow: bool) -> list:
     blocks = _blocks()
     return [
-        pytest.param(key, id=f"{key[0]}:{key[1][:40]}")
+        pytest.param(
+            key,
+            id=f"{key[0]}:{key[1][:40]}",
+            marks=[pytest.mark.requires(*verdict.requires)] if verdict.requires else [],
+        )
         for key, verdict in VERDICTS.items()
         if isinstance(verdict, Run) and verdict.slow == slow and key in blocks
     ]

@@ -1,10 +1,11 @@
+import os
 import shutil
 import tempfile
 from types import SimpleNamespace
 
 import pytest
 
-from tests.services import free_port
+from tests.services import HIDER, free_port
 
 ray = pytest.importorskip("ray")
 
@@ -18,15 +19,24 @@ def ray_local():
 
     temp_dir = tempfile.mkdtemp(prefix="pgray-", dir="/tmp")  # short: Ray's socket paths are length-limited
     metrics_port = free_port()
-    ctx = start_local_ray(
-        num_cpus=2,
-        num_gpus=1,
-        temp_dir=temp_dir,
-        log_to_driver=False,
-        dashboard_port=free_port(),
-        _metrics_export_port=metrics_port,
-        _system_config={"metrics_report_interval_ms": 500},
-    )
+    # Ray's workers keep the PATH the cluster starts with, and the cluster outlives the test that
+    # starts it: they get the machine's own PATH, not the programs that one test declared
+    # (tests/services.py ProgramHider hides the others from the test process only).
+    hidden_path = os.environ.get("PATH", "")
+    if HIDER.real_path is not None:
+        os.environ["PATH"] = HIDER.real_path
+    try:
+        ctx = start_local_ray(
+            num_cpus=2,
+            num_gpus=1,
+            temp_dir=temp_dir,
+            log_to_driver=False,
+            dashboard_port=free_port(),
+            _metrics_export_port=metrics_port,
+            _system_config={"metrics_report_interval_ms": 500},
+        )
+    finally:
+        os.environ["PATH"] = hidden_path
     assert ctx.address_info["gcs_address"].startswith("127.0.0.1:")
     yield SimpleNamespace(ctx=ctx, metrics_port=metrics_port)
     ray.shutdown()
