@@ -19,7 +19,7 @@ The budget ``W`` is the wall time of the study's fastest run (from its first ``t
 to its last answer), so every run was still training at ``W``; each run is then judged on
 what it had by ``W`` after its first call: member-epochs per second, the utilisation of its
 member actors, the best reward, and the noise-free discovery summary
-(:func:`popgrpo.study.discovery.trial_summary` on the rows reached by then).
+(:func:`popgrpo.research.study.discovery.trial_summary` on the rows reached by then).
 
 **Utilisation.** A member actor is busy from the start of a ``train`` call to the driver's
 receipt of its answer (its epochs, its straggler sleep, the call's latency); it is idle
@@ -280,7 +280,7 @@ def run_one(d: Design, arm: Arm, seed: int) -> dict[str, Any]:
 
 def summarise(run: dict[str, Any], budget: float | None, interval: int, reach: frozenset[int]) -> dict[str, Any]:
     """A run's numbers by ``budget`` seconds after its first train call (None: to its end)."""
-    from popgrpo.study.discovery import trial_summary
+    from popgrpo.research.study.discovery import trial_summary
 
     calls: list[Call] = run["calls"]
     t0 = min(c.start for c in calls)
@@ -306,7 +306,7 @@ def summarise(run: dict[str, Any], budget: float | None, interval: int, reach: f
 def compare(rows: list[dict[str, Any]], arms: Sequence[str], keys: Sequence[str]) -> list[dict[str, Any]]:
     """Per (async arm, key): mean ± sd of each arm and the paired difference (arm − sync) by seed,
     with its percentile bootstrap 95% CI and paired t-test p."""
-    from popgrpo.study.stats import bootstrap_ci, paired_test
+    from popgrpo.research.study.stats import bootstrap_ci, paired_test
 
     by = {(r["arm"], r["seed"]): r for r in rows}
     seeds = sorted({r["seed"] for r in rows})
@@ -401,7 +401,7 @@ def markdown(result: dict[str, Any], command: str, section: str = "8", data: str
             f"(median {d['scale_s']:g} s, σ = {d['sigma']:g}) slept by each member after its epochs; "
             f"{n} seeds per arm, paired by seed (same weights, landscape and delays), arms alternated "
             f"within each seed. Mean ± sd over seeds; differences are arm − sync by seed with a "
-            f"percentile bootstrap 95% CI (`popgrpo.study.stats`; with {n} seeds the CI is coarse).",
+            f"percentile bootstrap 95% CI (`popgrpo.research.study.stats`; with {n} seeds the CI is coarse).",
             "",
             f"Machine: {result['machine']}. What a member's call spent its time on (every call of every seed):",
             "",
@@ -463,7 +463,7 @@ def figure(result: dict[str, Any], path: Path) -> None:
 def run_study(d: Design, progress: Callable[[str], None] = print) -> dict[str, Any]:
     from popgrpo.config import load_config, preset_path
     from popgrpo.envs import make_env
-    from popgrpo.study.discovery import reachable
+    from popgrpo.research.study.discovery import reachable
 
     env = make_env(load_config(preset_path("pop_grpo")).env)
     reach = reachable(env, env.peak_centres)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from popgrpo.config import load_config, preset_path
-from popgrpo.schema import METRIC_COLUMNS
+from popgrpo.columns import METRIC_COLUMNS
 from popgrpo.telemetry.loggers import RoundReport, TensorBoardLogger
 
 

@@ -2,7 +2,7 @@
 
     python -m benchmarks.sim_validation [--quick] [--out BENCHMARKS.md] [--data DIR] [--figure PNG]
 
-1. **Calibrate** (:func:`popgrpo.sim.measure.calibrate`): every cost of the model measured
+1. **Calibrate** (:func:`popgrpo.research.sim.measure.calibrate`): every cost of the model measured
    with the real components at sizes the validation does not use (member epochs alone,
    merges of 2 and 8, in-process runs at K = 2 and 8, one Ray actor).
 2. **Validate**: real synchronous runs of the ``pop_grpo`` preset on an embedded Ray at
@@ -70,7 +70,7 @@ def validate(
 ) -> list[dict[str, Any]]:
     """Real Ray runs vs the simulator, one row per (K, members per actor).
 
-    Right before each real run the sharing terms (:func:`popgrpo.sim.measure.sharing_costs`,
+    Right before each real run the sharing terms (:func:`popgrpo.research.sim.measure.sharing_costs`,
     at 3 and 18 actors of the run's own members per actor: never the run's own size) are
     measured again, so that the share of the cores other users of the machine take is the one
     of that moment."""
@@ -80,8 +80,8 @@ def validate(
 
     from popgrpo.runtime.cluster import start_local_ray
     from popgrpo.runtime.ray_executor import RayExecutor
-    from popgrpo.sim.measure import run_timed, sharing_costs
-    from popgrpo.sim.model import ClusterShape, Scheduling, Workload, simulate
+    from popgrpo.research.sim.measure import run_timed, sharing_costs
+    from popgrpo.research.sim.model import ClusterShape, Scheduling, Workload, simulate
 
     rows = []
     for k, per_actor in sizes:
@@ -170,8 +170,8 @@ def scale(
 ) -> list[dict[str, Any]]:
     from dataclasses import replace
 
-    from popgrpo.sim.costs import Linear
-    from popgrpo.sim.model import ClusterShape, Scheduling, Workload, simulate
+    from popgrpo.research.sim.costs import Linear
+    from popgrpo.research.sim.model import ClusterShape, Scheduling, Workload, simulate
 
     # A cluster of its own: nobody else takes its cores (Ray's own processes still do).
     costs = replace(costs, background_share=Linear())
@@ -323,7 +323,7 @@ def verdict(validation: list[dict]) -> list[str]:
 
 def remaining(validation: list[dict], off: list[dict]) -> str:
     """What the data say about the remaining error: the other sessions' share of the cores."""
-    from popgrpo.sim.measure import SHARING_AT
+    from popgrpo.research.sim.measure import SHARING_AT
 
     x0, x1 = (n / CORES for n in SHARING_AT)
     parts = []
@@ -418,7 +418,7 @@ def _logged(costs, k: int) -> str:
 def markdown(
     costs, validation: list[dict], curves: list[dict], seeds: int, command: str, autogroup: str | None = None
 ) -> str:
-    from popgrpo.sim.measure import SHARING_AT
+    from popgrpo.research.sim.measure import SHARING_AT
 
     x0, x1 = (n / CORES for n in SHARING_AT)
     groups = (
@@ -438,7 +438,7 @@ def markdown(
     lines = [
         "### 7. Scheduler simulator: checked against real runs here, then 1,000–10,000 members",
         "",
-        f"`{command}`; model: `popgrpo/sim/model.py`, costs: `popgrpo/sim/measure.py`.",
+        f"`{command}`; model: `popgrpo/research/sim/model.py`, costs: `popgrpo/research/sim/measure.py`.",
         "",
         f"Measured costs (pop_grpo preset, this machine; core work in CPU seconds; the median of "
         f"{validation[0].get('repeats', 1)} calibration(s), field by field; the driver's per-round work "
@@ -589,13 +589,13 @@ CHECKPOINT_EVERY = (1, 10)  # run.checkpoint_every of the scale curves once the 
 
 def checkpoint_split(args: argparse.Namespace, base) -> int:
     """``--checkpoint-split``: the checkpoint's part of the driver's per-round work, measured
-    ``args.repeats`` times (:func:`popgrpo.sim.measure.checkpoint_part`, the median of each of
+    ``args.repeats`` times (:func:`popgrpo.research.sim.measure.checkpoint_part`, the median of each of
     its two numbers), added to the saved costs; the scale curves simulated again for each
     :data:`CHECKPOINT_EVERY`; the section and figure redrawn. The validation is not rerun."""
     from dataclasses import replace
 
-    from popgrpo.sim.costs import CostModel
-    from popgrpo.sim.measure import NO_CHECKPOINTS, checkpoint_part, driver_line
+    from popgrpo.research.sim.costs import CostModel
+    from popgrpo.research.sim.measure import NO_CHECKPOINTS, checkpoint_part, driver_line
 
     path = args.data / "sim_validation.json"
     data = json.loads(path.read_text())
@@ -656,13 +656,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.repeats = args.repeats or (1 if args.quick else 3)
 
-    from popgrpo.sim.measure import calibrate
+    from popgrpo.research.sim.measure import calibrate
 
     base = _config(5, 1, 4)
     if args.checkpoint_split:
         return checkpoint_split(args, base)
     if args.render:  # the tables and the figure again from the saved data, nothing rerun
-        from popgrpo.sim.costs import CostModel
+        from popgrpo.research.sim.costs import CostModel
 
         data = json.loads((args.data / "sim_validation.json").read_text())
         costs = CostModel.from_json(data["costs"])
@@ -677,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         write_between(args.out, region, BEGIN, END)
         return 0
-    from popgrpo.sim.costs import CostModel
+    from popgrpo.research.sim.costs import CostModel
 
     quick_sharing = (1, 3) if args.quick else None
     calibrations, repeats = [], []

@@ -3,10 +3,10 @@
 ``reference/config.md`` gets the field table of ``popgrpo/config/`` (what
 ``popgrpo config --markdown`` prints), ``reference/metrics.md`` the live-metrics table of
 ``popgrpo/telemetry/live.py`` and ``RESULTS.md`` the verdict of every claim of the paper study
-on both landscapes (``popgrpo.study.report.results_verdicts_markdown`` of
+on both landscapes (``popgrpo.research.study.report.results_verdicts_markdown`` of
 ``results/{paper,collapse}/verdicts.json``, which ``popgrpo report`` writes), each between its
 page's BEGIN/END markers, so the pages are generated, never hand-copied.
-``tests/test_config.py`` and ``tests/study/test_results_docs.py`` fail when a page is stale.
+``tests/test_config.py`` and ``tests/research/study/test_results_docs.py`` fail when a page is stale.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from popgrpo.config import config_markdown
-from popgrpo.study.report import results_verdicts_markdown
+from popgrpo.research.study.report import results_verdicts_markdown
 from popgrpo.telemetry.live import metrics_markdown
 
 DOCS = Path(__file__).resolve().parent

@@ -390,9 +390,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     from popgrpo.ops import dashboards, monitor, ray_jobs
     from popgrpo.reward_models import cli as rm_cli
-    from popgrpo.sim import cli as sim_cli
-    from popgrpo.study import cli as study_cli
-    from popgrpo.study import code_eval
+    from popgrpo.research.sim import cli as sim_cli
+    from popgrpo.research.study import cli as study_cli
+    from popgrpo.research.study import code_eval
 
     ray_jobs.add_parsers(sub)
     dashboards.add_parsers(sub)

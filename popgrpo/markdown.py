@@ -1,6 +1,6 @@
 """Markdown tables: the one writer behind every report, reference page and benchmark section.
 
-Reports (:mod:`popgrpo.study`), the reference pages (:mod:`popgrpo.config.reference`,
+Reports (:mod:`popgrpo.research.study`), the reference pages (:mod:`popgrpo.config.reference`,
 :mod:`popgrpo.telemetry.live`) and the benchmarks' sections of BENCHMARKS.md all write their
 tables with :func:`md_table`, so a table looks the same wherever it is drawn.
 """

@@ -319,14 +319,14 @@ GROUP_TRAINERS: Registry[Callable[..., Any]] = Registry(
     "group trainer", "PolicyKind.trainer", "(members: Sequence[Member]) -> GroupTrainer (train_epochs)"
 )
 # Not a config field's choices: the studies `popgrpo reproduce --study` runs and `popgrpo report`
-# redraws (popgrpo.study.kinds.StudyKind).
+# redraws (popgrpo.research.study.kinds.StudyKind).
 STUDIES: Registry[Any] = Registry(
-    "study", "popgrpo reproduce --study", "StudyKind (popgrpo.study.kinds): plan, default --out, report"
+    "study", "popgrpo reproduce --study", "StudyKind (popgrpo.research.study.kinds): plan, default --out, report"
 )
 # Not a config field's choices: the landscapes a study runs its methods on (`--landscape`,
-# a discovery design's landscapes; popgrpo.study.discovery_landscapes.StudyLandscape).
+# a discovery design's landscapes; popgrpo.research.study.discovery_landscapes.StudyLandscape).
 STUDY_LANDSCAPES: Registry[Any] = Registry(
-    "study landscape", "a study's landscapes", "StudyLandscape (popgrpo.study.discovery_landscapes): preset, overrides"
+    "study landscape", "a study's landscapes", "StudyLandscape (popgrpo.research.study.discovery_landscapes): preset, overrides"
 )
 REGISTRIES: tuple[Registry[Any], ...] = (
     ENVIRONMENTS,
@@ -398,7 +398,7 @@ for _name in ("passk", "maxk"):
     ADVANTAGES.register(_name, f"popgrpo.algorithms.exploration:{_name}_advantage", subsets="k")
 for _name in ("clip", "clip_cov", "kl_cov"):
     POLICY_LOSSES.register(_name, f"popgrpo.algorithms.exploration:{_name}_loss")
-# The main paper's S_k, then columns of the members' metrics rows (popgrpo.schema.METRIC_COLUMNS).
+# The main paper's S_k, then columns of the members' metrics rows (popgrpo.columns.METRIC_COLUMNS).
 SELECTION_STATISTICS.register("pop_score", "popgrpo.core.selection:pop_scores")
 for _name in ("reward_max", "reward_mean", "diversity", "complexity", "entropy", "novelty", "archive_coverage",
               "archive_qd_score", "archive_new", "pass_at_k", "best_at_k"):  # fmt: skip
@@ -409,9 +409,9 @@ GROUP_TRAINERS.register("packed", "popgrpo.algorithms.packed:PackedMembers")
 GROUP_TRAINERS.register("shared_base", "popgrpo.algorithms.shared_members:SharedBaseMembers")
 for _name, _attr in (("paper", "PAPER"), ("warm", "WARM"), ("lm", "LM"), ("discovery", "DISCOVERY"),
                      ("discovery-tuning", "DISCOVERY_TUNING"), ("code-run", "CODE_RUN")):  # fmt: skip
-    STUDIES.register(_name, f"popgrpo.study.kinds:{_attr}")
+    STUDIES.register(_name, f"popgrpo.research.study.kinds:{_attr}")
 for _name, _attr in (("collapse", "COLLAPSE"), ("paper", "PAPER"), ("stepping_stones", "STEPPING_STONES")):
-    STUDY_LANDSCAPES.register(_name, f"popgrpo.study.discovery_landscapes:{_attr}")
+    STUDY_LANDSCAPES.register(_name, f"popgrpo.research.study.discovery_landscapes:{_attr}")
 ROLLOUT_ENGINES.register("hf", "popgrpo.policies.engines:hf_engine")
 ROLLOUT_ENGINES.register("vllm", "popgrpo.policies.vllm_engine:vllm_engine")
 _state.builtin = False

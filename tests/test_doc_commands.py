@@ -77,7 +77,7 @@ VERDICTS: dict[tuple[str, str], Run | Elsewhere | NotHere] = {
         "tests/reward_models/test_rm_train.py trains two and tests/reward_models run the proxy"
     ),
     ("docs/guides/bring-your-own.md", "popgrpo reproduce --study warm"): NotHere(
-        "the full WARM study is hours on 2 cores; tests/study/test_warm.py runs its parts small"
+        "the full WARM study is hours on 2 cores; tests/research/study/test_warm.py runs its parts small"
     ),
     ("docs/guides/cluster.md", "export RAY_AUTH_TOKEN=..."): NotHere(CLUSTER),
     ("docs/guides/cluster.md", "RAY_REDIS_ADDRESS=redis-host:6379 ray start --head --redis-password \"$REDIS_PASSWORD\" ..."): NotHere(
@@ -96,7 +96,7 @@ VERDICTS: dict[tuple[str, str], Run | Elsewhere | NotHere] = {
         CLUSTER + " with a GPU, and the network (a Hugging Face Hub model)"
     ),
     ("docs/guides/lm.md", "popgrpo lm pretrain --out runs/program-lm"): NotHere(
-        "`popgrpo lm pretrain` trains for 7-10 minutes on 2 cores; tests/policies and tests/study run "
+        "`popgrpo lm pretrain` trains for 7-10 minutes on 2 cores; tests/policies and tests/research/study run "
         "`lm pretrain --quick`, `lm programs` and lm_programs on small models"
     ),
     ("docs/guides/lm.md", "popgrpo train --config lm_programs --set policy.causal_lm.share_base=true \\"): NotHere(
@@ -113,7 +113,7 @@ VERDICTS: dict[tuple[str, str], Run | Elsewhere | NotHere] = {
     ("docs/guides/scale.md", "popgrpo train --config pop_grpo --set scheduler.mode=async \\"): Run(slow=True, timeout_s=900),
     ("docs/guides/scale.md", "popgrpo simulate --config pop_grpo --set population.size=1000 --set run.epochs=100 \\"): NotHere(
         "simulates 1000 members on 100 nodes for three seeds: over ten minutes on 2 cores; "
-        "tests/sim runs the simulator small"
+        "tests/research/sim runs the simulator small"
     ),
     # Files the guides include.
     ("cluster/README.md", "ray get-auth-token --generate"): NotHere(CLUSTER + "; it writes the cluster's secrets"),

@@ -20,14 +20,15 @@ DESIGN = PACKAGE.parent / "docs" / "reference" / "design.md"
 # Bottom to top: (layer, the module prefixes in it). A module belongs to the layer of its
 # longest matching prefix; every popgrpo module must belong to one.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("popgrpo", "popgrpo.registry", "popgrpo.schema", "popgrpo.config")),
+    ("foundation", ("popgrpo", "popgrpo.registry", "popgrpo.columns", "popgrpo.config")),
     ("core", ("popgrpo.core",)),
     ("telemetry", ("popgrpo.telemetry",)),
     ("envs, policies", ("popgrpo.envs", "popgrpo.policies")),
     ("algorithms", ("popgrpo.algorithms",)),
     ("runtime", ("popgrpo.runtime",)),
     ("one run, reward models", ("popgrpo.train", "popgrpo.preflight", "popgrpo.reward_models")),
-    ("studies, operations", ("popgrpo.study", "popgrpo.ops", "popgrpo.lm_commands", "popgrpo.sim")),
+    ("operations", ("popgrpo.ops", "popgrpo.lm_commands")),
+    ("research tools", ("popgrpo.research",)),
     ("entry points", ("popgrpo.cli", "popgrpo.__main__", "popgrpo.jobs")),
 ]
 
@@ -129,7 +130,7 @@ def test_imports_point_down_the_layers():
 
 def test_the_layer_checker_finds_an_upward_import():
     graph = {
-        "popgrpo.core.grpo": {"popgrpo.schema"},
+        "popgrpo.core.grpo": {"popgrpo.columns"},
         "popgrpo.algorithms.member": {"popgrpo.core.grpo", "popgrpo.algorithms.step", "popgrpo.reward_models.proxy"},
         "popgrpo.config.schema": {"popgrpo.registry"},
         "popgrpo.registry": set(),
@@ -204,7 +205,7 @@ def test_the_design_table_reader_reads_continuation_lines_notes_and_the_root():
 ```
 top        popgrpo/cli.py, jobs/     entry
                                      points
-           popgrpo/sim/              a tool
+           popgrpo/research/sim/              a tool
 bottom     popgrpo/config/, x.py,    config
            y.py
            popgrpo/ (any other       the root
@@ -213,7 +214,7 @@ bottom     popgrpo/config/, x.py,    config
 """
     assert _design_layers(text) == [
         ("bottom", ("popgrpo", "popgrpo.config", "popgrpo.x", "popgrpo.y")),
-        ("top", ("popgrpo.cli", "popgrpo.jobs", "popgrpo.sim")),
+        ("top", ("popgrpo.cli", "popgrpo.jobs", "popgrpo.research.sim")),
     ]
 
 

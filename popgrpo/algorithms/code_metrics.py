@@ -1,4 +1,4 @@
-"""An epoch's code columns (:data:`popgrpo.schema.CODE_COLUMNS`) from its steps.
+"""An epoch's code columns (:data:`popgrpo.columns.CODE_COLUMNS`) from its steps.
 
 For an environment whose prompts are problems (:class:`popgrpo.envs.code.ProblemEnvironment`):
 each step's groups say which problem each group answered, ``success`` says which completions
@@ -17,7 +17,7 @@ from popgrpo.algorithms.step import StepStats
 from popgrpo.core.passk import mean_pass_at_k
 from popgrpo.core.tensor_lists import float_list
 from popgrpo.envs.code import ProblemEnvironment
-from popgrpo.schema import CODE_COLUMNS
+from popgrpo.columns import CODE_COLUMNS
 
 __all__ = ["epoch_code"]
 

@@ -1,4 +1,4 @@
-"""An epoch's discovery columns (:data:`popgrpo.schema.DISCOVERY_COLUMNS`) from its steps' scores.
+"""An epoch's discovery columns (:data:`popgrpo.columns.DISCOVERY_COLUMNS`) from its steps' scores.
 
 The formulas are :mod:`popgrpo.core.discovery`'s; this module only says which ideas they see:
 each step's ideas in sampling order (the features of vector ideas are the ideas), those that
@@ -18,7 +18,7 @@ import torch
 from popgrpo.algorithms.step import StepStats
 from popgrpo.core.discovery import best_value, first_hits, peak_fractions
 from popgrpo.envs import Environment, Landscape, TextEnvironment
-from popgrpo.schema import DISCOVERY_COLUMNS
+from popgrpo.columns import DISCOVERY_COLUMNS
 
 __all__ = ["epoch_discovery"]
 

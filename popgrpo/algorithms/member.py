@@ -60,7 +60,7 @@ from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
 from popgrpo.core.trees import map_leaves
 from popgrpo.envs import Environment, TextEnvironment
 from popgrpo.registry import ADVANTAGES, POLICY_LOSSES, REWARD_SOURCES
-from popgrpo.schema import CONTROL_COLUMNS, REASONS_COLUMN
+from popgrpo.columns import CONTROL_COLUMNS, REASONS_COLUMN
 
 if TYPE_CHECKING:
     from popgrpo.algorithms.engine_rollouts import RolloutService
@@ -177,7 +177,7 @@ class Member:
 
     # ---- training ---------------------------------------------------------------------
     def train_epochs(self, n_epochs: int) -> list[dict[str, Any]]:
-        """Run ``n_epochs`` epochs; return one metrics row per epoch (:data:`popgrpo.schema.METRIC_COLUMNS`)."""
+        """Run ``n_epochs`` epochs; return one metrics row per epoch (:data:`popgrpo.columns.METRIC_COLUMNS`)."""
         rows: list[dict[str, Any]] = []
         for _ in range(n_epochs):
             steps = [self.step() for _ in range(self.config.grpo.steps_per_epoch)]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from popgrpo.registry import MERGES, MUTATIONS
-from popgrpo.schema import json_float
+from popgrpo.columns import json_float
 
 if TYPE_CHECKING:
     import torch

@@ -46,7 +46,7 @@ from popgrpo.algorithms.merges import WeightMutation
 from popgrpo.core.seeding import STREAM_POPULATION, derive_seed
 from popgrpo.core.selection import cyclic_objective, objective_scores, select_top_m
 from popgrpo.registry import MUTATIONS, POPULATION_STEPS
-from popgrpo.schema import json_float
+from popgrpo.columns import json_float
 
 if TYPE_CHECKING:
     from popgrpo.config import Config

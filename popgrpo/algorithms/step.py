@@ -36,7 +36,7 @@ from popgrpo.core.grpo import binned_advantages, clipped_terms, group_advantages
 from popgrpo.core.metrics import group_pass_best_at_k_batches, linear_quantiles, pairwise_diversity_batches
 from popgrpo.core.tensor_lists import float_list
 from popgrpo.core.tis import tis_weights
-from popgrpo.schema import COMPLEXITY_QUANTILES
+from popgrpo.columns import COMPLEXITY_QUANTILES
 
 __all__ = [
     "NO_ARCHIVE_ANSWER",

@@ -36,7 +36,7 @@ from popgrpo.registry import (
     TEXT_IDEAS,
     ideas_of,
 )
-from popgrpo.schema import POP_SCORE
+from popgrpo.columns import POP_SCORE
 
 __all__ = [
     "HELD_OUT_METRICS",

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from popgrpo.core.tensor_lists import int_list
-from popgrpo.schema import DISCOVERY_COLUMNS
+from popgrpo.columns import DISCOVERY_COLUMNS
 
 __all__ = [
     "Discovery",
@@ -216,7 +216,7 @@ def union_discovery(rows: Iterable[Mapping[str, object]], unit: Sequence[str] = 
     """Union of the discovery columns of per-epoch metrics rows, over every unit that sampled.
 
     ``rows``: one mapping per unit per epoch with ``epoch``, ``ideas`` and the columns
-    :data:`popgrpo.schema.DISCOVERY_COLUMNS` (a run's ``metrics.parquet`` as records). A unit is
+    :data:`popgrpo.columns.DISCOVERY_COLUMNS` (a run's ``metrics.parquet`` as records). A unit is
     one sampling stream, named by the ``unit`` keys: ``("member",)`` for one run's population,
     ``("run", "member")`` for K runs whose rows carry a ``run`` key (best-of-K: K runs of one
     member are K units, exactly like a population of K).

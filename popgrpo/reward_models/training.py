@@ -32,7 +32,7 @@ from popgrpo.core.seeding import derive_seed, torch_generator
 from popgrpo.reward_models.config import RMTrainConfig
 from popgrpo.reward_models.data import PURPOSE_PRETRAIN, STREAM_RM, build_pairs, reference_data
 from popgrpo.reward_models.store import FORMAT, MANIFEST, build_model, save_tensor_file, write_json
-from popgrpo.schema import json_float
+from popgrpo.columns import json_float
 
 __all__ = [
     "SUBSETS",

@@ -1,6 +1,6 @@
 """A wrapper around an executor that times what the driver does with it, round by round.
 
-The simulator's calibration (:mod:`popgrpo.sim.measure`), the round-overhead benchmark and the
+The simulator's calibration (:mod:`popgrpo.research.sim.measure`), the round-overhead benchmark and the
 simulator's probe (``benchmarks/round_overhead.py``, ``benchmarks/sim_probe.py``) all wrap the
 executor a run trains through in a :class:`RoundTimer` (``popgrpo.train.train``'s
 ``executor_factory``): every call to a timed method is recorded with its wall-clock interval and

@@ -35,7 +35,7 @@ from popgrpo.algorithms.population import (
 from popgrpo.config import Config
 from popgrpo.core.seeding import STREAM_MERGE, torch_generator
 from popgrpo.runtime.executor import Executor
-from popgrpo.schema import json_float
+from popgrpo.columns import json_float
 
 __all__ = [
     "FrontierStore",

@@ -1,6 +1,6 @@
 """A code run's population metrics per epoch, from its members' ``code_problems`` records.
 
-Each member's row of an epoch carries ``code_problems`` (:data:`popgrpo.schema.CODE_COLUMNS`):
+Each member's row of an epoch carries ``code_problems`` (:data:`popgrpo.columns.CODE_COLUMNS`):
 its samples and passes per problem and the keys of its distinct correct programs. The
 population's figures pool them (:func:`popgrpo.core.passk.population_summary`): its pass@1 and
 pass@G over the pooled samples, problems solved by any member, distinct correct programs of

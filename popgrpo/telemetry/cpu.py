@@ -1,6 +1,6 @@
 """Where a machine's cores went over a span of a run: every process's CPU seconds by role.
 
-The one CPU sampler of the simulator's calibration (:mod:`popgrpo.sim.measure`: the sharing
+The one CPU sampler of the simulator's calibration (:mod:`popgrpo.research.sim.measure`: the sharing
 costs), section 3 of the benchmarks (``benchmarks/round_overhead.py``), the simulator's probe
 (``benchmarks/sim_probe.py``) and the Ray call benchmark. A :class:`CpuSample` holds, at one
 moment, the CPU seconds (user + system, psutil) of every process on the machine with its role

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from popgrpo.config import Config, ConfigError
-from popgrpo.schema import metrics_schema
+from popgrpo.columns import metrics_schema
 from popgrpo.telemetry.atomic import atomic_path, atomic_write
 
 __all__ = ["RunDirectory", "default_run_dir", "metrics_schema", "writable_directory"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from popgrpo.config import ConfigError, load_config
-from popgrpo.schema import CONTROL_COLUMNS, METRIC_COLUMNS
+from popgrpo.columns import CONTROL_COLUMNS, METRIC_COLUMNS
 
 
 def _proxy_config(rm_dir, *extra):

@@ -10,7 +10,7 @@ import yaml
 
 from popgrpo.config import load_config
 from popgrpo.core.seeding import torch_generator
-from popgrpo.schema import CONTROL_COLUMNS
+from popgrpo.columns import CONTROL_COLUMNS
 from tests.lm import lm_config
 from tests.services import require_module
 

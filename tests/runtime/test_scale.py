@@ -38,7 +38,7 @@ def test_sharing_calibration_trains_the_configs_members_per_actor(ray_local):
     import time
 
     from popgrpo.runtime.executor import LocalExecutor
-    from popgrpo.sim.measure import _sharing
+    from popgrpo.research.sim.measure import _sharing
 
     cfg = load_config(
         preset_path("pop_grpo"), ["population.members_per_actor=3", "scheduler.interval_epochs=2", "run.loggers=[]"]
