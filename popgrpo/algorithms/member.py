@@ -415,6 +415,7 @@ class Member:
         round_index: int,
         reset_optimizer: bool = True,
         repel: Sequence[Sequence[float]] | None = None,
+        repel_keep: bool = False,
     ) -> dict[str, Any]:
         """Continue from ``base`` (the merged model; None: this member's own weights) plus its own mutation.
 
@@ -426,10 +427,15 @@ class Member:
         (the main paper's round) Adam's moments, which belong to the old weights, are reset; α,
         the reference policy and the novelty memory stay. ``repel`` (``[M][B]`` behaviour
         descriptors, :mod:`popgrpo.core.repulsion`) lowers the returns near them until the next
-        adoption. Returns the mutation's description (:func:`~popgrpo.core.merge.mutate`; empty
+        adoption; with ``repel_keep`` they are added to the centres this member already holds
+        (its own history, ``scheduler.repulsion_from=self``) instead of replacing them. Returns the mutation's description (:func:`~popgrpo.core.merge.mutate`; empty
         for Gaussian and for none).
         """
-        self.repel = torch.tensor(repel, dtype=torch.float64).reshape(len(repel), -1) if repel else None
+        new = torch.tensor(repel, dtype=torch.float64).reshape(len(repel), -1) if repel else None
+        if repel_keep and self.repel is not None:
+            self.repel = self.repel if new is None else torch.cat([self.repel, new])
+        else:
+            self.repel = new
         if isinstance(mutation, float | int):
             mutation = GaussianMutation(sigma=float(mutation))
         info: dict[str, Any] = {}

@@ -24,7 +24,8 @@ Built-ins (docs/MECHANISMS.md has the design, the costs and when to pick which):
 * ``truncation``: PBT's exploit/explore (Jaderberg et al. 2017) and truncation selection as
   in successive halving: the bottom fraction copies a top-fraction member and mutates it.
 * ``repulsion``: every member keeps its weights and is pushed away from the behaviours of
-  the members ranked above it (NEA2/RS-CMSA taboo regions, DvD, SVGD's repulsive term).
+  the members ranked above it (NEA2/RS-CMSA taboo regions, DvD, SVGD's repulsive term); with
+  ``scheduler.repulsion_from=self`` from its own past behaviours only (no coupling).
 * ``frontier``: Go-Explore (Ecoffet et al. 2021): the bottom fraction returns to stored
   snapshots of members that opened new archive cells, chosen by a count-based weight.
 * ``islands``: FunSearch's island model (Romera-Paredes et al. 2024; EvoTune, arXiv
@@ -96,12 +97,15 @@ class Adoption:
     ``mutation``: added to the base from the member's (member, round) stream; None adds nothing.
     ``reset_optimizer``: Adam's moments start afresh. ``repel``: behaviour descriptors ``[M][B]``
     whose neighbourhood lowers the member's returns until its next adoption (None: none).
+    ``repel_keep``: the member adds ``repel`` to the centres it already holds instead of
+    replacing them (``scheduler.repulsion_from=self``: its own history, which only the member keeps).
     """
 
     base: str
     mutation: WeightMutation | None
     reset_optimizer: bool
     repel: tuple[tuple[float, ...], ...] | None = None
+    repel_keep: bool = False
 
     @property
     def changes_weights(self) -> bool:
@@ -301,33 +305,53 @@ def truncation_step(inputs: PopulationInputs) -> PopulationDecision:
 
 
 def repulsion_step(inputs: PopulationInputs) -> PopulationDecision:
-    """Every member keeps its weights and is repelled from where the members ranked above it earn their returns.
+    """Every member keeps its weights and is repelled from where fitter members (or it itself) earned their returns.
 
     A member's behaviour is where its last epoch's groups found their best ideas (one
-    descriptor per prompt, ``inputs.behaviours``). The member ranked r-th (by the round's
-    objective) gets the descriptors of ranks 0 … r−1; until its next adoption its returns
-    are lowered by ``scheduler.repulsion_strength`` times a Gaussian kernel (bandwidth
-    ``scheduler.repulsion_bandwidth``) of each idea's behaviour's distance to the nearest (:func:`popgrpo.core.repulsion.repulsion_penalty`): the taboo regions of
-    NEA2 (Preuss 2012) and RS-CMSA (Ahrari et al. 2017), as a smooth kernel term in the spirit
-    of SVGD's repulsion (Liu & Wang 2016) and DvD (Parker-Holder et al. 2020). The best member
-    is repelled from nothing. Mutation and Adam reset as ``independent``.
+    descriptor per prompt, ``inputs.behaviours``; NaN descriptors are left out). Until its next
+    adoption a member's returns are lowered by ``scheduler.repulsion_strength`` times a
+    Gaussian kernel (bandwidth ``scheduler.repulsion_bandwidth``) of each idea's behaviour's
+    distance to the nearest centre (:func:`popgrpo.core.repulsion.repulsion_penalty`). Whose
+    behaviours are the centres is ``scheduler.repulsion_from``:
+
+    * ``fitter`` (the population coupling): the member ranked r-th by the round's objective
+      gets the descriptors of ranks 0 … r−1 of this round; the best member is repelled from
+      nothing. The taboo regions of NEA2 (Preuss 2012) and RS-CMSA (Ahrari et al. 2017), as a
+      smooth kernel term in the spirit of SVGD's repulsion (Liu & Wang 2016) and DvD
+      (Parker-Holder et al. 2020).
+    * ``self`` (uncoupled): every member gets its own descriptors of this round, added to the
+      centres it already holds (``Adoption.repel_keep``), so it is repelled from where it found
+      its best ideas at the end of every round so far. The whole history is kept, not a
+      window: a taboo region marks a basin already explored, and a window would let a member
+      drift back into one it left; the penalty is the nearest centre's, so more centres widen
+      the taboo region but never deepen it beyond s. No member's descriptors reach another,
+      and the ranking only goes to the record: K independent runs, each repelled from its own past.
+
+    Mutation and Adam reset as ``independent``.
     """
     config = inputs.config
+    sched = config.scheduler
     if inputs.behaviours is None:
         raise ValueError("the repulsion step needs the members' behaviours (PopulationInputs.behaviours)")
     _, _, order, record = ranking(inputs)
     descriptors = inputs.behaviours(order)
     mutation, description = _mutation(config)
-    adoptions: dict[int, Adoption] = {}
-    for rank, k in enumerate(order):
-        fitter = [tuple(float(v) for v in c) for j in order[:rank] for c in descriptors[j]]
-        fitter = [c for c in fitter if not any(math.isnan(v) for v in c)]
-        adoptions[k] = Adoption(OWN, mutation, config.scheduler.reset_optimizer, tuple(fitter))
+    keep = sched.repulsion_from == "self"
+
+    def usable(members: Sequence[int]) -> tuple[tuple[float, ...], ...]:
+        centres = (tuple(float(v) for v in c) for j in members for c in descriptors[j])
+        return tuple(c for c in centres if not any(math.isnan(v) for v in c))
+
+    adoptions = {
+        k: Adoption(OWN, mutation, sched.reset_optimizer, usable([k] if keep else order[:rank]), repel_keep=keep)
+        for rank, k in enumerate(order)
+    }
     record.update(
         ranking=order,
         descriptors={str(k): [[json_float(float(v)) for v in c] for c in descriptors[k]] for k in order},
-        strength=config.scheduler.repulsion_strength,
-        bandwidth=config.scheduler.repulsion_bandwidth,
+        strength=sched.repulsion_strength,
+        bandwidth=sched.repulsion_bandwidth,
+        repulsion_from=sched.repulsion_from,
     )
     return PopulationDecision(adoptions=adoptions, record=record, mutation=description)
 

@@ -817,12 +817,16 @@ class SchedulerConfig(Section):
     repulsion_strength: float = Field(
         default=0.5,
         ge=0,
-        description="population=repulsion: s in r' = r − s·max_j exp(−‖b(x) − c_j‖²/(2h²)), c_j the behaviours where the fitter members' groups found their best ideas last epoch (in reward units; 0.5 is above the noise σ = 0.3 and below the gap from the lowest to the highest peak).",
+        description="population=repulsion: s in r' = r − s·max_j exp(−‖b(x) − c_j‖²/(2h²)), c_j the behaviours the member is repelled from (scheduler.repulsion_from: the fitter members' best ideas of last epoch, or its own of every past round; in reward units; 0.5 is above the noise σ = 0.3 and below the gap from the lowest to the highest peak).",
     )
     repulsion_bandwidth: float = Field(
         default=0.1,
         gt=0,
         description="population=repulsion: bandwidth h of the kernel, in behaviour space [0, 1]² (0.1 is one archive cell at the default 10 × 10 grid).",
+    )
+    repulsion_from: Literal["fitter", "self"] = Field(
+        default="fitter",
+        description="population=repulsion: whose behaviours a member is repelled from. `fitter`: the members ranked above it, their last epoch's (the best member avoids nobody; the population coupling). `self`: only its own: where its own groups found their best ideas at the end of every round so far, kept by the member and carried in its checkpoint; no information crosses members and no member is special (K independent runs, each repelled from its own history: the uncoupled arm). The kernel is the nearest centre's, so more centres widen the taboo region, never deepen it beyond s.",
     )
     frontier_capacity: int = Field(
         default=16,

@@ -107,7 +107,9 @@ def adopt_one(
 ) -> dict:
     """``member`` carries out ``adoption`` with its base looked up in ``bases``; its mutation's description."""
     base = None if adoption.base == OWN else bases[adoption.base]
-    return member.adopt(base, adoption.mutation, round_index, adoption.reset_optimizer, adoption.repel)
+    return member.adopt(
+        base, adoption.mutation, round_index, adoption.reset_optimizer, adoption.repel, adoption.repel_keep
+    )
 
 
 def new_archive(config: Config) -> LocalArchive:

@@ -347,7 +347,7 @@ def _copied(base: str) -> int:
 def _adoption_record(adoption: Adoption) -> dict:
     """One member's line of the population record."""
     out: dict = {"base": adoption.base, "mutate": adoption.mutation is not None, "reset": adoption.reset_optimizer}
-    if adoption.repel is not None:  # how many centres; they are the record's descriptors of the fitter members
+    if adoption.repel is not None:  # how many centres it was given (repulsion_from=self: added to its own)
         out["repel"] = len(adoption.repel)
     return out
 

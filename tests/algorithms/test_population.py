@@ -144,6 +144,25 @@ def test_repulsion_pushes_each_member_from_the_fitter_members_behaviours():
         POPULATION_STEPS.get("repulsion")(_inputs(cfg))
 
 
+def test_repulsion_from_self_repels_each_member_from_its_own_behaviours_only():
+    cfg = defaults(*SELECTING, "scheduler.mutate=none", "scheduler.repulsion_from=self")
+
+    def behaviours(ids):
+        return {k: [[k / 10, 0.5], [math.nan, 0.5] if k == 4 else [k / 10, 0.9]] for k in ids}
+
+    decision = POPULATION_STEPS.get("repulsion")(_inputs(cfg, behaviours=behaviours))
+    for k in range(K):  # the best (member 1) is no longer special: everyone avoids itself, nobody else
+        a = decision.adoptions[k]
+        assert (a.base, a.mutation, a.repel_keep) == (OWN, None, True)
+        assert list(a.repel or ()) == [(k / 10, y) for y in ((0.5,) if k == 4 else (0.5, 0.9))]
+    assert decision.record["repulsion_from"] == "self" and decision.record["ranking"] == RANKING
+    fitter = POPULATION_STEPS.get("repulsion")(_inputs(defaults(*SELECTING), behaviours=behaviours))
+    assert fitter.record["repulsion_from"] == "fitter"
+    assert not any(a.repel_keep for a in fitter.adoptions.values())  # fitter replaces the centres each round
+    with pytest.raises(ConfigError, match="repulsion_from"):
+        defaults(*SELECTING, "scheduler.repulsion_from=others")
+
+
 def test_frontier_stores_discoverers_and_returns_the_worst_to_them():
     cfg = defaults(*SELECTING, "scheduler.frontier_capacity=3", "scheduler.truncation_fraction=0.34")
     # round 0: cells opened 3, 0, 5, 1, 0, 2 → candidates 0, 2, 3, 5; the store keeps 2, 0, 5

@@ -93,3 +93,18 @@ def test_repulsion_targets_survive_a_checkpoint():
     assert b.repel is not None and torch.equal(b.repel, a.repel)
     a.adopt(None, None, 2, reset_optimizer=False)  # the next adoption without targets clears them
     assert a.repel is None and "repel" not in a.state_dict()
+
+
+def test_repel_keep_adds_to_the_members_own_history_and_survives_a_checkpoint():
+    a, _ = _twins(defaults(*SHORT_EPOCHS))
+    a.adopt(None, None, 1, reset_optimizer=False, repel=[[0.1, 0.2]], repel_keep=True)
+    a.adopt(None, None, 2, reset_optimizer=False, repel=[[0.3, 0.4], [0.5, 0.6]], repel_keep=True)
+    a.adopt(None, None, 3, reset_optimizer=False, repel=[], repel_keep=True)  # nothing usable: history kept
+    history = torch.tensor([[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]], dtype=torch.float64)
+    assert a.repel is not None and torch.equal(a.repel, history)
+    b = Member(0, defaults(*SHORT_EPOCHS), LocalArchive())
+    b.load_state_dict(a.state_dict())
+    b.adopt(None, None, 4, reset_optimizer=False, repel=[[0.7, 0.8]], repel_keep=True)
+    assert b.repel is not None and torch.equal(b.repel, torch.cat([history, torch.tensor([[0.7, 0.8]], dtype=torch.float64)]))
+    a.adopt(None, None, 4, reset_optimizer=False, repel=[[0.9, 0.9]])  # without keep: replaced
+    assert a.repel is not None and a.repel.tolist() == [[0.9, 0.9]]

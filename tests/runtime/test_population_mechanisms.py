@@ -6,6 +6,8 @@ decision the lineage records. The Ray test runs every mechanism end to end on ac
 checks it gives the in-process run's numbers.
 """
 
+import math
+
 import pandas as pd
 import pytest
 import torch
@@ -134,6 +136,47 @@ def test_frontier_returns_to_stored_snapshots():
     assert any(int(key.split(".")[0]) < rec["round"] for rec, *_ in rounds for key in rec["returns"].values())
 
 
+@pytest.mark.parametrize("source", ["fitter", "self"])
+def test_repulsion_centres_in_a_short_run_are_the_records_descriptors(source):
+    # After each round, every member holds exactly the centres a hand computation from the
+    # lineage gives: fitter, this round's descriptors of the members ranked above it; self,
+    # its own descriptors of every round so far, and nobody else's.
+    cfg = pop_grpo(*ROUNDS, "scheduler.population=repulsion", f"scheduler.repulsion_from={source}", "run.epochs=8")
+    executor = LocalExecutor(cfg)
+    held, records = [], []
+
+    def on_round(i, epoch_end, member_rows, record):
+        if record is not None:
+            records.append(record)
+            held.append([None if m.repel is None else m.repel.tolist() for m in executor.members])
+
+    try:
+        run_rounds(cfg, executor, on_round)
+        final = executor.get_weights(range(K))
+    finally:
+        executor.close()
+    assert len(records) == 3
+    history = {k: [] for k in range(K)}
+    for record, centres in zip(records, held, strict=True):
+        assert record["repulsion_from"] == source
+        own = {int(k): [c for c in d if all(_finite(v) for v in c)] for k, d in record["descriptors"].items()}
+        assert all(len(own[k]) == cfg.policy.n_prompts for k in range(K))
+        for rank, k in enumerate(record["ranking"]):
+            if source == "self":
+                history[k] += own[k]
+                expected = history[k]
+            else:
+                expected = [c for j in record["ranking"][:rank] for c in own[j]]
+            flat = [v for c in centres[k] or [] for v in c]
+            assert flat == pytest.approx([v for c in expected for v in c]), (record["round"], k)
+    # the members trained differently from one another under either coupling
+    assert not _equal(final[0], final[1])
+
+
+def _finite(v):
+    return v is not None and not math.isnan(v)
+
+
 def test_the_lineage_charges_greedy_soups_held_out_samples():
     cfg = pop_grpo(*ROUNDS, "scheduler.merge=greedy_soup")
     rounds, _, _ = _drive(cfg, LocalExecutor(cfg))
@@ -155,9 +198,9 @@ def test_every_mechanism_runs_on_ray_as_in_process(ray_local):
     executor = RayExecutor(pop_grpo(*ROUNDS, *overrides, "run.epochs=4"))
     members, archives = executor.snapshot()
     try:
-        for mechanism in MECHANISMS:
+        for mechanism, *extra in [*((m,) for m in MECHANISMS), ("repulsion", "scheduler.repulsion_from=self")]:
             cfg = pop_grpo(
-                *ROUNDS, *overrides, f"scheduler.population={mechanism}", "run.epochs=4"
+                *ROUNDS, *overrides, f"scheduler.population={mechanism}", *extra, "run.epochs=4"
             )  # two rounds: one decision
             local = _drive(cfg, LocalExecutor(cfg))
             executor.load_member_states(members)
