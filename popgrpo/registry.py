@@ -408,7 +408,8 @@ for _name in ("single", "ens", "warm"):
 GROUP_TRAINERS.register("packed", "popgrpo.algorithms.packed:PackedMembers")
 GROUP_TRAINERS.register("shared_base", "popgrpo.algorithms.shared_members:SharedBaseMembers")
 for _name, _attr in (("paper", "PAPER"), ("warm", "WARM"), ("lm", "LM"), ("discovery", "DISCOVERY"),
-                     ("discovery-tuning", "DISCOVERY_TUNING"), ("code-run", "CODE_RUN")):  # fmt: skip
+                     ("discovery-tuning", "DISCOVERY_TUNING"), ("discovery2", "DISCOVERY2"),
+                     ("discovery2-tuning", "DISCOVERY2_TUNING"), ("code-run", "CODE_RUN")):  # fmt: skip
     STUDIES.register(_name, f"popgrpo.research.study.kinds:{_attr}")
 for _name, _attr in (("collapse", "COLLAPSE"), ("paper", "PAPER"), ("stepping_stones", "STEPPING_STONES")):
     STUDY_LANDSCAPES.register(_name, f"popgrpo.research.study.discovery_landscapes:{_attr}")

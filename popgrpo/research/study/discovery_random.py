@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -75,27 +76,35 @@ def search_unit(
 
 
 def tune_widths(
-    landscapes: list[str], samples: dict[int, int], threshold: float, instances=TUNING.instances, seeds=TUNING.seeds
+    landscapes: list[str],
+    samples: dict[int, int],
+    threshold: float,
+    instances=TUNING.instances,
+    seeds=TUNING.seeds,
+    metrics: Mapping[str, bool] = TUNED_METRICS,
 ) -> pd.DataFrame:
-    """Mean of every tuned metric over the tuning units, per landscape × intensity × width
-    (``samples``: intensity → ideas a run of that intensity samples)."""
+    """Mean of every tuned metric (``metrics``: name → higher is better) over the tuning units, per
+    landscape × intensity × width (``samples``: intensity → ideas a run of that intensity samples)."""
     rows = []
     for landscape in landscapes:
         for intensity, n in sorted(samples.items()):
             for width in WIDTHS:
                 found = [search_unit(landscape, i, intensity, s, n, width, threshold) for i in instances for s in seeds]
-                means = {m: float(np.mean([float(f[m]) for f in found])) for m in TUNED_METRICS}
+                means = {m: float(np.mean([float(f[m]) for f in found])) for m in metrics}
                 rows.append({"landscape": landscape, "intensity": intensity, "width": width, **means})
     return pd.DataFrame(rows)
 
 
-def tuned_widths(tuning: pd.DataFrame) -> dict[tuple[str, int, str], float]:
-    """(landscape, intensity, metric) → the width with the best tuning mean of that metric."""
+def tuned_widths(
+    tuning: pd.DataFrame, metrics: Mapping[str, bool] = TUNED_METRICS
+) -> dict[tuple[str, int, str], float]:
+    """(landscape, intensity, metric) → the width with the best tuning mean of that metric (the
+    first of the smallest widths on a tie)."""
     best: dict[tuple[str, int, str], float] = {}
     for row in tuning[["landscape", "intensity"]].drop_duplicates().itertuples(index=False):
         landscape, intensity = str(row[0]), int(row[1])
         part = tuning[(tuning["landscape"] == landscape) & (tuning["intensity"] == intensity)]
-        for metric, higher in TUNED_METRICS.items():
+        for metric, higher in metrics.items():
             order = part.sort_values(metric, ascending=not higher, kind="stable")
             best[(landscape, intensity, metric)] = float(order["width"].iloc[0])
     return best

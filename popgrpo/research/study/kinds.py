@@ -164,6 +164,20 @@ DISCOVERY_TUNING = StudyKind(
     out="runs/discovery-tuning{quick}",
     options=_TUNE_OPTIONS | {"seeds", "landscape"},
 )
+DISCOVERY2 = StudyKind(
+    help="the second discovery study's confirmatory design (preregistration/discovery2.json; issue 46)",
+    render="popgrpo.research.study.discovery2_report:render_discovery2",
+    plan="popgrpo.research.study.discovery2:discovery2_plan",
+    out="runs/discovery2{quick}",
+    options=_TUNE_OPTIONS | {"seeds"},
+)
+DISCOVERY2_TUNING = StudyKind(
+    help="the second discovery study on its tuning instances and seeds (preregistration/discovery2_tuning.json)",
+    render="popgrpo.research.study.discovery2_report:render_discovery2",
+    plan="popgrpo.research.study.discovery2:discovery2_tuning_plan",
+    out="runs/discovery2-tuning{quick}",
+    options=_TUNE_OPTIONS | {"seeds"},
+)
 CODE_RUN = StudyKind(
     help="one code run's directory (env.kind=code): its pass@k curves",
     render="popgrpo.research.study.code_report:render_code",

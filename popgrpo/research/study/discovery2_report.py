@@ -1,0 +1,387 @@
+"""The second discovery study's tables, figures and verdicts (``popgrpo reproduce --study
+discovery2[-tuning]``; design: :mod:`popgrpo.research.study.discovery2`).
+
+From the run directories, once, into Parquet files that are all ``popgrpo report DIR`` needs:
+
+    OUT/discovery_trials.parquet          one row per trial (:func:`popgrpo.research.study.discovery_report.summarise`)
+    OUT/discovery_curves.parquet          per trial and epoch: samples, peaks, best values so far
+    OUT/discovery2_random_search.parquet  random search: one row per unit (family, instance, seed),
+                                          each metric at its width, and the widths
+    OUT/discovery2_random_widths.parquet  tuning only: per family × width, each metric's mean over
+                                          the tuning units (what the widths are tuned on)
+
+Inference is at the instance level: per arm and instance, the mean over its seeds; a claim is a
+paired t-test on the instance means of two arms (:class:`popgrpo.research.study.stats.Claim`,
+:func:`~popgrpo.research.study.stats.judge`: Holm within the family, TOST against the metric's
+margin before "equivalent", a 95% percentile bootstrap interval over instances). The claims, per
+family and metric: every arm but the control against best-of-K (H1), every arm and the control
+against random search (H2, H4), and each coupling pair's coupled arm against its uncoupled one
+(H3). The primary metrics' claims are one Holm family, the secondary metrics' another.
+
+The tuning report writes, per family, arm, comparator and primary metric, the instance-level
+effect size ``d_z``, the shrunken one (``d_z × 0.3``, magnitude capped at 1) and the instances a
+confirmation needs for power 0.8 of a two-sided paired t-test at α = 0.05 / the design's
+``power_family`` (statsmodels' ``TTestPower``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from popgrpo.markdown import md_table
+from popgrpo.research.study.discovery import RANDOM_SEARCH
+from popgrpo.research.study.discovery2 import BESIDE, CONTROL, PRIMARY, SECONDARY, Design2
+from popgrpo.research.study.discovery_report import compute_check, fig_curves, summarise, wall_time
+from popgrpo.research.study.stats import (
+    ALPHA,
+    HOLM,
+    TOST,
+    VERDICT,
+    Claim,
+    Column,
+    Verdict,
+    effect,
+    judge,
+    label_column,
+    verdicts_markdown,
+    write_verdicts,
+)
+
+__all__ = ["SHRINK", "claims", "instance_means", "power_table", "render_discovery2", "shrunken"]
+
+RANDOM_FILE, WIDTH_FILE = "discovery2_random_search.parquet", "discovery2_random_widths.parquet"
+SHRINK = 0.3
+"""Study 1's confirmed instance-level effects were about 0.3 of its tuning ones (the draft's rule)."""
+METRICS = (*PRIMARY, *SECONDARY)
+HIGHER = dict.fromkeys(METRICS, True)  # every judged metric: higher is better
+
+
+# ---- random search ---------------------------------------------------------------------------
+def _samples(trials: pd.DataFrame) -> dict[str, int]:
+    """Ideas a run of each family sampled (equal across the arms: :func:`compute_check`)."""
+    return {str(f): int(n) for f, n in trials.groupby("landscape")["samples"].max().items()}
+
+
+def random_search(out: Path, design: Design2, trials: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The random-search arm of the study in ``out`` and (tuning) the width table, read from their
+    Parquet files when there, else searched and written. Tuning: each metric's width is the best of
+    :data:`~popgrpo.research.study.discovery.WIDTHS` on these tuning units; confirmatory: the
+    design's ``random_widths``."""
+    from popgrpo.research.study.discovery_random import search_unit, tune_widths, tuned_widths
+
+    random_path, width_path = out / RANDOM_FILE, out / WIDTH_FILE
+    if random_path.exists():
+        return pd.read_parquet(random_path), pd.read_parquet(width_path) if width_path.exists() else None
+    samples = _samples(trials)
+    intensity = design.steps_per_epoch
+    widths: dict[str, dict[str, float]]
+    table = None
+    if design.phase == "tuning":
+        parts = [
+            tune_widths([f], {intensity: n}, design.threshold, design.instances, design.seeds, HIGHER)
+            for f, n in samples.items()
+        ]
+        table = pd.concat(parts, ignore_index=True)
+        best = tuned_widths(table, HIGHER)
+        widths = {f: {m: best[(f, intensity, m)] for m in METRICS} for f in samples}
+    else:
+        widths = design.random_widths
+    rows = []
+    units = trials[["landscape", "instance", "seed"]].drop_duplicates().sort_values(["landscape", "instance", "seed"])
+    for family, instance, seed in units.itertuples(index=False):
+        chosen = widths[str(family)]
+        found = {
+            w: search_unit(str(family), int(instance), intensity, int(seed), samples[str(family)], w, design.threshold)
+            for w in sorted(set(chosen.values()))
+        }
+        row = {"landscape": family, "instance": int(instance), "seed": int(seed), "arm": RANDOM_SEARCH}
+        row.update({m: float(found[chosen[m]][m]) for m in METRICS})
+        row.update({f"width_{m}": chosen[m] for m in METRICS})
+        rows.append(row)
+    random = pd.DataFrame(rows)
+    random.to_parquet(random_path, index=False, compression="zstd")
+    if table is not None:
+        table.to_parquet(width_path, index=False, compression="zstd")
+    return random, table
+
+
+# ---- instance-level claims -------------------------------------------------------------------
+def instance_means(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per family and instance (rows) and arm (columns): the mean of ``metric`` over the seeds."""
+    return frame.groupby(["landscape", "instance", "arm"])[metric].mean().unstack("arm")
+
+
+def _comparisons(design: Design2) -> list[tuple[str, str, str]]:
+    """(arm, comparator, hypothesis) of every claim per family and metric."""
+    mechanisms = [a for a in design.arms if a != CONTROL]
+    return [
+        *((a, CONTROL, "H1") for a in mechanisms),
+        *((a, RANDOM_SEARCH, "H2") for a in mechanisms),
+        (CONTROL, RANDOM_SEARCH, "H4"),
+        *((coupled, uncoupled, "H3") for coupled, uncoupled in design.coupling),
+    ]
+
+
+def claims(every_arm: pd.DataFrame, design: Design2, tier: str) -> list[Claim]:
+    """The claims of one Holm family (``tier``), each on the instance means of its two arms."""
+    metrics = [m for m, spec in design.metrics.items() if spec["tier"] == tier]
+    out: list[Claim] = []
+    for metric in metrics:
+        means = instance_means(every_arm, metric)
+        for family in design.families:
+            if family not in means.index.get_level_values("landscape"):
+                continue
+            part = means.loc[family]
+            for arm, comparator, hypothesis in _comparisons(design):
+                if arm not in part.columns or comparator not in part.columns:
+                    continue
+                pair = part[[arm, comparator]].dropna()
+                labels = {
+                    "family": family,
+                    "hypothesis": hypothesis,
+                    "arm": arm,
+                    "comparator": comparator,
+                    "metric": metric,
+                    "tier": tier,
+                    "instances": len(pair),
+                    "arm_mean": float(pair[arm].mean()),
+                    "comparator_mean": float(pair[comparator].mean()),
+                }
+                out.append(
+                    Claim.paired(
+                        f"{family}: {arm} − {comparator}, {metric}",
+                        pair[arm].to_numpy(),
+                        pair[comparator].to_numpy(),
+                        margin=float(design.metrics[metric]["margin"]),
+                        higher_is_better=HIGHER[metric],
+                        labels=labels,
+                    )
+                )
+    return out
+
+
+def judge_design(every_arm: pd.DataFrame, design: Design2) -> list[Verdict]:
+    """Every claim of the design, judged in two Holm families (primary, secondary)."""
+    return [v for tier in ("primary", "secondary") for v in judge(claims(every_arm, design, tier))]
+
+
+def shrunken(dz: float) -> float:
+    """``dz × SHRINK`` with its magnitude capped at 1 (NaN stays NaN)."""
+    if math.isnan(dz):
+        return math.nan
+    return math.copysign(min(abs(dz) * SHRINK, 1.0), dz)
+
+
+def power_table(every_arm: pd.DataFrame, design: Design2, power: float = 0.8) -> pd.DataFrame:
+    """Tuning: per family × (arm, comparator) × primary metric, the instance-level paired effect
+    ``dz``, its shrunken value and the instances for ``power`` at α = 0.05 / ``design.power_family``
+    from the shrunken one (NaN where its magnitude is at most 0.05)."""
+    from statsmodels.stats.power import TTestPower
+
+    analysis, alpha = TTestPower(), ALPHA / design.power_family
+    rows = []
+    for metric in PRIMARY:
+        means = instance_means(every_arm, metric)
+        for family in design.families:
+            if family not in means.index.get_level_values("landscape"):
+                continue
+            part = means.loc[family]
+            for arm, comparator, hypothesis in _comparisons(design):
+                if arm not in part.columns or comparator not in part.columns:
+                    continue
+                pair = part[[arm, comparator]].dropna()
+                d = (pair[arm] - pair[comparator]).to_numpy()
+                sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
+                dz = float(d.mean() / sd) if sd > 0 else math.nan
+                small = shrunken(dz)
+                needed = math.nan
+                if not math.isnan(small) and abs(small) > 0.05:
+                    needed = float(
+                        analysis.solve_power(effect_size=abs(small), alpha=alpha, power=power, alternative="two-sided")
+                    )
+                rows.append(
+                    {
+                        "family": family,
+                        "hypothesis": hypothesis,
+                        "arm": arm,
+                        "comparator": comparator,
+                        "metric": metric,
+                        "instances": len(d),
+                        "mean_diff": float(d.mean()) if len(d) else math.nan,
+                        "dz": dz,
+                        "dz_shrunk": small,
+                        "instances_for_power": needed,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+# ---- pages -----------------------------------------------------------------------------------
+def _format(frame: pd.DataFrame, digits: int = 3) -> str:
+    rows = [[f"{v:.{digits}f}" if isinstance(v, float) else v for v in row] for _, row in frame.iterrows()]
+    return md_table(list(frame.columns), rows) + "\n"
+
+
+def arms_markdown(every_arm: pd.DataFrame, design: Design2) -> str:
+    """Per family × arm: mean ± sd over instance means of every judged metric, then the policy's
+    spread, entropy and diversity where the trials have them (reported beside, not judged)."""
+    beside = [c for c in BESIDE if c in every_arm.columns]
+    columns = [*METRICS, *beside]
+    per_instance = every_arm.groupby(["landscape", "arm", "instance"])[columns].mean()
+    order = [*design.arms, RANDOM_SEARCH]
+    rows = []
+    for family in design.families:
+        for arm in order:
+            if (family, arm) not in per_instance.index.droplevel("instance"):
+                continue
+            part = per_instance.loc[(family, arm)]
+            cells = [
+                "–" if part[c].isna().all() else f"{part[c].mean():.3f} ± {part[c].std(ddof=1):.3f}" for c in columns
+            ]
+            rows.append([family, arm, len(part), *cells])
+    return md_table(["family", "arm", "instances", *columns], rows) + "\n"
+
+
+def fig_effects(verdicts: list[Verdict], path: Path) -> Path:
+    """Forest plot of the primary claims: mean instance-level difference, 95% CI, coloured by verdict."""
+    primary = [v for v in verdicts if v.extra["tier"] == "primary"]
+    metrics = list(dict.fromkeys(v.extra["metric"] for v in primary)) or ["none"]
+    height = 0.22 * max(1, len(primary) // len(metrics)) + 1.5
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), height), squeeze=False)
+    colours = {"better": "tab:green", "worse": "tab:red", "equivalent": "tab:blue", "inconclusive": "grey"}
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        rows = [v for v in primary if v.extra["metric"] == metric]
+        for y, v in enumerate(rows):
+            colour = colours.get(v.outcome, "black")
+            ax.plot(list(v.ci), [y, y], color=colour, linewidth=2)
+            ax.plot([v.test.mean], [y], "o", color=colour, markersize=4)
+        ax.axvline(0, color="black", linewidth=0.8)
+        if rows:
+            ax.axvspan(-rows[0].claim.margin, rows[0].claim.margin, color="tab:blue", alpha=0.08)
+        ax.set_yticks(
+            range(len(rows)),
+            [f"{v.extra['family']}: {v.extra['arm']} − {v.extra['comparator']}" for v in rows],
+            fontsize=6,
+        )
+        ax.invert_yaxis()
+        ax.set_title(f"{metric}: instance-level difference (95% CI; band: ±margin)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def fig_widths(table: pd.DataFrame, path: Path) -> Path:
+    """Tuning: random search's mean of each primary metric against its width, a line per family."""
+    fig, axes = plt.subplots(1, len(PRIMARY), figsize=(5.0 * len(PRIMARY), 3.2), squeeze=False)
+    for ax, metric in zip(axes[0], PRIMARY, strict=True):
+        for family, part in table.groupby("landscape"):
+            ax.plot(part["width"], part[metric], marker="o", label=str(family))
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("random search width")
+        ax.set_title(f"{metric} (tuning units)", fontsize=9)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _widths_markdown(random: pd.DataFrame) -> str:
+    rows = [
+        [family, *(f"{part[f'width_{m}'].iloc[0]:g}" for m in METRICS)] for family, part in random.groupby("landscape")
+    ]
+    return md_table(["family", *(f"width for {m}" for m in METRICS)], rows) + "\n"
+
+
+def render_discovery2(out: str | Path) -> list[Path]:
+    """Write the study's tables, figures and (confirmatory) verdicts into ``out``; return the paths."""
+    out = Path(out)
+    plan = json.loads((out / "plan.json").read_text())
+    design = Design2.from_json(plan["design"])
+    trials, curves = summarise(out)
+    compute_check(trials)  # a ValueError when the arms of a family sampled different numbers of ideas
+    per_family = ", ".join(f"{n:,} on {f}" for f, n in _samples(trials).items())
+    check = (
+        f"Compute: every arm sampled and executed the same ideas per run in each family ({per_family}), with the "
+        "same gradient steps (K = 5 members × epochs × updates/epoch); random search draws as many per unit."
+    )
+    random, widths = random_search(out, design, trials)
+    every_arm = pd.concat([trials, random[random.columns.intersection(trials.columns)]], ignore_index=True)
+    written = [out / "discovery_trials.parquet", out / "discovery_curves.parquet", out / RANDOM_FILE]
+    where = (
+        f"code {plan.get('commit', 'unknown')}, plan started {plan.get('started', 'unknown')}; "
+        f"{len(trials)} trials; random search: as many ideas per unit as a run, at each metric's width "
+        + ("tuned on these tuning units (in-sample)" if design.phase == "tuning" else "pre-registered from tuning")
+    )
+    (out / "arms.md").write_text(
+        f"# Second discovery study ({design.phase}): every arm\n\n{check}\n\n{where}.\n\n"
+        "Mean ± sd over instances of each instance's mean over seeds; coverage metrics at "
+        f"{design.threshold:g} of a peak's height.\n\n"
+        + arms_markdown(every_arm, design)
+        + "\n## Random search's widths\n\n"
+        + _widths_markdown(random)
+    )
+    written.append(out / "arms.md")
+    written.append(fig_curves(trials, curves, "peaks", "peaks reached", out / "fig_peaks_vs_samples.png"))
+    written.append(
+        fig_curves(trials, curves, "best_quality", "best noise-free Q", out / "fig_best_quality_vs_samples.png")
+    )
+    if widths is not None:
+        written += [out / WIDTH_FILE, fig_widths(widths, out / "fig_random_widths.png")]
+    if design.phase == "tuning":
+        power = power_table(every_arm, design)
+        (out / "tuning.json").write_text(json.dumps(power.to_dict("records"), indent=1) + "\n")
+        (out / "tuning.md").write_text(
+            "# Second discovery study, tuning phase: instance-level effects and the confirmation's size\n\n"
+            f"{check}\n\n{where}.\n\nPer family, arm and comparator: the instance means' paired differences "
+            f"(mean over seeds per instance); `dz` = mean / sd of the differences; `dz_shrunk` = dz × {SHRINK:g}, "
+            "magnitude capped at 1; `instances_for_power`: instances for power 0.8 of a two-sided paired t-test "
+            f"at α = 0.05 / {design.power_family} (statsmodels TTestPower on |dz_shrunk|; NaN where it is at "
+            "most 0.05).\n\n" + _format(power)
+        )
+        return [*written, out / "tuning.json", out / "tuning.md"]
+    verdicts = judge_design(every_arm, design)
+    wall = wall_time(out)
+    study = {
+        "preregistration_sha256": plan.get("preregistration_sha256"),
+        "commit": plan.get("commit"),
+        "started": plan.get("started"),
+        "trials": len(trials),
+        "wall_seconds": wall,
+        "design": design.to_json(),
+    }
+    write_verdicts(out / "verdicts.json", {**study, "verdicts": [v.record() for v in verdicts]})
+    columns: list[Column] = [
+        label_column("hypothesis", "hypothesis"),
+        label_column("arm", "arm"),
+        label_column("against", "comparator"),
+        label_column("metric", "metric"),
+        label_column("instances", "instances"),
+        ("arm mean", lambda v: f"{v.extra['arm_mean']:.3f}"),
+        ("against mean", lambda v: f"{v.extra['comparator_mean']:.3f}"),
+        effect(),
+        HOLM,
+        TOST,
+        VERDICT,
+    ]
+    blocks = [
+        f"# Second discovery study: verdicts\n\n{check}\n\n{where}; pre-registration SHA-256 {study['preregistration_sha256']}.\n"
+    ]
+    for tier in ("primary", "secondary"):
+        for family in design.families:
+            part = [v for v in verdicts if v.extra["tier"] == tier and v.extra["family"] == family]
+            if part:
+                blocks.append(f"## {family}, {tier} metrics (one Holm family per tier, over every family)\n\n")
+                blocks.append(verdicts_markdown(part, columns))
+    (out / "verdicts.md").write_text("\n".join(blocks))
+    written += [out / "verdicts.json", out / "verdicts.md", fig_effects(verdicts, out / "fig_effects.png")]
+    return written
