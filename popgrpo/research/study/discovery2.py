@@ -48,6 +48,7 @@ __all__ = [
     "Design2",
     "build_plan",
     "check_arms",
+    "design_plan",
     "discovery2_plan",
     "discovery2_tuning_plan",
     "load_preregistration",
@@ -328,7 +329,9 @@ def code_commit() -> str:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def _plan(study: str, design: Design2, sha: str | None, quick: bool, seeds, epochs, landscape: str) -> dict:
+def design_plan(study: str, design: Design2, sha: str | None, quick: bool, seeds, epochs, landscape: str) -> dict:
+    """plan.json of ``design`` (``sha``: its pre-registration's hash) with ``--quick``, ``--seeds`` and
+    ``--epochs`` applied; every arm checked (:func:`check_arms`); the code commit and start time."""
     if landscape != "collapse":
         raise ValueError(f"--study {study} runs its design's families: drop --landscape")
     if quick:
@@ -358,11 +361,11 @@ def _plan(study: str, design: Design2, sha: str | None, quick: bool, seeds, epoc
 def discovery2_tuning_plan(study, quick, seeds, epochs, landscape, model) -> dict:
     """plan.json of ``--study discovery2-tuning`` (a StudyKind's ``plan``)."""
     del model
-    return _plan(study, load_tuning(), None, quick, seeds, epochs, landscape)
+    return design_plan(study, load_tuning(), None, quick, seeds, epochs, landscape)
 
 
 def discovery2_plan(study, quick, seeds, epochs, landscape, model) -> dict:
     """plan.json of ``--study discovery2``, the pre-registered confirmatory design."""
     del model
     design, sha = load_preregistration()
-    return _plan(study, design, sha, quick, seeds, epochs, landscape)
+    return design_plan(study, design, sha, quick, seeds, epochs, landscape)
