@@ -163,6 +163,27 @@ def test_repulsion_from_self_repels_each_member_from_its_own_behaviours_only():
         defaults(*SELECTING, "scheduler.repulsion_from=others")
 
 
+@pytest.mark.parametrize(
+    ("overrides", "mutated", "reset", "repelled"),
+    [
+        (("scheduler.population=independent", "scheduler.mutate=none"), False, True, False),  # Adam reset alone
+        (("scheduler.population=independent", "scheduler.reset_optimizer=false"), True, False, False),  # perturbation
+        (("scheduler.population=repulsion", "scheduler.mutate=none", "scheduler.reset_optimizer=false"), False, False, True),
+    ],
+    ids=["reset alone", "perturbation alone", "penalty alone"],
+)
+def test_each_ingredient_arm_is_one_config(overrides, mutated, reset, repelled):
+    # docs/MECHANISMS.md's ingredients table: each arm changes exactly one thing at a round's end
+    cfg = defaults(*SELECTING, *overrides)
+    decision = POPULATION_STEPS.get(cfg.scheduler.population)(
+        _inputs(cfg, behaviours=lambda ids: {k: [[k / 10, 0.5]] for k in ids})
+    )
+    for k, a in decision.adoptions.items():
+        assert a.base == OWN and a.reset_optimizer == reset
+        assert (a.mutation == GaussianMutation(sigma=0.01)) if mutated else a.mutation is None
+        assert bool(a.repel) == (repelled and k != RANKING[0]), k
+
+
 def test_frontier_stores_discoverers_and_returns_the_worst_to_them():
     cfg = defaults(*SELECTING, "scheduler.frontier_capacity=3", "scheduler.truncation_fraction=0.34")
     # round 0: cells opened 3, 0, 5, 1, 0, 2 → candidates 0, 2, 3, 5; the store keeps 2, 0, 5

@@ -8,6 +8,7 @@ checks it gives the in-process run's numbers.
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -171,6 +172,32 @@ def test_repulsion_centres_in_a_short_run_are_the_records_descriptors(source):
             assert flat == pytest.approx([v for c in expected for v in c]), (record["round"], k)
     # the members trained differently from one another under either coupling
     assert not _equal(final[0], final[1])
+
+
+def test_per_member_outcome_counts_are_each_members_own():
+    # explore.count_bonus with archive.shared=false: member 0 of two counts, and so trains, exactly
+    # as member 0 alone; with a shared archive it counts both members' ideas and trains differently.
+    bonus = ("explore.count_bonus=0.5", "scheduler.enabled=false", "run.epochs=4", "grpo.steps_per_epoch=2")
+    runs = {}
+    for name, extra in {"alone": ("population.size=1",), "private": (), "shared": ("archive.shared=true",)}.items():
+        cfg = pop_grpo(*ROUNDS, *bonus, *extra)
+        executor = LocalExecutor(cfg)
+        rows = []
+        try:
+            run_rounds(cfg, executor, lambda i, e, member_rows, record: rows.extend(r for m in member_rows for r in m))
+            runs[name] = (executor.archives(), pd.DataFrame(rows), executor.get_weights([0])[0])
+        finally:
+            executor.close()
+    (alone,), alone_rows, alone_weights = runs["alone"]
+    private, private_rows, private_weights = runs["private"]
+    (shared,), _, shared_weights = runs["shared"]
+    ideas = private_rows.groupby("member")["ideas"].sum()
+    assert len(private) == K and [a.outcomes.total for a in private] == [ideas[k] for k in range(K)]
+    assert np.array_equal(private[0].outcomes.counts, alone.outcomes.counts)
+    member0 = private_rows[private_rows["member"] == 0].reset_index(drop=True)
+    pd.testing.assert_frame_equal(member0, alone_rows.reset_index(drop=True))
+    assert _equal(private_weights, alone_weights)
+    assert shared.outcomes.total == ideas.sum() and not _equal(shared_weights, alone_weights)
 
 
 def _finite(v):
