@@ -9,6 +9,7 @@ archive's elites, which are chosen by their noisy reward.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import cast
 
@@ -29,12 +30,14 @@ from popgrpo.envs import Landscape
 __all__ = [
     "COVERAGE_THRESHOLD",
     "RANDOM_SEARCH",
+    "SPREAD_COLUMNS",
     "WIDTHS",
     "archived_best_quality",
     "discovery_summary",
     "random_search",
     "reachable",
     "run_discovery",
+    "spread_summary",
     "trial_summary",
 ]
 
@@ -123,10 +126,38 @@ def discovery_summary(
     }
 
 
+SPREAD_COLUMNS = ("entropy", "spread", "diversity")
+"""What :func:`spread_summary` adds to a trial's summary: how wide the policy stayed and how
+varied its ideas were, to read beside the discovery metrics (not a discovery metric)."""
+
+_HALF_LOG_2PI_E = 0.5 * math.log(2 * math.pi * math.e)
+
+
+def spread_summary(frame: pd.DataFrame) -> dict[str, float]:
+    """A run's policy spread and idea diversity over the last quarter of its epochs.
+
+    From the run's ``metrics.parquet`` rows (every member): the mean over the members and the
+    last ⌈E/4⌉ of its E epochs (the policy the run ended with, once the shared start has worn
+    off) of ``entropy`` (the policy's entropy per dimension in nats, for a Gaussian policy
+    ½ log(2πe) + mean log σ: :func:`popgrpo.core.entropy.gaussian_entropy`) and ``diversity``
+    (the mean pairwise cosine distance of an epoch's ideas' features); ``spread``:
+    ``exp(entropy − ½ log(2πe))``, the geometric mean of a Gaussian policy's σ (the width
+    random search is tuned over; not meaningful for a text policy). NaN where a column is absent.
+    """
+    epochs = np.sort(frame["epoch"].unique())
+    last = frame[frame["epoch"].isin(epochs[len(epochs) - math.ceil(len(epochs) / 4) :])]
+
+    def mean(column: str) -> float:
+        return float(last[column].mean()) if column in last.columns and len(last) else float("nan")
+
+    entropy = mean("entropy")
+    return {"entropy": entropy, "spread": math.exp(entropy - _HALF_LOG_2PI_E), "diversity": mean("diversity")}
+
+
 def trial_summary(
     frame: pd.DataFrame, reachable_set: frozenset[int], far: frozenset[int] = frozenset()
 ) -> tuple[dict[str, float | str], pd.DataFrame]:
-    """What one run found (:func:`discovery_summary`) and its per-epoch trajectory.
+    """What one run found (:func:`discovery_summary`), its spread (:func:`spread_summary`), and its per-epoch trajectory.
 
     ``frame``: the run's ``metrics.parquet`` (every member a unit: a population, or K
     independent runs of a ``scheduler.enabled=false`` population); ``far``: the landscape's far
@@ -135,7 +166,7 @@ def trial_summary(
     """
     found = run_discovery(frame)
     curve = pd.DataFrame([p.__dict__ for p in found.trajectory])
-    return discovery_summary(found, reachable_set, far), curve
+    return {**discovery_summary(found, reachable_set, far), **spread_summary(frame)}, curve
 
 
 def random_search(

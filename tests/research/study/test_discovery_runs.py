@@ -59,3 +59,57 @@ def test_reachable_peaks_of_the_default_landscape_leave_out_the_shadowed_ones():
     assert found <= set(range(8)) and 7 in found
     for p in set(range(8)) - found:  # its centre lies in another peak's basin
         assert int(env.peak(env.peak_centres[p : p + 1])) != p
+
+
+def test_spread_summary_is_the_last_quarters_mean_over_members():
+    from popgrpo.research.study.discovery import spread_summary
+
+    # five epochs: the last ⌈5/4⌉ = 2 (epochs 3 and 4) count, every member's rows
+    frame = pd.DataFrame(
+        {
+            "epoch": [e for e in range(5) for _ in range(2)],
+            "member": [0, 1] * 5,
+            "entropy": [9.0] * 6 + [1.0, 1.2, 1.4, 1.6],
+            "diversity": [9.0] * 6 + [0.1, 0.2, 0.3, 0.4],
+        }
+    )
+    summary = spread_summary(frame)
+    half_log_2pi_e = 0.5 * math.log(2 * math.pi * math.e)
+    assert summary["entropy"] == pytest.approx(1.3) and summary["diversity"] == pytest.approx(0.25)
+    assert summary["spread"] == pytest.approx(math.exp(1.3 - half_log_2pi_e))
+    assert all(math.isnan(v) for v in spread_summary(frame[["epoch", "member"]]).values())
+
+
+def test_a_real_trials_summary_carries_its_spread_beside_its_discovery(tmp_path):
+    # Two short real runs on the collapse landscape, one starting with σ = 1 and one with σ = e^-1.5:
+    # the trial summary reads both from the metrics.parquet the run wrote.
+    from popgrpo.config import load_config, preset_path
+    from popgrpo.envs import make_env
+    from popgrpo.research.study.discovery import SPREAD_COLUMNS
+    from popgrpo.research.study.plan import landscape_overrides
+    from popgrpo.runtime.executor_spec import LOCAL
+    from popgrpo.train import train
+
+    base = [
+        *landscape_overrides("collapse"),
+        "population.size=2",
+        "scheduler.enabled=false",
+        "run.epochs=8",
+        "grpo.steps_per_epoch=1",
+        "eval.merged=false",
+    ]
+    summaries = {}
+    for name, extra in {"wide": [], "narrow": ["policy.log_std_init=-1.5"]}.items():
+        cfg = load_config(preset_path("pop_grpo"), [*base, *extra])
+        train(cfg, tmp_path / name, LOCAL, progress=False)
+        metrics = pd.read_parquet(tmp_path / name / "metrics.parquet")
+        env = make_env(cfg.env)
+        summary, _ = trial_summary(metrics, reachable(env, env.peak_centres), frozenset(env.far_peaks))
+        last = metrics[metrics["epoch"] >= 6]  # the last quarter of 8 epochs, both members
+        assert len(last) == 4 and summary["entropy"] == pytest.approx(float(last["entropy"].mean()))
+        assert summary["diversity"] == pytest.approx(float(last["diversity"].mean())) and summary["diversity"] > 0
+        assert {"far_coverage", "best_quality", *SPREAD_COLUMNS} <= summary.keys()
+        summaries[name] = summary
+    # the policy's σ barely moves in 8 one-step epochs: each run's spread is near where it started
+    assert summaries["wide"]["spread"] == pytest.approx(1.0, abs=0.15)
+    assert summaries["narrow"]["spread"] == pytest.approx(math.exp(-1.5), rel=0.15)
