@@ -51,6 +51,7 @@ from popgrpo.algorithms.step import (
     step_advantages,
     zero_bad,
 )
+from popgrpo.columns import CONTROL_COLUMNS, REASONS_COLUMN
 from popgrpo.config import Config
 from popgrpo.core.entropy import AdaptiveAlpha
 from popgrpo.core.exploration import count_bonus, unlikeliness_rewards, weight_positive
@@ -60,7 +61,6 @@ from popgrpo.core.seeding import STREAM_MEMBER, STREAM_PERTURB, torch_generator
 from popgrpo.core.trees import map_leaves
 from popgrpo.envs import Environment, TextEnvironment
 from popgrpo.registry import ADVANTAGES, POLICY_LOSSES, REWARD_SOURCES
-from popgrpo.columns import CONTROL_COLUMNS, REASONS_COLUMN
 
 if TYPE_CHECKING:
     from popgrpo.algorithms.engine_rollouts import RolloutService

@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from popgrpo.algorithms.merges import WeightMutation
+from popgrpo.columns import json_float
 from popgrpo.core.seeding import STREAM_POPULATION, derive_seed
 from popgrpo.core.selection import cyclic_objective, objective_scores, select_top_m
 from popgrpo.registry import MUTATIONS, POPULATION_STEPS
-from popgrpo.columns import json_float
 
 if TYPE_CHECKING:
     from popgrpo.config import Config

@@ -168,7 +168,12 @@ def test_repulsion_from_self_repels_each_member_from_its_own_behaviours_only():
     [
         (("scheduler.population=independent", "scheduler.mutate=none"), False, True, False),  # Adam reset alone
         (("scheduler.population=independent", "scheduler.reset_optimizer=false"), True, False, False),  # perturbation
-        (("scheduler.population=repulsion", "scheduler.mutate=none", "scheduler.reset_optimizer=false"), False, False, True),
+        (
+            ("scheduler.population=repulsion", "scheduler.mutate=none", "scheduler.reset_optimizer=false"),
+            False,
+            False,
+            True,
+        ),
     ],
     ids=["reset alone", "perturbation alone", "penalty alone"],
 )

@@ -105,6 +105,8 @@ def test_repel_keep_adds_to_the_members_own_history_and_survives_a_checkpoint():
     b = Member(0, defaults(*SHORT_EPOCHS), LocalArchive())
     b.load_state_dict(a.state_dict())
     b.adopt(None, None, 4, reset_optimizer=False, repel=[[0.7, 0.8]], repel_keep=True)
-    assert b.repel is not None and torch.equal(b.repel, torch.cat([history, torch.tensor([[0.7, 0.8]], dtype=torch.float64)]))
+    assert b.repel is not None and torch.equal(
+        b.repel, torch.cat([history, torch.tensor([[0.7, 0.8]], dtype=torch.float64)])
+    )
     a.adopt(None, None, 4, reset_optimizer=False, repel=[[0.9, 0.9]])  # without keep: replaced
     assert a.repel is not None and a.repel.tolist() == [[0.9, 0.9]]

@@ -184,7 +184,11 @@ def test_per_member_outcome_counts_are_each_members_own():
         executor = LocalExecutor(cfg)
         rows = []
         try:
-            run_rounds(cfg, executor, lambda i, e, member_rows, record: rows.extend(r for m in member_rows for r in m))
+            run_rounds(
+                cfg,
+                executor,
+                lambda i, e, member_rows, record, rows=rows: rows.extend(r for m in member_rows for r in m),
+            )
             runs[name] = (executor.archives(), pd.DataFrame(rows), executor.get_weights([0])[0])
         finally:
             executor.close()
