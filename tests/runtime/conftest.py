@@ -23,7 +23,7 @@ def ray_local():
     # starts it: they get the machine's own PATH, not the programs that one test declared
     # (tests/services.py ProgramHider hides the others from the test process only).
     hidden_path = os.environ.get("PATH", "")
-    if HIDER.real_path is not None:
+    if HIDER is not None and HIDER.real_path is not None:
         os.environ["PATH"] = HIDER.real_path
     try:
         ctx = start_local_ray(
