@@ -45,7 +45,9 @@ def _row(check: dict, instance: int) -> dict:
 def _same(found: dict, committed: dict) -> None:
     assert found["samples"] == committed["samples"]
     assert found["far_reached"] == committed["far_reached"]
-    assert found["best_quality"] == pytest.approx(committed["best_quality"], abs=1e-6)
+    # 120 epochs of float32 training: another numpy/torch build moves the last bits (the
+    # control of instance 8 recomputes to within 2e-6 relative under numpy 2.4.6, torch 2.13.0).
+    assert found["best_quality"] == pytest.approx(committed["best_quality"], rel=1e-5)
     assert found["far_fraction"] == pytest.approx(committed["far_fraction"], abs=1e-5)
 
 
