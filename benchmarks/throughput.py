@@ -289,7 +289,7 @@ def _measure_on_connected_ray(cfg: Config, epochs: int) -> dict:
     if isinstance(executor, Exception):
         raise executor
     try:
-        nodes = len(set(ray.get([a.node_id.remote() for a in executor._actors])))
+        nodes = len(set(executor.worker_node_ids()))
         result = time_train(executor, epochs, population_pids(executor))
         result["nodes_used"] = nodes
         result["cluster_nodes"] = len([n for n in ray.nodes() if n["Alive"]])

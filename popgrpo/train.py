@@ -13,8 +13,9 @@ from tqdm import tqdm
 
 from popgrpo.algorithms.archive_service import LocalArchiveState
 from popgrpo.config import Config, checkpoint_due, load_config
-from popgrpo.runtime.async_loop import AsyncExecutor, AsyncState, AsyncStateError, parse_async_state, run_async
-from popgrpo.runtime.executor import Executor, LocalExecutor
+from popgrpo.runtime.async_loop import AsyncExecutor, AsyncRounds, AsyncState, AsyncStateError, parse_async_state
+from popgrpo.runtime.executor import Executor
+from popgrpo.runtime.executor_spec import LOCAL, ExecutorSpec, build_executor
 from popgrpo.runtime.scheduler import FrontierStore, PopulationRounds, frontier_store, round_lengths, run_rounds
 from popgrpo.runtime.stopping import deferred, deferring
 from popgrpo.telemetry.checkpoint import Checkpointer
@@ -24,9 +25,11 @@ from popgrpo.telemetry.run_dir import RunDirectory, default_run_dir
 from popgrpo.telemetry.summary import RewardWindow, summarise
 from popgrpo.telemetry.writer import BackgroundWriter
 
-__all__ = ["ResumeError", "default_run_dir", "resume", "train"]
+__all__ = ["ExecutorSpec", "ResumeError", "default_run_dir", "resume", "train"]
 
-ExecutorFactory = Callable[[Config, Path], Executor]  # (config, run_dir) -> executor
+# (config, run_dir) -> executor: a test's or benchmark's own executor (a fault injector, a
+# timer), in place of the one ``executor`` names.
+ExecutorFactory = Callable[[Config, Path], Executor]
 Say = Callable[[str], None]  # prints one start-up line (the CLI's, with the seconds since it started)
 
 
@@ -37,11 +40,15 @@ class ResumeError(ValueError):
 def train(
     config: Config,
     run_dir: str | Path,
-    executor_factory: ExecutorFactory = LocalExecutor,
+    executor: ExecutorSpec = LOCAL,
     progress: bool = True,
     say: Say | None = None,
+    executor_factory: ExecutorFactory | None = None,
 ) -> dict:
     """Train ``config`` and write its run directory; return the summary.
+
+    ``executor``: which executor the members train on (:func:`~popgrpo.runtime.executor_spec.build_executor`
+    builds it); ``executor_factory``, when given, builds it instead.
 
     After every round the metrics, the lineage line and a checkpoint are written (by a
     background thread, in that order, while the next round trains), so an interrupted run
@@ -50,17 +57,20 @@ def train(
     """
     out = RunDirectory(run_dir).create()
     out.write_config(config)
-    return _run(config, out, executor_factory, progress, start_round=0, rows=[], restore=None, say=say)
+    executors = (executor, executor_factory)
+    return _run(config, out, executors, progress, start_round=0, rows=[], restore=None, say=say)
 
 
 def resume(
     run_dir: str | Path,
-    executor_factory: ExecutorFactory = LocalExecutor,
+    executor: ExecutorSpec = LOCAL,
     progress: bool = True,
     epochs: int | None = None,
     say: Say | None = None,
+    executor_factory: ExecutorFactory | None = None,
 ) -> dict:
     """Continue an interrupted run from its last complete round; finish with the same epochs.
+    ``executor``, ``executor_factory``: as for :func:`train`.
 
     Metrics and lineage written after that round (by the run that died) are dropped and
     recomputed, so the finished run equals an uninterrupted one with the same seed.
@@ -145,7 +155,7 @@ def resume(
     return _run(
         config,
         out,
-        executor_factory,
+        (executor, executor_factory),
         progress,
         start_round=start_round,
         rows=rows,
@@ -216,8 +226,10 @@ class _Progress:
     rounds a thread follows the member epochs the executor counts (every ``every_s`` seconds:
     ``done + member_epochs() / members`` epochs per member, capped at the run's)."""
 
-    def __init__(self, config: Config, executor: Executor, rows: list[dict], show: bool, every_s: float = 1.0) -> None:
-        self.done = len({r["epoch"] for r in rows})
+    def __init__(
+        self, config: Config, executor: Executor, rows: list[dict], done: int, show: bool, every_s: float = 1.0
+    ) -> None:
+        self.done = done  # epochs per member in ``rows``
         self.total, self.members = config.run.epochs, config.population.size
         self.bar = tqdm(
             total=self.total, initial=self.done, desc=config.run.name, unit="epoch", disable=not show, mininterval=0.5
@@ -267,7 +279,7 @@ class _Progress:
 
 class RoundEnd:
     """What the driver does with a finished round, called by the round loop
-    (:func:`~popgrpo.runtime.scheduler.run_rounds`, :func:`~popgrpo.runtime.async_loop.run_async`)
+    (:func:`~popgrpo.runtime.scheduler.run_rounds`, :class:`~popgrpo.runtime.async_loop.AsyncRounds`)
     as ``round_end(round_index, epoch_end, rows_per_member, record, state)``. Its steps, in order:
     keep the rows, take the members' and archives' states, take the executor's events, decide
     whether to checkpoint, hand all of it to the background writer, and move the progress bar.
@@ -390,7 +402,7 @@ def _write_round(
 def _run(
     config: Config,
     out: RunDirectory,
-    executor_factory: ExecutorFactory,
+    executors: tuple[ExecutorSpec, ExecutorFactory | None],
     progress: bool,
     start_round: int,
     rows: list[dict],
@@ -406,13 +418,17 @@ def _run(
     # Before the executor: a tracker whose client is missing stops the run before Ray starts.
     loggers = make_loggers(config, out.path, resume_epoch=done if start_round > 0 else None)
     try:
-        executor = executor_factory(config, out.path)  # before the progress bar: start-up may fail
+        spec, factory = executors  # before the progress bar: start-up may fail
+        if factory is not None:
+            executor = factory(config, out.path)
+        else:
+            executor = build_executor(spec, config, out.path, say=say, count_epochs=progress)
     except BaseException:
         loggers.close(failed=True)
         raise
     if say is not None:
         say(f"round {start_round} begins (epoch {done} of {config.run.epochs})")
-    bar = _Progress(config, executor, rows, show=progress)
+    bar = _Progress(config, executor, rows, done, show=progress)
     writer = BackgroundWriter()  # the round's files and logger events, written while the next round trains
     failed = True
     try:
@@ -426,7 +442,7 @@ def _run(
             run_rounds(config, executor, round_end, start_round=start_round, rounds=rounds, pending=pending)
         else:
             try:
-                run_async(
+                AsyncRounds(
                     config,
                     cast(AsyncExecutor, executor),
                     round_end,
@@ -434,7 +450,7 @@ def _run(
                     decided=out.append_merge,
                     replay=replay,
                     rounds=rounds,
-                )
+                ).run()
             except AsyncStateError as exc:
                 raise ResumeError(f"{out.path}: {exc}") from None
         failed = False

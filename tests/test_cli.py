@@ -266,11 +266,11 @@ def test_the_first_start_up_line_comes_before_torch_loads(tmp_path: Path):
     """A default `popgrpo train` says what it starts before it imports torch (3 s on a busy
     2-core machine): its first line takes the config, the checks and nothing heavier."""
     code = (
-        "import sys, popgrpo.cli as c\n"
+        "import sys, popgrpo.cli as c, popgrpo.cli.train as t\n"
         "def first(message):\n"
         "    print('torch' in sys.modules, message, file=sys.stderr)\n"
         "    sys.exit(0)\n"
-        "c._say = first\n"
+        "t._say = first\n"
         f"c.main(['train', '--out', {str(tmp_path / 'r')!r}])\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

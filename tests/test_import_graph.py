@@ -27,9 +27,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("algorithms", ("popgrpo.algorithms",)),
     ("runtime", ("popgrpo.runtime",)),
     ("one run, reward models", ("popgrpo.train", "popgrpo.preflight", "popgrpo.reward_models")),
-    ("operations", ("popgrpo.ops", "popgrpo.lm_commands")),
+    ("operations", ("popgrpo.ops",)),
     ("research tools", ("popgrpo.research",)),
-    ("entry points", ("popgrpo.cli", "popgrpo.__main__", "popgrpo.jobs")),
+    ("entry points", ("popgrpo.cli", "popgrpo.__main__")),
 ]
 
 

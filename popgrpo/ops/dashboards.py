@@ -1,4 +1,5 @@
-"""Grafana dashboards: ``popgrpo dashboards install`` and ``popgrpo dashboards export``.
+"""Grafana dashboards: what ``popgrpo dashboards install`` and ``popgrpo dashboards export`` do
+(their parsers: :mod:`popgrpo.cli.ops`).
 
 The dashboard is a plain file, ``dashboards/popgrpo.json`` at the repository root (uid
 ``popgrpo``), that a user can also import by hand. Its panels read the ``ray_popgrpo_*``
@@ -28,12 +29,10 @@ Exit codes follow the CLI's: bad input (URL, missing token, unknown folder layou
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +42,12 @@ import yaml
 
 from popgrpo.config import ConfigError
 from popgrpo.telemetry.atomic import atomic_write
+from popgrpo.telemetry.watching import DASHBOARD_PATH
 
 __all__ = [
     "DASHBOARD_PATH",
     "DASHBOARD_UID",
     "InstallError",
-    "add_parsers",
     "copy_to_ray",
     "dashboard_payload",
     "datasource_payload",
@@ -60,11 +59,6 @@ __all__ = [
     "with_datasource",
 ]
 
-# dashboards/ at the repository root; a wheel installs it as popgrpo/dashboards/ (pyproject).
-_PACKAGED = Path(__file__).resolve().parents[1] / "dashboards" / "popgrpo.json"
-DASHBOARD_PATH = (
-    _PACKAGED if _PACKAGED.is_file() else Path(__file__).resolve().parents[2] / "dashboards" / "popgrpo.json"
-)
 DASHBOARD_UID = "popgrpo"
 TOKEN_ENV = "GRAFANA_TOKEN"
 # Ray's generated prometheus.yml scrapes every 10 s. Grafana's "scrape interval" setting
@@ -401,101 +395,3 @@ def copy_to_ray(target_dir: Path, dashboard: dict | None = None) -> Path:
     """
     dashboard = load_dashboard() if dashboard is None else dashboard
     return atomic_write(target_dir / RAY_DASHBOARD_FILE, json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n")
-
-
-# ---- command line ------------------------------------------------------------------------------
-
-
-def _default_grafana_url() -> str:
-    # GRAFANA_URL is grafana-client's own convention; RAY_GRAFANA_HOST is where a Ray head
-    # reaches Grafana, often the same place.
-    ray_host = os.environ.get("RAY_GRAFANA_HOST", "")
-    if ray_host == "DISABLED":  # Ray's switch for "no Grafana", not an address
-        ray_host = ""
-    return os.environ.get("GRAFANA_URL") or ray_host or "http://localhost:3000"
-
-
-def _cmd_install(args: argparse.Namespace) -> int:
-    if args.ray_session_dir or args.ray_provisioning_dir:
-        if args.grafana_url or args.folder or args.datasource_url:
-            raise ConfigError(
-                "--ray-session-dir/--ray-provisioning-dir copy the file for Ray's provisioning (folder 'Ray', "
-                "Ray's datasource); drop --grafana-url, --folder and --datasource-url"
-            )
-        target = resolve_ray_dashboards_dir(args.ray_provisioning_dir, args.ray_session_dir)
-        written = copy_to_ray(target)
-        print(f"dashboard {DASHBOARD_UID!r} written to {written}")
-        print("a Grafana started with Ray's grafana.ini lists it in its 'Ray' folder within seconds")
-        return 0
-    token = read_token()
-    try:
-        install(
-            args.grafana_url or _default_grafana_url(),
-            token,
-            # Ray names the datasource it provisions $RAY_PROMETHEUS_NAME: the same default
-            # finds that one in a Grafana set up from Ray's provisioning.
-            datasource_name=args.datasource_name or os.environ.get("RAY_PROMETHEUS_NAME") or "Prometheus",
-            datasource_url=args.datasource_url,
-            folder=args.folder,
-        )
-    except InstallError as exc:
-        print(f"popgrpo: {redact(str(exc), token)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _cmd_export(args: argparse.Namespace) -> int:
-    sys.stdout.write(json.dumps(load_dashboard(), indent=2, ensure_ascii=False) + "\n")
-    return 0
-
-
-def _cmd_missing(args: argparse.Namespace) -> int:
-    raise ConfigError("dashboards: choose a command: install or export (popgrpo dashboards --help)")
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("dashboards", help="install the popgrpo Grafana dashboard")
-    parser.set_defaults(func=_cmd_missing)
-    cmds = parser.add_subparsers(dest="dashboards_command")
-
-    inst = cmds.add_parser(
-        "install",
-        help="upload the dashboard to Grafana, or copy it into a Ray session's Grafana provisioning",
-        description=f"Upload dashboards/popgrpo.json to Grafana (token from ${TOKEN_ENV}, never printed), "
-        "replacing an older version; or, with --ray-session-dir/--ray-provisioning-dir, copy it next to "
-        "Ray's generated dashboards.",
-    )
-    inst.add_argument(
-        "--grafana-url",
-        metavar="URL",
-        help="Grafana's address (default: $GRAFANA_URL, else $RAY_GRAFANA_HOST, else http://localhost:3000)",
-    )
-    inst.add_argument(
-        "--folder", metavar="NAME", help="Grafana folder to put it in, created if absent (default: top level)"
-    )
-    inst.add_argument(
-        "--datasource-name",
-        metavar="NAME",
-        help="Prometheus datasource the dashboard opens on (default: $RAY_PROMETHEUS_NAME, else Prometheus)",
-    )
-    inst.add_argument(
-        "--datasource-url",
-        metavar="PROMETHEUS_URL",
-        help="create the datasource with this Prometheus URL when Grafana has none by that name",
-    )
-    ray = inst.add_mutually_exclusive_group()
-    ray.add_argument(
-        "--ray-session-dir",
-        metavar="DIR",
-        help="instead of uploading, copy into this Ray session's Grafana provisioning (e.g. /tmp/ray/session_latest)",
-    )
-    ray.add_argument(
-        "--ray-provisioning-dir",
-        metavar="DIR",
-        help="instead of uploading, copy into this folder (Ray's metrics/grafana/provisioning, or the dashboards "
-        "folder a Grafana provider reads)",
-    )
-    inst.set_defaults(func=_cmd_install)
-
-    exp = cmds.add_parser("export", help="print the dashboard JSON (for Grafana's Import dialog)")
-    exp.set_defaults(func=_cmd_export)

@@ -1,4 +1,4 @@
-"""``popgrpo monitor``: a local Prometheus scraping the Ray session, for live ``popgrpo_*`` charts.
+"""What ``popgrpo monitor`` runs (its parser: :mod:`popgrpo.cli.ops`): a local Prometheus scraping the Ray session, for live ``popgrpo_*`` charts.
 
 Ray's dashboard writes, for every session, ``<session dir>/metrics/prometheus/prometheus.yml``:
 a scrape job whose targets come from the session's service-discovery file, which Ray keeps
@@ -18,10 +18,7 @@ Nothing here imports Ray: the command may run on a laptop against a copied sessi
 
 from __future__ import annotations
 
-import argparse
 import os
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,25 +30,12 @@ import yaml
 
 from popgrpo.config import ConfigError
 
-__all__ = ["add_parsers", "charts_hint", "default_session_dir", "prometheus_command", "scrape_config"]
+__all__ = ["default_session_dir", "prometheus_command", "run_prometheus", "scrape_config"]
 
 
 def default_session_dir(environ: Mapping[str, str] = os.environ) -> Path:
     """Ray's newest local session: ``$RAY_TMPDIR/ray/session_latest`` (Ray's default ``/tmp``)."""
     return Path(environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "session_latest"
-
-
-def charts_hint(session_dir: Path | None) -> str:
-    """The one line a run with an embedded Ray prints about charts: the Ray dashboard's Metrics
-    tab stays empty ("Prometheus or Grafana not detected") until these run beside it."""
-    from popgrpo.ops.dashboards import DASHBOARD_PATH
-
-    session = f" --ray-session-dir {shlex.quote(str(session_dir))}" if session_dir else ""
-    return (
-        f"Metrics charts: `popgrpo monitor{session}` in another terminal (needs prometheus) serves the live "
-        f"popgrpo_* series; `popgrpo dashboards install` puts the Grafana dashboard {DASHBOARD_PATH} into a "
-        "Grafana (docs/guides/grafana.md)"
-    )
 
 
 def scrape_config(session_dir: Path, scrape_interval: str | None = None) -> dict:
@@ -81,25 +65,11 @@ def prometheus_command(binary: str, config_file: Path, storage: Path, port: int,
     ]
 
 
-def _cmd_monitor(args: argparse.Namespace) -> int:
-    session = Path(args.ray_session_dir) if args.ray_session_dir else default_session_dir()
-    config = scrape_config(session, args.scrape_interval)
-    binary = shutil.which("prometheus")
-    if binary is None:
-        raise ConfigError("prometheus is not installed (Debian/Ubuntu: apt-get install prometheus)")
-    # The session folder is a symlink (session_latest): resolve it so a later session cannot
-    # take over this Prometheus' storage.
-    workdir = Path(args.storage) if args.storage else session.resolve() / "metrics" / "prometheus" / "popgrpo"
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_file = workdir / "prometheus.yml"
-    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
-    url = f"http://{args.host}:{args.port}"
-    print(f"popgrpo: Prometheus at {url}, scraping Ray session {session.resolve()}", flush=True)
-    print(f"popgrpo: live series: {url}/graph?g0.expr=ray_popgrpo_reward_mean (Ctrl-C stops it)", flush=True)
-    if args.port != 9090 or args.host not in ("127.0.0.1", "localhost"):
-        print(f"popgrpo: for the Ray dashboard to find it, start Ray with RAY_PROMETHEUS_HOST={url}", flush=True)
+def run_prometheus(binary: str, config_file: Path, storage: Path, port: int, host: str) -> int:
+    """Run ``binary`` on ``config_file`` in the foreground until it exits (its status) or until
+    SIGINT or SIGTERM (0), which stop it first (:func:`_stop`)."""
     previous = _interrupt_on_int_and_term()
-    proc = subprocess.Popen(prometheus_command(binary, config_file, workdir / "data", args.port, args.host))
+    proc = subprocess.Popen(prometheus_command(binary, config_file, storage, port, host))
     try:
         return proc.wait()
     except KeyboardInterrupt:
@@ -139,26 +109,3 @@ def _stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    mon = sub.add_parser(
-        "monitor",
-        help="run a local Prometheus on the Ray session's scrape config (live popgrpo_* metrics)",
-        description="Start the installed prometheus with the scrape configuration Ray wrote for the session, "
-        "in the foreground. Its page shows every ray_popgrpo_* series live; the Ray dashboard and Grafana read it too.",
-    )
-    mon.add_argument(
-        "--ray-session-dir",
-        metavar="DIR",
-        help="the Ray session to scrape (default: $RAY_TMPDIR/ray/session_latest, else /tmp/ray/session_latest)",
-    )
-    mon.add_argument(
-        "--port", type=int, default=9090, help="Prometheus' port (default 9090, where Ray's dashboard looks)"
-    )
-    mon.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    mon.add_argument(
-        "--storage", metavar="DIR", help="Prometheus' data folder (default: inside the session's metrics folder)"
-    )
-    mon.add_argument("--scrape-interval", metavar="DURATION", help="override Ray's scrape interval (10s), e.g. 2s")
-    mon.set_defaults(func=_cmd_monitor)

@@ -1,10 +1,11 @@
-"""Ray Jobs: ``popgrpo submit`` and ``popgrpo jobs status|logs|stop|list``.
+"""Ray Jobs: what ``popgrpo submit`` and ``popgrpo jobs status|logs|stop|list`` do (their parsers:
+:mod:`popgrpo.cli.ops`).
 
 ``submit`` validates the config here, before anything reaches the cluster, writes the
 resolved config (file + ``--set`` overrides) into a small staging directory that becomes the
 job's ``working_dir``, ships this very ``popgrpo`` package as a ``py_module`` (so the job
 runs the code that validated the config, whatever is installed on the cluster), and runs
-``python -m popgrpo.jobs.train --config config.yaml --out DIR`` there. The run directory is
+``python -m popgrpo.cli.job --config config.yaml --out DIR`` there. The run directory is
 written on the node the job's driver runs on (the head node, unless the job asks for other
 entrypoint resources): ``~/popgrpo-runs/<submission id>`` by default.
 
@@ -21,24 +22,30 @@ taken the way Ray's own CLI takes it: ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
 import secrets
 import shlex
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 import popgrpo
 from popgrpo.config import Config, ConfigError
 
-__all__ = ["JobSpec", "add_parsers", "build_job", "config_request", "job_metadata", "submission_id_for"]
+__all__ = [
+    "JobSpec",
+    "JobsError",
+    "build_job",
+    "config_request",
+    "first_line",
+    "follow",
+    "job_client",
+    "job_metadata",
+    "submission_id_for",
+]
 
 DEFAULT_RUNS_ROOT = "~/popgrpo-runs"
 # Keys of a runtime env that ``submit`` sets itself; a user's runtime env may add the rest.
@@ -123,11 +130,11 @@ def build_job(
         "py_modules": [*user_env.get("py_modules", []), package_dir],
         "excludes": [*user_env.get("excludes", []), *_EXCLUDES],
     }
-    args = [python, "-m", "popgrpo.jobs.train", "--config", "config.yaml", "--out", out]
+    args = [python, "-m", "popgrpo.cli.job", "--config", "config.yaml", "--out", out]
     if quiet:
         args.append("--quiet")
     # ``~`` must reach the job unexpanded (the job expands it on its own node), so it is
-    # not shell-quoted away: popgrpo.jobs.train expands it itself.
+    # not shell-quoted away: popgrpo.cli.job expands it itself.
     entrypoint = " ".join(shlex.quote(a) for a in args)
     return JobSpec(
         submission_id=submission_id,
@@ -139,7 +146,7 @@ def build_job(
 
 
 # ---- talking to the cluster ---------------------------------------------------------------
-def _client(address: str | None):
+def job_client(address: str | None):
     """A ``JobSubmissionClient`` for ``address`` (or ``RAY_API_SERVER_ADDRESS`` / ``RAY_ADDRESS``,
     else ``http://127.0.0.1:8265``), with the cluster's auth token when one is available."""
     from ray.job_submission import JobSubmissionClient
@@ -165,14 +172,14 @@ def _client(address: str | None):
     try:
         return JobSubmissionClient(address)
     except Exception as exc:  # connection refused, auth failure, not a dashboard…
-        raise JobsError(f"cannot reach the Ray job server at {address}: {_first_line(exc)}") from None
+        raise JobsError(f"cannot reach the Ray job server at {address}: {first_line(exc)}") from None
 
 
 class JobsError(RuntimeError):
     """The job server could not be reached or refused a request (exit 1, one line)."""
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -194,130 +201,3 @@ def follow(client, submission_id: str, stream=None) -> str:
         time.sleep(0.5)
         status = client.get_job_status(submission_id)
     return str(status.value)
-
-
-def _exit_for(status: str) -> int:
-    return 0 if status == "SUCCEEDED" else 1
-
-
-def _cmd_submit(args: argparse.Namespace) -> int:
-    from popgrpo.config import load_args_config
-
-    config = load_args_config(args)
-    runtime_env = None
-    if args.runtime_env:
-        path = Path(args.runtime_env)
-        if not path.is_file():
-            raise ConfigError(f"runtime env file not found: {path}")
-        runtime_env = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(runtime_env, dict):
-            raise ConfigError(f"{path}: a runtime env must be a mapping")
-    client = _client(args.address)
-    with tempfile.TemporaryDirectory(prefix="popgrpo-submit-") as staging:
-        spec = build_job(
-            config,
-            Path(staging),
-            request=config_request(args.config, args.set, args.seed),
-            submission_id=args.submission_id,
-            out=args.out,
-            python=args.python,
-            runtime_env=runtime_env,
-            quiet=args.quiet,
-        )
-        try:  # the working dir is uploaded during this call, so the staging dir can go after it
-            client.submit_job(
-                entrypoint=spec.entrypoint,
-                runtime_env=spec.runtime_env,
-                submission_id=spec.submission_id,
-                metadata=spec.metadata,
-            )
-        except Exception as exc:
-            raise JobsError(f"submission refused: {_first_line(exc)}") from None
-    print(f"submitted: {spec.submission_id}")
-    print(f"run directory (on the cluster): {spec.out}")
-    if args.no_wait:
-        print(f"follow it with: popgrpo jobs logs --follow {spec.submission_id}")
-        return 0
-    try:
-        status = follow(client, spec.submission_id)
-    except KeyboardInterrupt:
-        print(f"\nstopped following; the job keeps running. Stop it with: popgrpo jobs stop {spec.submission_id}")
-        return 130
-    print(f"job {spec.submission_id}: {status}")
-    return _exit_for(status)
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    info = _client(args.address).get_job_info(args.id)
-    print(f"{args.id}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
-    return 0
-
-
-def _cmd_logs(args: argparse.Namespace) -> int:
-    client = _client(args.address)
-    if args.follow:
-        return _exit_for(follow(client, args.id))
-    sys.stdout.write(client.get_job_logs(args.id))
-    return 0
-
-
-def _cmd_stop(args: argparse.Namespace) -> int:
-    client = _client(args.address)
-    stopped = client.stop_job(args.id)
-    print(f"{args.id}: {'stop requested' if stopped else 'already ended'} ({client.get_job_status(args.id).value})")
-    return 0
-
-
-def _cmd_list(args: argparse.Namespace) -> int:
-    jobs = [j for j in _client(args.address).list_jobs() if (j.submission_id or "").startswith("popgrpo-")]
-    for job in sorted(jobs, key=lambda j: j.start_time or 0):
-        print(f"{job.submission_id}\t{job.status.value}")
-    return 0
-
-
-def _guard(func):
-    """Job-server failures (unreachable, refused, unknown job id, bad token) are one line on
-    stderr and exit 1, not a traceback. The SDK reports HTTP errors as RuntimeError."""
-
-    def run(args: argparse.Namespace) -> int:
-        from ray.exceptions import RayError
-
-        try:
-            return func(args)
-        except (JobsError, RuntimeError, ConnectionError, RayError) as exc:
-            print(f"popgrpo: {_first_line(exc)}", file=sys.stderr)
-            return 1
-
-    return run
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    address_help = "job server: http://HEAD:8265 (default $RAY_API_SERVER_ADDRESS, $RAY_ADDRESS, or 127.0.0.1:8265)"
-    submit = sub.add_parser("submit", help="submit a training run to a Ray cluster as a Ray job")
-    submit.add_argument("config", help="YAML file or preset name (grpo, qd_grpo, maxent_grpo, pop_grpo)")
-    submit.add_argument("--address", help=address_help)
-    submit.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field (repeatable)")
-    submit.add_argument("--seed", type=int, help="shorthand for --set run.seed=N")
-    submit.add_argument("--out", help=f"run directory on the cluster (default {DEFAULT_RUNS_ROOT}/<submission id>)")
-    submit.add_argument("--submission-id", help="job id (default popgrpo-<run name>-<time>-<hex>)")
-    submit.add_argument("--runtime-env", metavar="YAML", help="extra runtime env, e.g. cluster/runtime_env.yaml")
-    submit.add_argument("--python", default="python", help="python executable on the cluster (default: python)")
-    submit.add_argument("--no-wait", action="store_true", help="print the submission id and return")
-    submit.add_argument("--quiet", action="store_true", help="no progress bar in the job's logs")
-    submit.set_defaults(func=_guard(_cmd_submit))
-
-    jobs = sub.add_parser("jobs", help="status, logs, stop or list popgrpo jobs on a Ray cluster")
-    jobs_sub = jobs.add_subparsers(dest="jobs_command", required=True)
-    for name, func, help_text in (
-        ("status", _cmd_status, "a job's status"),
-        ("logs", _cmd_logs, "a job's logs (--follow to stream until it ends)"),
-        ("stop", _cmd_stop, "stop a job"),
-        ("list", _cmd_list, "every popgrpo job the cluster knows"),
-    ):
-        cmd = jobs_sub.add_parser(name, help=help_text)
-        if name != "list":
-            cmd.add_argument("id", help="submission id, as printed by popgrpo submit")
-        if name == "logs":
-            cmd.add_argument("--follow", action="store_true")
-        cmd.add_argument("--address", help=address_help)
-        cmd.set_defaults(func=_guard(func))

@@ -43,7 +43,7 @@ from popgrpo.config import Config
 from popgrpo.runtime.executor import Executor
 from popgrpo.runtime.scheduler import PopulationRounds, round_lengths
 
-__all__ = ["AsyncExecutor", "AsyncState", "AsyncStateError", "parse_async_state", "run_async"]
+__all__ = ["AsyncExecutor", "AsyncRounds", "AsyncState", "AsyncStateError", "parse_async_state"]
 
 
 class AsyncStateError(ValueError):
@@ -120,16 +120,11 @@ class AsyncExecutor(Executor, Protocol):
         ...
 
 
-def run_async(
-    config: Config,
-    executor: AsyncExecutor,
-    on_merge: Callable[[int, int, list[list[dict]], dict | None, dict | None], None],
-    state: AsyncState | None = None,
-    decided: Callable[[dict], None] | None = None,
-    replay: Mapping[int, Sequence[int]] | None = None,
-    rounds: PopulationRounds | None = None,
-) -> None:
-    """Train every member ``run.epochs`` epochs in asynchronous rounds (:class:`AsyncRounds`).
+class AsyncRounds:
+    """The asynchronous round loop: ``AsyncRounds(config, executor, on_merge, ...).run()`` trains
+    every member ``run.epochs`` epochs in asynchronous rounds. While an actor trains, the others
+    report into a buffer, and a merge is carried out as soon as one is due. :meth:`run` reads
+    like the synchronous loop: wait for a report, merge when due, tell the caller.
 
     ``on_merge(merge, epoch_end, rows_per_member, record, state)`` follows each merge
     (``record`` its lineage) and the end of the run (``record`` None); ``rows_per_member``
@@ -147,13 +142,6 @@ def run_async(
     checkpoints passes its own, as for :func:`~popgrpo.runtime.scheduler.run_rounds`, to save
     and restore the frontier store).
     """
-    AsyncRounds(config, executor, on_merge, state, decided, replay, rounds).run()
-
-
-class AsyncRounds:
-    """The asynchronous round loop (:func:`run_async`): while an actor trains, the others report
-    into a buffer, and a merge is carried out as soon as one is due. :meth:`run` reads like the
-    synchronous loop: wait for a report, merge when due, tell the caller."""
 
     def __init__(
         self,

@@ -819,6 +819,11 @@ class RayExecutor:
         refs = [actor.pid.remote() for actor in self._actors]
         return [int(pid) for pid in ray.get(refs, timeout=ACCOUNTING_TIMEOUT_S)]
 
+    def worker_node_ids(self) -> list[str]:
+        """The Ray node id of each member actor, in group order (one round trip to every actor)."""
+        refs = [actor.node_id.remote() for actor in self._actors]
+        return [str(node) for node in ray.get(refs, timeout=ACCOUNTING_TIMEOUT_S)]
+
     def epoch_cpu_seconds(self) -> list[list[float]]:
         """Per member actor, in group order: the CPU seconds its members spent training in each
         ``train`` call so far (an actor rebuilt after a loss counts from its rebuild)."""

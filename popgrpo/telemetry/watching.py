@@ -9,6 +9,7 @@ the token is, never what it is.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -19,7 +20,14 @@ from typing import Any
 
 from popgrpo.config import RunConfig
 
-__all__ = ["auth_hint", "ray_dashboard_url", "ray_session_dir", "watch_lines"]
+__all__ = ["DASHBOARD_PATH", "auth_hint", "charts_hint", "ray_dashboard_url", "ray_session_dir", "watch_lines"]
+
+# popgrpo's Grafana dashboard: dashboards/ at the repository root; a wheel installs it as
+# popgrpo/dashboards/ (pyproject).
+_PACKAGED = Path(__file__).resolve().parents[1] / "dashboards" / "popgrpo.json"
+DASHBOARD_PATH = (
+    _PACKAGED if _PACKAGED.is_file() else Path(__file__).resolve().parents[2] / "dashboards" / "popgrpo.json"
+)
 
 
 def _ray_context() -> Any:
@@ -110,3 +118,14 @@ def watch_lines(run_dir: str | Path | None, run: RunConfig | None, ray_connected
             where = "offline, `wandb sync` uploads it" if run.wandb_mode == "offline" else "online"
             lines.append(f"W&B: {Path(run_dir) / 'wandb'} ({where})")
     return lines
+
+
+def charts_hint(session_dir: Path | None) -> str:
+    """The one line a run with an embedded Ray prints about charts: the Ray dashboard's Metrics
+    tab stays empty ("Prometheus or Grafana not detected") until these run beside it."""
+    session = f" --ray-session-dir {shlex.quote(str(session_dir))}" if session_dir else ""
+    return (
+        f"Metrics charts: `popgrpo monitor{session}` in another terminal (needs prometheus) serves the live "
+        f"popgrpo_* series; `popgrpo dashboards install` puts the Grafana dashboard {DASHBOARD_PATH} into a "
+        "Grafana (docs/guides/grafana.md)"
+    )

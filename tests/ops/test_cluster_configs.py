@@ -257,10 +257,8 @@ def _package(tmp_path: Path, include_gitignore: bool) -> list[str]:
 @pytest.mark.parametrize("include_gitignore", [True, False], ids=["with-gitignore", "excludes-alone"])
 def test_runtime_env_uploads_code_and_presets_but_no_local_state(tmp_path, include_gitignore):
     names = set(_package(tmp_path, include_gitignore))
-    needed = {"popgrpo/__init__.py", "popgrpo/config/__init__.py", "popgrpo/__main__.py"}
+    needed = {"popgrpo/__init__.py", "popgrpo/config/__init__.py", "popgrpo/__main__.py", "popgrpo/cli/job.py"}
     needed |= {f"jobs/configs/{p.name}" for p in (REPO / "jobs" / "configs").glob("*.yaml")}
-    if (REPO / "popgrpo" / "jobs" / "train.py").exists():
-        needed.add("popgrpo/jobs/train.py")
     assert needed <= names, sorted(needed - names)
     tops = {n.split("/")[0] for n in names}
     assert not tops & {".venv", ".git", "runs", "tests"}, tops

@@ -54,7 +54,7 @@ def test_build_job_ships_the_resolved_config_and_the_package(tmp_path):
     assert spec.runtime_env["env_vars"] == {"A": "1"}
     assert spec.runtime_env["py_modules"][0] == "/x" and spec.runtime_env["py_modules"][1].endswith("popgrpo")
     assert spec.out == f"~/popgrpo-runs/{spec.submission_id}" and spec.submission_id.startswith("popgrpo-pop_grpo-")
-    assert spec.entrypoint.startswith("python -m popgrpo.jobs.train --config config.yaml --out '~/popgrpo-runs/")
+    assert spec.entrypoint.startswith("python -m popgrpo.cli.job --config config.yaml --out '~/popgrpo-runs/")
     with pytest.raises(ValueError, match="working_dir"):
         build_job(cfg, tmp_path / "s2", runtime_env={"working_dir": "."})
 
@@ -74,7 +74,7 @@ def test_build_job_names_the_run_for_the_jobs_page(tmp_path):
         "popgrpo_run_dir": "/runs/x",
         "popgrpo_version": popgrpo_version,
     }
-    assert spec.entrypoint == "python -m popgrpo.jobs.train --config config.yaml --out /runs/x"
+    assert spec.entrypoint == "python -m popgrpo.cli.job --config config.yaml --out /runs/x"
 
 
 def test_the_jobs_page_shows_the_runs_name_and_metadata(head, tmp_path):
@@ -98,7 +98,7 @@ def test_the_jobs_page_shows_the_runs_name_and_metadata(head, tmp_path):
     assert info["metadata"]["job_name"] == "popgrpo grpo, seed 5"
     assert info["metadata"]["popgrpo_config"] == "grpo --set population.resources.num_cpus=64 --seed 5"
     assert info["metadata"]["popgrpo_run_dir"] == str(out_dir)
-    assert info["entrypoint"] == f"python -m popgrpo.jobs.train --config config.yaml --out {out_dir} --quiet"
+    assert info["entrypoint"] == f"python -m popgrpo.cli.job --config config.yaml --out {out_dir} --quiet"
 
 
 def test_submit_runs_pop_grpo_to_success_and_writes_the_run_directory(head, tmp_path):
@@ -190,7 +190,7 @@ def test_a_wrong_token_or_unknown_job_is_one_line_and_never_echoes_the_token(hea
 
 
 def test_the_plain_ray_job_submit_form_with_an_invalid_config_fails_with_the_field_in_its_logs(head, tmp_path):
-    """What `ray job submit -- python -m popgrpo.jobs.train --config FILE` does when FILE is invalid:
+    """What `ray job submit -- python -m popgrpo.cli.job --config FILE` does when FILE is invalid:
     the config is only checked on the cluster, and the job's logs say which field is wrong."""
     import os
 
@@ -203,7 +203,7 @@ def test_the_plain_ray_job_submit_form_with_an_invalid_config_fails_with_the_fie
         "import os, sys, time\n"
         "from ray.job_submission import JobSubmissionClient\n"
         f"c = JobSubmissionClient({head.address!r})\n"
-        "sid = c.submit_job(entrypoint='python -m popgrpo.jobs.train --config bad.yaml --quiet', runtime_env="
+        "sid = c.submit_job(entrypoint='python -m popgrpo.cli.job --config bad.yaml --quiet', runtime_env="
         f"{{'working_dir': {str(stage)!r}, 'py_modules': [{os.path.dirname(popgrpo.__file__)!r}]}})\n"
         "while not c.get_job_status(sid).is_terminal(): time.sleep(0.5)\n"
         "print(c.get_job_status(sid).value); print(c.get_job_logs(sid))\n"

@@ -160,7 +160,7 @@ def test_pretrain_says_when_its_kernels_are_not_the_committed_models(tmp_path, h
 
 
 def test_a_quick_model_says_why_its_execution_rewards_will_be_zero(tmp_path, capsys):
-    from popgrpo.lm_commands import _few_execute_hint
+    from popgrpo.cli.lm import _few_execute_hint
 
     argv = ["lm", "pretrain", "--quick", "--quiet", "--out", str(tmp_path / "m"), "--steps", "2"]
     small = ["--eval-every", "2", "--checkpoint-every", "2", "--corpus-size", "200", "--exec-samples", "0"]

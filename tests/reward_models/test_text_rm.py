@@ -39,7 +39,7 @@ def _text_base(tiny_lm, path, **sections):
 
 @pytest.fixture(scope="module")
 def text_rm_dir(tiny_lm, tmp_path_factory):
-    from popgrpo.reward_models.cli import load_base
+    from popgrpo.reward_models.reference import load_base
     from popgrpo.reward_models.config import load_rm_config
     from popgrpo.reward_models.training import draw_hyperparameters, finalize, finetune_member, prepare
 

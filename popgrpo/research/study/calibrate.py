@@ -142,7 +142,7 @@ def search_space() -> dict:
 def measure_point(point: dict, seeds: tuple[int, ...] = SEEDS, epochs: int = 120) -> dict:
     """Train the GRPO preset on ``point`` once per seed (in this process); the seed-mean Table-1 numbers."""
     from popgrpo.config import load_config, preset_path
-    from popgrpo.runtime.executor import LocalExecutor
+    from popgrpo.runtime.executor_spec import LOCAL
     from popgrpo.train import train
 
     per_seed = []
@@ -151,7 +151,7 @@ def measure_point(point: dict, seeds: tuple[int, ...] = SEEDS, epochs: int = 120
             # No experiment trackers: the runs live in a temporary directory and only their summary counts.
             overrides = [*landscape_overrides(point), f"run.epochs={epochs}", f"run.seed={seed}", "run.loggers=[]"]
             config = load_config(preset_path("grpo"), overrides)
-            per_seed.append(train(config, Path(tmp) / f"seed{seed}", LocalExecutor, progress=False))
+            per_seed.append(train(config, Path(tmp) / f"seed{seed}", LOCAL, progress=False))
     return {key: sum(s[key] for s in per_seed) / len(per_seed) for key in KEYS}
 
 

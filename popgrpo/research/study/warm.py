@@ -131,7 +131,7 @@ def _rm_config(study: WarmStudy, seed: int, corruption: float):
 
 def build_rm_dir(rm_cfg: RMTrainConfig, rm_dir: Path, shifted: Mapping[str, torch.Tensor] | None) -> dict:
     """An RM directory, in this process (the same steps as ``popgrpo rm train``, without Tune)."""
-    from popgrpo.reward_models.cli import load_base
+    from popgrpo.reward_models.reference import load_base
     from popgrpo.reward_models.store import load_manifest
     from popgrpo.reward_models.training import draw_hyperparameters, finalize, finetune_member, prepare
 
@@ -193,7 +193,7 @@ def corruption_rows(rm_dir: Path, oracle: Callable[[torch.Tensor], torch.Tensor]
 
 def bon_rows(rm_dir: Path, study: WarmStudy, seed: int) -> list[dict]:
     """Best-of-N control reward against KL for single RMs (each, then their mean), ENS and WARM."""
-    from popgrpo.reward_models.cli import best_of_n_curve
+    from popgrpo.reward_models.reference import best_of_n_curve
 
     M, ns = study.n_models, list(study.bon_ns)
     rows = []
@@ -223,7 +223,7 @@ def rl_run(
 ) -> pd.DataFrame:
     """One RL run against a proxy (or on execution), in this process; its metrics."""
     from popgrpo.config import load_config, preset_path
-    from popgrpo.runtime.executor import LocalExecutor
+    from popgrpo.runtime.executor_spec import LOCAL
     from popgrpo.train import train
 
     if not (run_dir / "summary.json").exists():
@@ -240,7 +240,7 @@ def rl_run(
             import shutil
 
             shutil.rmtree(run_dir)
-        train(load_config(preset_path(preset), overrides), run_dir, LocalExecutor, progress=False)
+        train(load_config(preset_path(preset), overrides), run_dir, LOCAL, progress=False)
     return pd.read_parquet(run_dir / "metrics.parquet")
 
 
@@ -265,7 +265,7 @@ def run_warm_study(out: str | Path, study: WarmStudy = FULL, progress: bool = Tr
     from tqdm import tqdm
 
     from popgrpo.envs.idea import IdeaEnv
-    from popgrpo.reward_models.cli import load_base
+    from popgrpo.reward_models.reference import load_base
     from popgrpo.reward_models.tune import shifted_policy_weights
 
     torch.set_num_threads(1)

@@ -82,10 +82,10 @@ def test_written_presets_carry_the_point_and_train(tmp_path):
     assert pop.env.radius_max == 13.0 and pop.grpo.steps_per_epoch == 2
     grpo = load_config(tmp_path / "paper_grpo.yaml", ["run.epochs=2"])
     assert yaml.safe_load((tmp_path / "paper_grpo.yaml").read_text())["env"]["exec_lambda"] == 0.5
-    from popgrpo.runtime.executor import LocalExecutor
+    from popgrpo.runtime.executor_spec import LOCAL
     from popgrpo.train import train
 
-    summary = train(grpo, tmp_path / "run", LocalExecutor, progress=False)
+    summary = train(grpo, tmp_path / "run", LOCAL, progress=False)
     assert summary["epochs"] == 2
 
 

@@ -1,5 +1,5 @@
-"""``popgrpo lm pretrain`` and ``popgrpo lm programs``: thin argument handling over
-:mod:`popgrpo.policies.pretrain` and :mod:`popgrpo.envs.programs`.
+"""``popgrpo lm tiny|init|pretrain|programs``: thin argument handling over
+:mod:`popgrpo.policies.causal_lm`, :mod:`popgrpo.policies.pretrain` and :mod:`popgrpo.envs.programs`.
 
 Bad input (an unusable ``--out``, a model directory that is not one, out-of-range numbers)
 raises :class:`~popgrpo.config.ConfigError`, which ``popgrpo``'s ``main`` turns into one line on
@@ -16,7 +16,7 @@ from pathlib import Path
 from popgrpo.config import ConfigError
 from popgrpo.markdown import md_table
 
-__all__ = ["add_lm_parsers"]
+__all__ = ["add_parsers"]
 
 
 def _writable_dir(path: Path, force: bool) -> Path:
@@ -160,6 +160,18 @@ def _cmd_programs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tiny(args: argparse.Namespace) -> int:
+    from popgrpo.policies.causal_lm import build_tiny_causal_lm
+
+    out = Path(args.out)
+    if (out / "config.json").exists() and not args.force:
+        print(f"popgrpo: {out} already holds a model (--force overwrites it)", file=sys.stderr)
+        return 2
+    build_tiny_causal_lm(out, hidden_size=args.hidden, layers=args.layers, seed=args.seed)
+    print(f"popgrpo: toy causal LM written to {out} (use --set policy.causal_lm.model={out})")
+    return 0
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     from popgrpo.policies.causal_lm import SHAPES, build_shaped_causal_lm
 
@@ -175,10 +187,20 @@ def _cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_lm_parsers(lm) -> None:
-    """Add ``init``, ``pretrain`` and ``programs`` to the ``popgrpo lm`` sub-commands."""
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add ``lm`` and its sub-commands ``tiny``, ``init``, ``pretrain`` and ``programs`` to the ``popgrpo`` sub-commands."""
+    lm = sub.add_parser("lm", help="language-model helpers").add_subparsers(dest="lm_command", required=True)
+    tiny = lm.add_parser(
+        "tiny", help="write a randomly initialised toy causal LM + character tokenizer (offline tests, examples)"
+    )
+    tiny.add_argument("--out", required=True, help="directory to write (save_pretrained layout)")
+    tiny.add_argument("--hidden", type=int, default=32, help="hidden size (default 32)")
+    tiny.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
+    tiny.add_argument("--seed", type=int, default=0, help="weight-initialisation seed")
+    tiny.add_argument("--force", action="store_true", help="overwrite a model already in --out")
+    tiny.set_defaults(func=_cmd_tiny)
     # The shapes' names without importing torch (popgrpo.policies.causal_lm.SHAPES lists the same files).
-    shapes = sorted(p.stem for p in (Path(__file__).resolve().parent / "policies" / "shapes").glob("*.json"))
+    shapes = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "policies" / "shapes").glob("*.json"))
     init = lm.add_parser(
         "init",
         help="write a randomly initialised model of a real architecture (sizes kept in the repo; nothing downloaded)",

@@ -1,4 +1,5 @@
-"""``popgrpo reproduce`` and ``popgrpo report``."""
+"""``popgrpo reproduce``, ``popgrpo report`` and ``popgrpo calibrate``: argument handling over
+:mod:`popgrpo.research.study`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Ray job entrypoint: ``python -m popgrpo.jobs.train --config FILE [--set K=V …] [--out DIR]``.
+"""The Ray job entrypoint: ``python -m popgrpo.cli.job --config FILE [--set K=V …] [--out DIR]``.
 
 Takes the flags of ``popgrpo train``. Inside a Ray job ``RAY_ADDRESS`` names the job's
 cluster, so the run attaches to it instead of starting an embedded Ray. ``--out`` may start

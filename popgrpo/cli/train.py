@@ -1,9 +1,8 @@
-"""The ``popgrpo`` command.
+"""``popgrpo train`` and ``popgrpo config``.
 
-Exit codes: 0 success (``popgrpo`` alone prints the usage); 2 bad input (config, overrides,
-a missing file, model or reward function), one line on stderr naming the field, found before
-the run directory exists; 1 runtime failure (message on stderr, traceback in the run
-directory's ``error.log``).
+``train`` checks its input (exit 2, one line, before the run directory exists and before
+torch loads), then hands the config to :func:`popgrpo.train.train` (or ``resume``); a runtime
+failure exits 1 with its traceback in the run directory's ``error.log``.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import signal
 import sys
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,10 +28,10 @@ from popgrpo.config import (
     preset_path,
     resolve_config_path,
 )
+from popgrpo.runtime.executor_spec import ExecutorSpec, check_executor
 
 if TYPE_CHECKING:
     from popgrpo.config import Config
-    from popgrpo.runtime.executor import Executor
 
 
 def _process_age_s() -> float:
@@ -62,6 +60,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from popgrpo.preflight import check_run, find_inputs, load_inputs
 
     say = None if args.quiet else _say
+    executor = ExecutorSpec(args.executor, args.address)
     # In this process or an embedded Ray: the run's workers import what they need here.
     workers_here = args.executor == "local" or (args.address is None and not os.environ.get("RAY_ADDRESS"))
     if args.resume:
@@ -97,57 +96,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if config is None:
         run_dir = Path(args.resume)
     else:
-        _check_executor(config, args.executor)
+        check_executor(config, executor)
         run_dir = writable_directory(Path(args.out) if args.out else default_run_dir(config), "run directory")
         if say is not None:  # every check passed: the first line, before torch loads
             say(
                 f"run {config.run.name}: {config.population.size} member(s) × {config.run.epochs} epochs, into {run_dir}"
             )
     # Imported after the checks so that bad input fails fast, before torch loads.
-    from popgrpo.telemetry.watching import watch_lines
-    from popgrpo.train import ResumeError, resume, train
-
-    if args.executor == "local":
-        from popgrpo.runtime.executor import LocalExecutor
-
-        def local_factory(cfg: Config, run_dir: Path) -> Executor:
-            _check_executor(cfg, "local")  # a resumed run's own config
-            if say is not None:
-                say(f"building {cfg.population.size} member(s) in this process (--executor local: no Ray)")
-            executor = LocalExecutor(cfg, run_dir)
-            if say is not None:
-                _print_watch_lines(watch_lines(run_dir, cfg.run, ray_connected=False))
-            return executor
-
-        factory = local_factory
-    else:
-        from popgrpo.ops.monitor import charts_hint
-        from popgrpo.runtime.cluster import SetupError, embeds_ray
-        from popgrpo.runtime.ray_executor import RayExecutor
-        from popgrpo.telemetry.watching import ray_session_dir
-
-        def ray_factory(cfg: Config, run_dir: Path) -> Executor:
-            embedded = embeds_ray(args.address)
-            if say is not None:
-                say(
-                    "starting Ray (embedded, on 127.0.0.1 only; Ray's own lines follow)"
-                    if embedded
-                    else f"connecting to Ray at {args.address or 'RAY_ADDRESS'}"
-                )
-            try:
-                executor = RayExecutor(cfg, run_dir=run_dir, address=args.address, say=say, count_epochs=not args.quiet)
-            except SetupError as exc:
-                raise ConfigError(str(exc)) from None
-            if say is not None:
-                lines = watch_lines(run_dir, cfg.run, ray_connected=True)
-                if embedded:  # a cluster's charts are its operator's business (docs/guides/grafana.md)
-                    lines.append(charts_hint(ray_session_dir()))
-                _print_watch_lines(lines)
-            return executor
-
-        factory = ray_factory
-
     from popgrpo.runtime.stopping import StopOnSignal, exit_status
+    from popgrpo.train import ResumeError, resume, train
 
     again = resume_command(run_dir, args.executor, args.address, typed_program())
     # SIGTERM / SIGINT: the first abandons the round in progress and stops cleanly (the
@@ -157,11 +114,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     ) as stop:
         try:
             if config is None:
-                summary = resume(
-                    run_dir, executor_factory=factory, progress=not args.quiet, epochs=args.epochs, say=say
-                )
+                summary = resume(run_dir, executor, progress=not args.quiet, epochs=args.epochs, say=say)
             else:
-                summary = train(config, run_dir, executor_factory=factory, progress=not args.quiet, say=say)
+                summary = train(config, run_dir, executor, progress=not args.quiet, say=say)
         except KeyboardInterrupt:  # RunInterrupted, or the plain one Ray turns it into
             signum = stop.received or signal.SIGINT
             _disconnect_ray()  # when the stop came before the executor could close it
@@ -235,14 +190,6 @@ def _disconnect_ray() -> None:
             ray.shutdown()
 
 
-def _check_executor(config: Config, executor: str) -> None:
-    if executor == "local" and config.archive.redis_url:
-        raise ConfigError(
-            "archive.redis_url: Redis write-through is done by the Ray executor's archive actor; "
-            "drop --executor local or unset archive.redis_url"
-        )
-
-
 def _check_env_inputs(config: Config) -> None:
     """What the environment reads besides its config (env.kind=code: its problem set), checked by
     its registered kind: a missing file or a bad row is bad input (exit 2, one line)."""
@@ -263,12 +210,6 @@ def _check_proxy(config: Config) -> None:
             raise ConfigError(str(exc)) from None
 
 
-def _print_watch_lines(lines: list[str]) -> None:
-    """Where to watch the run, on stderr (stdout carries the summary JSON); --quiet leaves them out."""
-    for line in lines:
-        print(f"popgrpo: {line}", file=sys.stderr, flush=True)
-
-
 def _cmd_config(args: argparse.Namespace) -> int:
     if args.list:
         presets = list_presets()
@@ -286,52 +227,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_lm_tiny(args: argparse.Namespace) -> int:
-    from popgrpo.policies.causal_lm import build_tiny_causal_lm
-
-    out = Path(args.out)
-    if (out / "config.json").exists() and not args.force:
-        print(f"popgrpo: {out} already holds a model (--force overwrites it)", file=sys.stderr)
-        return 2
-    build_tiny_causal_lm(out, hidden_size=args.hidden, layers=args.layers, seed=args.seed)
-    print(f"popgrpo: toy causal LM written to {out} (use --set policy.causal_lm.model={out})")
-    return 0
-
-
-# What transformers warns of on every language-model run, about a call peft makes (not ours to change).
-_PEFT_DEPRECATION = "`is_gradient_checkpointing` is deprecated"
-
-
-def _quiet_hugging_face() -> None:
-    """Hugging Face's weight-loading and shard-writing bars, its info and warning logs and the
-    deprecation warning above drown a run's own lines: off in this process and, through the
-    environment, in the processes an embedded Ray starts for the members. A variable the user
-    set is left as it is."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    ignore = f"ignore:{_PEFT_DEPRECATION}:FutureWarning"
-    if ignore not in os.environ.get("PYTHONWARNINGS", ""):
-        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), ignore]))
-    warnings.filterwarnings("ignore", message=_PEFT_DEPRECATION, category=FutureWarning)
-
-
-# Sub-commands whose parsers this module builds itself; the others' come from their modules,
-# imported only when the command line asks for one of them (or for the usage): a `popgrpo
-# train` mistake is reported before they load (ray_jobs, study, sim, ...).
-_OWN_COMMANDS = ("train", "config", "lm")
-
-
-def _command_of(argv: list[str]) -> str | None:
-    """The sub-command ``argv`` names, if any: its first word (the top level takes no option but ``-h``)."""
-    return argv[0] if argv and not argv[0].startswith("-") else None
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The ``popgrpo`` parser; with ``command`` one of :data:`_OWN_COMMANDS`, without the other
-    sub-commands (their modules are not imported)."""
-    parser = argparse.ArgumentParser(prog="popgrpo", description="Population GRPO against diversity collapse.")
-    sub = parser.add_subparsers(dest="command")
-
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add ``train`` and ``config`` to the ``popgrpo`` sub-commands."""
     train = sub.add_parser("train", help="train a run (default: the Pop-GRPO preset)")
     train.add_argument(
         "--config", help="YAML file or preset name; default pop_grpo (`popgrpo config --list` lists the presets)"
@@ -371,54 +268,3 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     cfg.add_argument("--set", action="append", metavar="KEY=VALUE")
     cfg.add_argument("--markdown", action="store_true", help="print the config reference table")
     cfg.set_defaults(func=_cmd_config)
-
-    lm = sub.add_parser("lm", help="language-model helpers").add_subparsers(dest="lm_command", required=True)
-    tiny = lm.add_parser(
-        "tiny", help="write a randomly initialised toy causal LM + character tokenizer (offline tests, examples)"
-    )
-    tiny.add_argument("--out", required=True, help="directory to write (save_pretrained layout)")
-    tiny.add_argument("--hidden", type=int, default=32, help="hidden size (default 32)")
-    tiny.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
-    tiny.add_argument("--seed", type=int, default=0, help="weight-initialisation seed")
-    tiny.add_argument("--force", action="store_true", help="overwrite a model already in --out")
-    tiny.set_defaults(func=_cmd_lm_tiny)
-    from popgrpo.lm_commands import add_lm_parsers
-
-    add_lm_parsers(lm)
-    if command in _OWN_COMMANDS:
-        return parser
-
-    from popgrpo.ops import dashboards, monitor, ray_jobs
-    from popgrpo.reward_models import cli as rm_cli
-    from popgrpo.research.sim import cli as sim_cli
-    from popgrpo.research.study import cli as study_cli
-    from popgrpo.research.study import code_eval
-
-    ray_jobs.add_parsers(sub)
-    dashboards.add_parsers(sub)
-    monitor.add_parsers(sub)
-    study_cli.add_parsers(sub)
-    code_eval.add_parsers(sub)
-    rm_cli.add_parsers(sub)
-    sim_cli.add_parsers(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(_command_of(argv))
-    args = parser.parse_args(argv)
-    if args.command is None:  # `popgrpo` alone: the usage, nothing started (training is `popgrpo train`)
-        parser.print_help()
-        return 0
-    if args.command in ("train", "lm"):
-        _quiet_hugging_face()
-    try:
-        return args.func(args)
-    except ConfigError as exc:
-        print(f"popgrpo: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from popgrpo.cli import main
+
+sys.exit(main())

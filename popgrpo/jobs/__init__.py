@@ -1,1 +1,0 @@
-"""Entry points that run inside a Ray job (``python -m popgrpo.jobs.train``)."""
