@@ -19,7 +19,9 @@ from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import resume, train
 from tests.configs import SEEDED, pop_grpo
 
-BASE = [*SEEDED, "run.epochs=30", "scheduler.interval_epochs=10"]
+# Two GRPO steps an epoch (the default is 8): what these tests compare (sync against async, a
+# resumed run against a whole one, the staleness bound) is decided per epoch and round, not per step.
+BASE = [*SEEDED, "run.epochs=30", "scheduler.interval_epochs=10", "grpo.steps_per_epoch=2"]
 
 
 def _metrics(run_dir):
@@ -225,7 +227,7 @@ def test_checkpoints_every_third_round_resume_to_the_run_that_checkpoints_every_
     from popgrpo.runtime.executor import LocalExecutor
     from popgrpo.telemetry.checkpoint import Checkpointer
 
-    extra = ["run.epochs=80", "scheduler.interval_epochs=5", "grpo.steps_per_epoch=2"]
+    extra = ["run.epochs=80", "scheduler.interval_epochs=5", "grpo.steps_per_epoch=1"]
     if mode == "async":
         extra += ["scheduler.mode=async", "scheduler.buffer=2", "scheduler.max_staleness=1"]
     train(pop_grpo(*BASE, *extra, "run.checkpoint_keep=40"), tmp_path / "every", progress=False)
