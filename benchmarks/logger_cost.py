@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from popgrpo.config import load_config, preset_path
 from popgrpo.columns import METRIC_COLUMNS
+from popgrpo.config import load_config, preset_path
 from popgrpo.telemetry.loggers import RoundReport, TensorBoardLogger
 
 

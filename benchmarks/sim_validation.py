@@ -78,10 +78,10 @@ def validate(
 
     import ray
 
-    from popgrpo.runtime.cluster import start_local_ray
-    from popgrpo.runtime.ray_executor import RayExecutor
     from popgrpo.research.sim.measure import run_timed, sharing_costs
     from popgrpo.research.sim.model import ClusterShape, Scheduling, Workload, simulate
+    from popgrpo.runtime.cluster import start_local_ray
+    from popgrpo.runtime.ray_executor import RayExecutor
 
     rows = []
     for k, per_actor in sizes:

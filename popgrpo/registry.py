@@ -326,7 +326,9 @@ STUDIES: Registry[Any] = Registry(
 # Not a config field's choices: the landscapes a study runs its methods on (`--landscape`,
 # a discovery design's landscapes; popgrpo.research.study.discovery_landscapes.StudyLandscape).
 STUDY_LANDSCAPES: Registry[Any] = Registry(
-    "study landscape", "a study's landscapes", "StudyLandscape (popgrpo.research.study.discovery_landscapes): preset, overrides"
+    "study landscape",
+    "a study's landscapes",
+    "StudyLandscape (popgrpo.research.study.discovery_landscapes): preset, overrides",
 )
 REGISTRIES: tuple[Registry[Any], ...] = (
     ENVIRONMENTS,

@@ -222,7 +222,16 @@ def test_first_hour_mistakes_exit_2_with_one_line_and_leave_no_run_directory(tmp
 # What a mistake's path must not import: each costs a busy 2-core machine seconds before the
 # one line (torch and Ray most; numpy and the hub client's lookup less), or is another
 # sub-command's (`popgrpo train` builds only its own parsers).
-HEAVY = ("torch", "ray", "transformers", "numpy", "pandas", "pyarrow", "huggingface_hub.file_download", "popgrpo.research.study")
+HEAVY = (
+    "torch",
+    "ray",
+    "transformers",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "huggingface_hub.file_download",
+    "popgrpo.research.study",
+)
 
 
 def test_first_hour_mistakes_import_nothing_heavy(tmp_path: Path):

@@ -14,10 +14,10 @@ import math
 from collections.abc import Sequence
 
 from popgrpo.algorithms.step import StepStats
+from popgrpo.columns import CODE_COLUMNS
 from popgrpo.core.passk import mean_pass_at_k
 from popgrpo.core.tensor_lists import float_list
 from popgrpo.envs.code import ProblemEnvironment
-from popgrpo.columns import CODE_COLUMNS
 
 __all__ = ["epoch_code"]
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import torch
 
 from popgrpo.algorithms.step import StepStats
+from popgrpo.columns import DISCOVERY_COLUMNS
 from popgrpo.core.discovery import best_value, first_hits, peak_fractions
 from popgrpo.envs import Environment, Landscape, TextEnvironment
-from popgrpo.columns import DISCOVERY_COLUMNS
 
 __all__ = ["epoch_discovery"]
 

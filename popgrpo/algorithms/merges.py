@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from popgrpo.registry import MERGES, MUTATIONS
 from popgrpo.columns import json_float
+from popgrpo.registry import MERGES, MUTATIONS
 
 if TYPE_CHECKING:
     import torch

@@ -31,12 +31,12 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from popgrpo.columns import COMPLEXITY_QUANTILES
 from popgrpo.core.archive import STATUS_IMPROVED, STATUS_NEW
 from popgrpo.core.grpo import binned_advantages, clipped_terms, group_advantages, kl_penalty
 from popgrpo.core.metrics import group_pass_best_at_k_batches, linear_quantiles, pairwise_diversity_batches
 from popgrpo.core.tensor_lists import float_list
 from popgrpo.core.tis import tis_weights
-from popgrpo.columns import COMPLEXITY_QUANTILES
 
 __all__ = [
     "NO_ARCHIVE_ANSWER",

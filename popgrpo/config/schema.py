@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from popgrpo.columns import POP_SCORE
 from popgrpo.registry import (
     ADVANTAGES,
     ENVIRONMENTS,
@@ -36,7 +37,6 @@ from popgrpo.registry import (
     TEXT_IDEAS,
     ideas_of,
 )
-from popgrpo.columns import POP_SCORE
 
 __all__ = [
     "HELD_OUT_METRICS",

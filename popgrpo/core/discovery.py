@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from popgrpo.core.tensor_lists import int_list
 from popgrpo.columns import DISCOVERY_COLUMNS
+from popgrpo.core.tensor_lists import int_list
 
 __all__ = [
     "Discovery",

@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from popgrpo.registry import SELECTION_STATISTICS
 from popgrpo.columns import POP_SCORE  # the main paper's S_k; any other objective is a column of the member's rows
+from popgrpo.registry import SELECTION_STATISTICS
 
 __all__ = ["POP_SCORE", "cyclic_objective", "objective_scores", "pop_score", "pop_scores", "select_top_m"]
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from popgrpo.columns import json_float
 from popgrpo.config import Config
 from popgrpo.core.reward_model import (
     FinetuneSpec,
@@ -32,7 +33,6 @@ from popgrpo.core.seeding import derive_seed, torch_generator
 from popgrpo.reward_models.config import RMTrainConfig
 from popgrpo.reward_models.data import PURPOSE_PRETRAIN, STREAM_RM, build_pairs, reference_data
 from popgrpo.reward_models.store import FORMAT, MANIFEST, build_model, save_tensor_file, write_json
-from popgrpo.columns import json_float
 
 __all__ = [
     "SUBSETS",

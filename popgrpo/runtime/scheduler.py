@@ -32,10 +32,10 @@ from popgrpo.algorithms.population import (
     PopulationDecision,
     PopulationInputs,
 )
+from popgrpo.columns import json_float
 from popgrpo.config import Config
 from popgrpo.core.seeding import STREAM_MERGE, torch_generator
 from popgrpo.runtime.executor import Executor
-from popgrpo.columns import json_float
 
 __all__ = [
     "FrontierStore",

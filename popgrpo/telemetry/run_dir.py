@@ -20,8 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from popgrpo.config import Config, ConfigError
 from popgrpo.columns import metrics_schema
+from popgrpo.config import Config, ConfigError
 from popgrpo.telemetry.atomic import atomic_path, atomic_write
 
 __all__ = ["RunDirectory", "default_run_dir", "metrics_schema", "writable_directory"]

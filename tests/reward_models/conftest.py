@@ -17,8 +17,8 @@ TINY_RM = (
 @pytest.fixture(scope="session")
 def tiny_rm_dir(tmp_path_factory):
     """A small RM directory made in-process (the steps of `popgrpo rm train` without Tune)."""
-    from popgrpo.reward_models.reference import load_base
     from popgrpo.reward_models.config import load_rm_config
+    from popgrpo.reward_models.reference import load_base
     from popgrpo.reward_models.training import draw_hyperparameters, finalize, finetune_member, prepare
 
     rm_dir = tmp_path_factory.mktemp("rms")

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from popgrpo.config import ConfigError, load_config
 from popgrpo.columns import CONTROL_COLUMNS, METRIC_COLUMNS
+from popgrpo.config import ConfigError, load_config
 
 
 def _proxy_config(rm_dir, *extra):

@@ -8,9 +8,9 @@ import pytest
 import torch
 import yaml
 
+from popgrpo.columns import CONTROL_COLUMNS
 from popgrpo.config import load_config
 from popgrpo.core.seeding import torch_generator
-from popgrpo.columns import CONTROL_COLUMNS
 from tests.lm import lm_config
 from tests.services import require_module
 
@@ -39,8 +39,8 @@ def _text_base(tiny_lm, path, **sections):
 
 @pytest.fixture(scope="module")
 def text_rm_dir(tiny_lm, tmp_path_factory):
-    from popgrpo.reward_models.reference import load_base
     from popgrpo.reward_models.config import load_rm_config
+    from popgrpo.reward_models.reference import load_base
     from popgrpo.reward_models.training import draw_hyperparameters, finalize, finetune_member, prepare
 
     tmp = tmp_path_factory.mktemp("text-rms")

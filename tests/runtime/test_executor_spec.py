@@ -18,7 +18,7 @@ def _cfg(*extra: str):
 
 def test_only_the_ray_executor_serves_a_redis_archive():
     cfg = _cfg("archive.redis_url=redis://127.0.0.1:1/0")
-    with pytest.raises(ConfigError, match="archive.redis_url: Redis write-through is done by the Ray executor"):
+    with pytest.raises(ConfigError, match=r"archive.redis_url: Redis write-through is done by the Ray executor"):
         check_executor(cfg, LOCAL)
     check_executor(cfg, ExecutorSpec("ray"))  # no error: the Ray executor's archive actor writes through
     check_executor(_cfg(), LOCAL)

@@ -37,8 +37,8 @@ def test_sharing_calibration_trains_the_configs_members_per_actor(ray_local):
     actors is about one epoch's CPU time alone (not three of them, not a third)."""
     import time
 
-    from popgrpo.runtime.executor import LocalExecutor
     from popgrpo.research.sim.measure import _sharing
+    from popgrpo.runtime.executor import LocalExecutor
 
     cfg = load_config(
         preset_path("pop_grpo"), ["population.members_per_actor=3", "scheduler.interval_epochs=2", "run.loggers=[]"]

@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Any
 
 from popgrpo.config import Config
-from popgrpo.runtime.round_timer import RoundTimer
 from popgrpo.research.sim.costs import CostModel, Linear
+from popgrpo.runtime.round_timer import RoundTimer
 from popgrpo.telemetry.cpu import CpuSample
 
 __all__ = [

@@ -151,7 +151,9 @@ def load_preregistration(path: str | Path | None = None) -> tuple[DiscoveryDesig
     ``path``: a pre-registration JSON (default: the committed
     ``popgrpo/research/study/preregistration/discovery.json``)."""
     if path is None:
-        text = resources.files("popgrpo.research.study").joinpath("preregistration").joinpath(PREREGISTRATION).read_text()
+        text = (
+            resources.files("popgrpo.research.study").joinpath("preregistration").joinpath(PREREGISTRATION).read_text()
+        )
     else:
         text = Path(path).read_text()
     data = json.loads(text)

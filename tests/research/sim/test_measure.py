@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from popgrpo.config import load_config, preset_path
-from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.research.sim.measure import TIMED_CALLS, Sharing, run_timed
+from popgrpo.runtime.executor import LocalExecutor
 
 ROOT = Path(__file__).resolve().parents[3]
 
