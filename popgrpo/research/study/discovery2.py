@@ -31,7 +31,7 @@ import hashlib
 import json
 import subprocess
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
@@ -258,7 +258,10 @@ def load_preregistration(path: str | Path | None = None) -> tuple[Design2, str]:
     not committed yet while it is absent)."""
     if (
         path is None
-        and not resources.files("popgrpo.research.study").joinpath("preregistration", PREREGISTRATION).is_file()
+        and not resources.files("popgrpo.research.study")
+        .joinpath("preregistration")
+        .joinpath(PREREGISTRATION)
+        .is_file()
     ):
         raise ValueError(
             f"the pre-registration {PREREGISTRATION_PATH} is not committed yet: run --study discovery2-tuning, "
@@ -353,7 +356,7 @@ def design_plan(study: str, design: Design2, sha: str | None, quick: bool, seeds
         "design": design.to_json(),
         "preregistration_sha256": sha,
         "commit": code_commit(),
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "trials": build_plan(design),
     }
 

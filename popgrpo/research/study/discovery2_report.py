@@ -33,6 +33,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+from typing import cast
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -61,7 +63,7 @@ RANDOM_FILE, WIDTH_FILE = "discovery2_random_search.parquet", "discovery2_random
 SHRINK = 0.3
 """Study 1's confirmed instance-level effects were about 0.3 of its tuning ones (the draft's rule)."""
 METRICS = (*PRIMARY, *SECONDARY)
-HIGHER = dict.fromkeys(METRICS, True)  # every judged metric: higher is better
+HIGHER: dict[str, bool] = dict.fromkeys(METRICS, True)  # every judged metric: higher is better
 
 
 # ---- random search ---------------------------------------------------------------------------
@@ -242,7 +244,7 @@ def arms_markdown(every_arm: pd.DataFrame, design: Design2) -> str:
         for arm in order:
             if (family, arm) not in per_instance.index.droplevel("instance"):
                 continue
-            part = per_instance.loc[(family, arm)]
+            part = cast(pd.DataFrame, per_instance.loc[(family, arm)])
             cells = [
                 "–" if part[c].isna().all() else f"{part[c].mean():.3f} ± {part[c].std(ddof=1):.3f}" for c in columns
             ]
