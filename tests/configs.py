@@ -1,6 +1,6 @@
 """Configs for tests, built as a run builds them (:func:`popgrpo.config.load_config`).
 
-:func:`pop_grpo` is the ``pop_grpo`` preset and :func:`defaults` the defaults (no preset), each with
+:func:`pop_grpo` and :func:`grpo` are those presets and :func:`defaults` the defaults (no preset), each with
 ``--set``-style overrides applied in order, a later one winning. The tuples name the small shapes
 that several test files share; a test file names its own shape from them and adds, at each test,
 the settings that test is about.
@@ -33,6 +33,11 @@ RAY_POPULATION = (
 def pop_grpo(*overrides: str) -> Config:
     """The ``pop_grpo`` preset with ``overrides``."""
     return load_config(preset_path("pop_grpo"), list(overrides))
+
+
+def grpo(*overrides: str) -> Config:
+    """The ``grpo`` preset with ``overrides``."""
+    return load_config(preset_path("grpo"), list(overrides))
 
 
 def defaults(*overrides: str) -> Config:

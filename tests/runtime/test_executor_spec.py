@@ -4,16 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from popgrpo.config import ConfigError, load_config, preset_path
+from popgrpo.config import ConfigError
 from popgrpo.runtime.executor import LocalExecutor
 from popgrpo.runtime.executor_spec import LOCAL, ExecutorSpec, build_executor, check_executor
 from popgrpo.train import train
+from tests.configs import grpo
 
 
 def _cfg(*extra: str):
-    return load_config(
-        preset_path("grpo"), ["population.size=2", "run.epochs=2", "grpo.steps_per_epoch=2", "run.loggers=[]", *extra]
-    )
+    return grpo("population.size=2", "run.epochs=2", "grpo.steps_per_epoch=2", "run.loggers=[]", *extra)
 
 
 def test_only_the_ray_executor_serves_a_redis_archive():
