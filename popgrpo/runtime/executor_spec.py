@@ -55,6 +55,10 @@ def build_executor(
     their epochs for a progress bar. A cluster that cannot run the config as asked
     (:class:`~popgrpo.runtime.cluster.SetupError`) is bad input: ConfigError.
     """
+    if not isinstance(spec, ExecutorSpec):
+        raise TypeError(
+            f"the executor is an ExecutorSpec, not {type(spec).__name__} (a factory goes in executor_factory=)"
+        )
     check_executor(config, spec)
     build = _BUILDERS[spec.name][0]
     return build(spec, config, run_dir, say, count_epochs)

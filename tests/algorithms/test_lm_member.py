@@ -48,7 +48,7 @@ def test_population_of_two_learns_and_the_soup_is_the_mean_of_adapters(tiny_lm, 
         executors.append(RecordingExecutor(cfg, run_dir))
         return executors[0]
 
-    summary = train(config, tmp_path / "run", factory, progress=False)
+    summary = train(config, tmp_path / "run", executor_factory=factory, progress=False)
     metrics = pq.read_table(tmp_path / "run" / "metrics.parquet").to_pandas()
     by_epoch = metrics.groupby("epoch")["reward_mean"].mean()
     # Reward = share of the letter "a" among ~8 characters: 1/52 by chance at the start.

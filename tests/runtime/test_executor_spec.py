@@ -38,3 +38,8 @@ def test_a_spec_and_a_factory_give_the_same_run(tmp_path: Path):
     by_value = train(_cfg(), tmp_path / "value", LOCAL, progress=False)
     by_factory = train(_cfg(), tmp_path / "factory", executor_factory=LocalExecutor, progress=False)
     assert by_value == by_factory
+
+
+def test_a_factory_in_the_executor_value_place_is_a_type_error_that_says_where_it_goes(tmp_path: Path):
+    with pytest.raises(TypeError, match="executor_factory="):
+        train(_cfg(), tmp_path / "run", LocalExecutor, progress=False)  # pyright: ignore[reportArgumentType]
