@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -132,10 +133,11 @@ def _comparisons(design: Design2) -> list[tuple[str, str, str]]:
     ]
 
 
-def claims(every_arm: pd.DataFrame, design: Design2, tier: str) -> list[Claim]:
-    """The claims of one Holm family (``tier``), each on the instance means of its two arms."""
-    metrics = [m for m, spec in design.metrics.items() if spec["tier"] == tier]
-    out: list[Claim] = []
+def _instance_pairs(
+    every_arm: pd.DataFrame, design: Design2, metrics: list[str]
+) -> Iterator[tuple[str, str, str, str, str, pd.DataFrame]]:
+    """(metric, family, arm, comparator, hypothesis, instance means of the two arms) of every
+    comparison of :func:`_comparisons` that both arms ran, per metric and family."""
     for metric in metrics:
         means = instance_means(every_arm, metric)
         for family in design.families:
@@ -143,30 +145,43 @@ def claims(every_arm: pd.DataFrame, design: Design2, tier: str) -> list[Claim]:
                 continue
             part = means.loc[family]
             for arm, comparator, hypothesis in _comparisons(design):
-                if arm not in part.columns or comparator not in part.columns:
-                    continue
-                pair = part[[arm, comparator]].dropna()
-                labels = {
-                    "family": family,
-                    "hypothesis": hypothesis,
-                    "arm": arm,
-                    "comparator": comparator,
-                    "metric": metric,
-                    "tier": tier,
-                    "instances": len(pair),
-                    "arm_mean": float(pair[arm].mean()),
-                    "comparator_mean": float(pair[comparator].mean()),
-                }
-                out.append(
-                    Claim.paired(
-                        f"{family}: {arm} − {comparator}, {metric}",
-                        pair[arm].to_numpy(),
-                        pair[comparator].to_numpy(),
-                        margin=float(design.metrics[metric]["margin"]),
-                        higher_is_better=HIGHER[metric],
-                        labels=labels,
+                if arm in part.columns and comparator in part.columns:
+                    yield (
+                        metric,
+                        family,
+                        arm,
+                        comparator,
+                        hypothesis,
+                        cast(pd.DataFrame, part[[arm, comparator]]).dropna(),
                     )
-                )
+
+
+def claims(every_arm: pd.DataFrame, design: Design2, tier: str) -> list[Claim]:
+    """The claims of one Holm family (``tier``), each on the instance means of its two arms."""
+    metrics = [m for m, spec in design.metrics.items() if spec["tier"] == tier]
+    out: list[Claim] = []
+    for metric, family, arm, comparator, hypothesis, pair in _instance_pairs(every_arm, design, metrics):
+        labels = {
+            "family": family,
+            "hypothesis": hypothesis,
+            "arm": arm,
+            "comparator": comparator,
+            "metric": metric,
+            "tier": tier,
+            "instances": len(pair),
+            "arm_mean": float(pair[arm].mean()),
+            "comparator_mean": float(pair[comparator].mean()),
+        }
+        out.append(
+            Claim.paired(
+                f"{family}: {arm} − {comparator}, {metric}",
+                pair[arm].to_numpy(),
+                pair[comparator].to_numpy(),
+                margin=float(design.metrics[metric]["margin"]),
+                higher_is_better=HIGHER[metric],
+                labels=labels,
+            )
+        )
     return out
 
 
@@ -190,39 +205,30 @@ def power_table(every_arm: pd.DataFrame, design: Design2, power: float = 0.8) ->
 
     analysis, alpha = TTestPower(), ALPHA / design.power_family
     rows = []
-    for metric in PRIMARY:
-        means = instance_means(every_arm, metric)
-        for family in design.families:
-            if family not in means.index.get_level_values("landscape"):
-                continue
-            part = means.loc[family]
-            for arm, comparator, hypothesis in _comparisons(design):
-                if arm not in part.columns or comparator not in part.columns:
-                    continue
-                pair = part[[arm, comparator]].dropna()
-                d = (pair[arm] - pair[comparator]).to_numpy()
-                sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
-                dz = float(d.mean() / sd) if sd > 0 else math.nan
-                small = shrunken(dz)
-                needed = math.nan
-                if not math.isnan(small) and abs(small) > 0.05:
-                    needed = float(
-                        analysis.solve_power(effect_size=abs(small), alpha=alpha, power=power, alternative="two-sided")
-                    )
-                rows.append(
-                    {
-                        "family": family,
-                        "hypothesis": hypothesis,
-                        "arm": arm,
-                        "comparator": comparator,
-                        "metric": metric,
-                        "instances": len(d),
-                        "mean_diff": float(d.mean()) if len(d) else math.nan,
-                        "dz": dz,
-                        "dz_shrunk": small,
-                        "instances_for_power": needed,
-                    }
-                )
+    for metric, family, arm, comparator, hypothesis, pair in _instance_pairs(every_arm, design, list(PRIMARY)):
+        d = (pair[arm] - pair[comparator]).to_numpy()
+        sd = float(d.std(ddof=1)) if len(d) > 1 else math.nan
+        dz = float(d.mean() / sd) if sd > 0 else math.nan
+        small = shrunken(dz)
+        needed = math.nan
+        if not math.isnan(small) and abs(small) > 0.05:
+            needed = float(
+                analysis.solve_power(effect_size=abs(small), alpha=alpha, power=power, alternative="two-sided")
+            )
+        rows.append(
+            {
+                "family": family,
+                "hypothesis": hypothesis,
+                "arm": arm,
+                "comparator": comparator,
+                "metric": metric,
+                "instances": len(d),
+                "mean_diff": float(d.mean()) if len(d) else math.nan,
+                "dz": dz,
+                "dz_shrunk": small,
+                "instances_for_power": needed,
+            }
+        )
     return pd.DataFrame(rows)
 
 
