@@ -335,18 +335,13 @@ def code_commit() -> str:
 def design_plan(study: str, design: Design2, sha: str | None, quick: bool, seeds, epochs, landscape: str) -> dict:
     """plan.json of ``design`` (``sha``: its pre-registration's hash) with ``--quick``, ``--seeds`` and
     ``--epochs`` applied; every arm checked (:func:`check_arms`); the code commit and start time."""
-    if landscape != "collapse":
-        raise ValueError(f"--study {study} runs its design's families: drop --landscape")
-    if quick:
-        design = quick_design(design, seeds)
-    elif seeds:
-        design = replace(design, seeds=tuple(seeds))
-    if epochs:
-        design = replace(design, epochs=epochs)
-    if design.phase == "confirmatory" and not quick:
-        shared = sorted(set(design.seeds) & set(load_tuning().seeds))
-        if shared:
-            raise ValueError(f"--seeds {shared} are tuning seeds: confirm on others")
+    from popgrpo.research.study.plan import design_with_options
+
+    confirmatory = design.phase == "confirmatory"
+    tuning_seeds = load_tuning().seeds if confirmatory else ()
+    design = design_with_options(
+        study, design, quick_design, (quick, seeds, epochs, landscape), tuning_seeds, confirmatory
+    )
     check_arms(design)
     return {
         "study": study,

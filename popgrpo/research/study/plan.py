@@ -11,8 +11,10 @@ Everything here is pure (no Ray, no files), so the plan can be listed and tested
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+from typing import TypeVar
 
 from popgrpo.config import Config, load_config, preset_path
 from popgrpo.registry import STUDY_LANDSCAPES
@@ -31,6 +33,7 @@ __all__ = [
     "Membership",
     "Trial",
     "build_plan",
+    "design_with_options",
     "landscape_overrides",
     "landscape_preset",
 ]
@@ -133,6 +136,36 @@ REGIME_METHODS = {
 # `popgrpo calibrate` writes (docs/studies/reproduce.md, "Calibrating the open choices"). Every
 # study landscape (these, stepping_stones, a plugin's) is an entry of STUDY_LANDSCAPES.
 LANDSCAPES = ("collapse", "paper")
+
+
+D = TypeVar("D")
+
+
+def design_with_options(
+    study: str,
+    design: D,
+    quick_design: Callable[[D, tuple[int, ...] | None], D],
+    options: tuple[bool, Iterable[int] | None, int | None, str],
+    tuning_seeds: Iterable[int],
+    confirmatory: bool,
+) -> D:
+    """A discovery study's ``design`` (a dataclass with ``seeds`` and ``epochs``) with ``reproduce``'s
+    ``options`` (``--quick``, ``--seeds``, ``--epochs``, ``--landscape``) applied: ``--quick`` is the
+    study's ``quick_design``. A study of several landscapes refuses ``--landscape``; a confirmatory
+    run (not ``--quick``) refuses the tuning seeds."""
+    quick, seeds, epochs, landscape = options
+    if landscape != "collapse":
+        raise ValueError(f"--study {study} runs its design's landscapes: drop --landscape")
+    if quick:
+        design = quick_design(design, tuple(seeds) if seeds else None)
+    elif seeds:
+        design = replace(design, seeds=tuple(seeds))  # pyright: ignore[reportArgumentType]  # D is a dataclass
+    if epochs:
+        design = replace(design, epochs=epochs)  # pyright: ignore[reportArgumentType]
+    shared = sorted(set(design.seeds) & set(tuning_seeds))  # pyright: ignore[reportAttributeAccessIssue]
+    if confirmatory and not quick and shared:
+        raise ValueError(f"--seeds {shared} are tuning seeds: confirm on others")
+    return design
 
 
 def landscape_preset(preset: str, landscape: str) -> str:

@@ -221,21 +221,13 @@ def discovery_tuning_plan(study, quick, seeds, epochs, landscape, model) -> dict
 def _discovery(study, design, sha, quick, seeds, epochs, landscape, model) -> dict:
     """A discovery plan of ``design`` (pre-registered when ``sha``, its file's hash, is given), with
     ``--seeds``, ``--quick`` and ``--epochs`` applied."""
-    from dataclasses import replace
-
     from popgrpo.research.study.discovery_plan import TUNING, build_discovery_plan, quick_design
+    from popgrpo.research.study.plan import design_with_options
 
     del model
-    if landscape != "collapse":
-        raise ValueError(f"--study {study} runs both landscapes: drop --landscape")
-    if quick:
-        design = quick_design(design, seeds)
-    elif seeds:
-        design = replace(design, seeds=tuple(seeds))
-    if epochs:
-        design = replace(design, epochs=epochs)
-    if sha is not None and not quick and set(design.seeds) & set(TUNING.seeds):
-        raise ValueError(f"--seeds {sorted(set(design.seeds) & set(TUNING.seeds))} are tuning seeds: confirm on others")
+    design = design_with_options(
+        study, design, quick_design, (quick, seeds, epochs, landscape), TUNING.seeds, sha is not None
+    )
     trials = build_discovery_plan(design)
     return {
         "study": study,

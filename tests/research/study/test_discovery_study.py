@@ -192,7 +192,7 @@ def test_the_report_redraws_from_its_parquet_files_alone(tmp_path):
         (["--seeds", "1,x"], "comma-separated integers"),
         (["--seeds", "3,3"], "repeated"),
         (["--seeds", "7001,12"], "tuning seeds"),
-        (["--landscape", "paper"], "runs both landscapes"),
+        (["--landscape", "paper"], "runs its design's landscapes"),
     ],
 )
 def test_bad_study_arguments_exit_2_with_one_line(tmp_path, args, message):
