@@ -46,6 +46,7 @@ __all__ = [
     "SECONDARY",
     "TUNING_FILE",
     "Design2",
+    "arm_overrides",
     "build_plan",
     "check_arms",
     "design_plan",
@@ -61,7 +62,8 @@ TUNING_FILE = "discovery2_tuning.json"
 PREREGISTRATION_PATH = f"popgrpo/research/study/preregistration/{PREREGISTRATION}"
 
 ENTROPY_MATCHED = "entropy-matched GRPO"
-"""The arm that is the control plus an entropy target (``maxent.entropy``) set from tuning."""
+"""The arm that is the control plus an entropy target (``maxent.entropy``) set from tuning: the
+design's ``entropy_target`` of the trial's family, which :func:`build_plan` appends."""
 
 PRIMARY = ("far_coverage", "best_quality")
 SECONDARY = ("coverage", "far_peaks", "peak_fraction_mean", "best_expected")
@@ -89,7 +91,7 @@ class Design2:
     threshold: float  # eval.discovery_threshold, and the height threshold of the coverage metrics
     metrics: dict[str, dict]  # name -> {"tier": "primary"|"secondary", "margin": m or None (tuning)}
     coupling: tuple[tuple[str, str], ...] = ()  # (coupled arm, the same mechanism uncoupled)
-    entropy_target: float | None = None  # the entropy-matched arm's maxent.entropy.target
+    entropy_target: dict[str, float] | None = None  # family -> the entropy-matched arm's maxent.entropy.target
     random_widths: dict[str, dict[str, float]] = field(default_factory=dict)  # family -> metric -> width
     power_family: int = 60  # tuning: the primary claims the power calculation's α is divided among
     quick_arms: tuple[str, ...] = ()  # --quick's arms (the control first)
@@ -129,7 +131,7 @@ class Design2:
                 threshold=float(data["threshold"]),
                 metrics={str(m): dict(spec) for m, spec in data["metrics"].items()},
                 coupling=tuple((str(p[0]), str(p[1])) for p in data.get("coupling", ())),
-                entropy_target=None if data.get("entropy_target") is None else float(data["entropy_target"]),
+                entropy_target=_per_family(data.get("entropy_target"), data["families"]),
                 random_widths={
                     str(f): {str(m): float(w) for m, w in per.items()}
                     for f, per in (data.get("random_widths") or {}).items()
@@ -179,19 +181,13 @@ class Design2:
         if len(set(self.instances)) != len(self.instances) or len(set(self.seeds)) != len(self.seeds):
             raise ValueError("an instance or a seed is repeated")
         if ENTROPY_MATCHED in self.arms:
-            if self.entropy_target is None:
-                raise ValueError(f"the {ENTROPY_MATCHED!r} arm needs the design's entropy_target")
-            wanted = {"scheduler.enabled=false", "maxent.entropy.enabled=true"}
-            overrides = set(self.arms[ENTROPY_MATCHED])
-            targets = [o for o in overrides if o.startswith("maxent.entropy.target=")]
-            if (
-                not wanted <= overrides
-                or len(targets) != 1
-                or float(targets[0].split("=", 1)[1]) != self.entropy_target
-            ):
+            missing = [f for f in self.families if f not in (self.entropy_target or {})]
+            if missing:
+                raise ValueError(f"the {ENTROPY_MATCHED!r} arm needs the design's entropy_target for {missing}")
+            if set(self.arms[ENTROPY_MATCHED]) != {"scheduler.enabled=false", "maxent.entropy.enabled=true"}:
                 raise ValueError(
-                    f"the {ENTROPY_MATCHED!r} arm must be the control with maxent.entropy.enabled=true and "
-                    f"maxent.entropy.target={self.entropy_target:g} (the design's entropy_target)"
+                    f"the {ENTROPY_MATCHED!r} arm must be exactly the control with maxent.entropy.enabled=true "
+                    "(its maxent.entropy.target is the design's entropy_target of each family)"
                 )
         if self.phase == "confirmatory":
             self._validate_confirmatory()
@@ -218,6 +214,23 @@ class Design2:
                 raise ValueError(f"random_widths[{family!r}] has no tuned width for {missing}")
 
 
+def _per_family(value, families) -> dict[str, float] | None:
+    """A design's ``entropy_target``: one number for every family, or a family -> number mapping."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return {str(f): float(value) for f in families}
+    return {str(f): float(v) for f, v in value.items()}
+
+
+def arm_overrides(design: Design2, arm: str, family: str) -> tuple[str, ...]:
+    """The overrides ``arm`` runs with on ``family``: its own, and the entropy-matched arm's target."""
+    overrides = design.arms[arm]
+    if arm == ENTROPY_MATCHED and design.entropy_target is not None:
+        overrides = (*overrides, f"maxent.entropy.target={design.entropy_target[family]}")
+    return overrides
+
+
 def check_arms(design: Design2) -> None:
     """Load every arm's config on every family of ``design`` (the config loader's validation; its
     error names the arm and family), and refuse a weight-averaging (soup) arm that evaluates its
@@ -227,9 +240,9 @@ def check_arms(design: Design2) -> None:
 
     for family in design.families:
         preset = preset_path(landscape_preset(LANDSCAPE_PRESET, family))
-        for arm, overrides in design.arms.items():
+        for arm in design.arms:
             try:
-                config = load_config(preset, [*landscape_overrides(family), *overrides])
+                config = load_config(preset, [*landscape_overrides(family), *arm_overrides(design, arm, family)])
             except Exception as exc:  # the loader's ConfigError or a validation error
                 raise ValueError(f"arm {arm!r} on {family}: {str(exc).splitlines()[0]}") from None
             sched = config.scheduler
@@ -298,14 +311,14 @@ def build_plan(design: Design2) -> list[dict]:
     for family in design.families:
         preset = landscape_preset(LANDSCAPE_PRESET, family)
         for instance in design.instances:
-            for arm, arm_overrides in design.arms.items():
+            for arm in design.arms:
                 overrides = (
                     *landscape_overrides(family),
                     f"run.epochs={design.epochs}",
                     f"env.peak_seed={instance}",
                     f"grpo.steps_per_epoch={design.steps_per_epoch}",
                     f"eval.discovery_threshold={design.threshold}",
-                    *arm_overrides,
+                    *arm_overrides(design, arm, family),
                 )
                 for seed in design.seeds:
                     labels = {"arm": arm, "landscape": family, "instance": instance}

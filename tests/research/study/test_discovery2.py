@@ -60,10 +60,17 @@ def test_quick_is_one_instance_two_seeds_and_the_quick_arms(tmp_path):
 def test_the_example_confirmatory_design_loads_with_its_hash_and_its_arms_validate():
     design, sha = load_preregistration(EXAMPLE)
     assert design.phase == "confirmatory" and len(sha) == 64 and len(design.instances) >= 8
-    assert design.entropy_target == 1.2 and ENTROPY_MATCHED in design.arms
+    assert design.entropy_target == {"stepping_stones": -1.1, "collapse": -0.2, "paper": 0.5}
     check_arms(design)
     trials = build_plan(design)
     assert len(trials) == len(design.arms) * 3 * 8 * 2
+    # The entropy-matched arm runs each family's target, appended to its overrides; no other arm has one.
+    for t in trials:
+        targets = [o for o in t["overrides"] if o.startswith("maxent.entropy.target=")]
+        wanted = [f"maxent.entropy.target={design.entropy_target[t['landscape']]}"]
+        assert targets == (wanted if t["arm"] == ENTROPY_MATCHED else [])
+    one = Design2.from_json({**_example(), "entropy_target": 0.7})  # one number: every family's
+    assert one.entropy_target == dict.fromkeys(design.families, 0.7)
 
 
 def _mutated(change) -> dict:
@@ -80,7 +87,8 @@ def _mutated(change) -> dict:
         (lambda d: d.update(instances=[*range(1, 8), 1001]), "tuning's"),
         (lambda d: d["metrics"]["far_coverage"].update(margin=None), "margin > 0"),
         (lambda d: d["random_widths"]["paper"].pop("best_quality"), "no tuned width"),
-        (lambda d: d.update(entropy_target=0.9), r"maxent\.entropy\.target=0\.9"),
+        (lambda d: d.update(entropy_target={"collapse": 0.9}), r"entropy_target for \['stepping_stones', 'paper'\]"),
+        (lambda d: d["arms"][ENTROPY_MATCHED].append("maxent.entropy.target=0.9"), "exactly the control"),
         (lambda d: d["arms"].update({CONTROL: ["scheduler.enabled=false", "grpo.lr=0.01"]}), "exactly"),
         (lambda d: d["arms"]["repulsion"].append("population.size=3"), "owns"),
         (lambda d: d.update(coupling=[["repulsion", "islands"]]), "does not run"),
