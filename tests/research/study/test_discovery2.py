@@ -2,8 +2,6 @@
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -118,16 +116,59 @@ def test_the_confirmatory_plan_refuses_tuning_seeds():
     assert quick_design(design).arms.keys() == set(design.quick_arms)
 
 
-def test_discovery2_without_its_preregistration_exits_2_with_one_line(tmp_path):
-    if Path(PREREGISTRATION_PATH).exists():
-        pytest.skip("the pre-registration is committed")
+def test_discovery2_without_its_preregistration_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    """Before the confirmatory design is committed (here: its file name points at nothing),
+    ``reproduce --study discovery2`` exits 2 with one line and makes no study directory."""
+    from popgrpo.cli import main
+    from popgrpo.research.study import discovery2
+
+    monkeypatch.setattr(discovery2, "PREREGISTRATION", "not-committed.json")
     out = tmp_path / "study"
-    cmd = [sys.executable, "-m", "popgrpo", "reproduce", "--study", "discovery2", "--out", str(out)]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
+    assert main(["reproduce", "--study", "discovery2", "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and f"the pre-registration {PREREGISTRATION_PATH} is not committed yet" in lines[0]
     assert not out.exists()
+
+
+TUNING_RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results" / "discovery2-tuning"
+
+
+def test_the_committed_preregistration_follows_from_the_committed_tuning():
+    """preregistration/discovery2.json validates (at least 8 instances, none and no seed of
+    tuning's, a margin per metric), its arms load on every family, and the numbers it took from
+    tuning are tuning's: the entropy-matched arm's target is repulsion's mean entropy per family,
+    and random search's widths are the ones tuning chose."""
+    import pandas as pd
+
+    design, sha = load_preregistration()
+    assert design.phase == "confirmatory" and len(sha) == 64
+    check_arms(design)
+    assert len(build_plan(design)) == len(design.arms) * len(design.families) * len(design.instances) * len(
+        design.seeds
+    )
+    trials = pd.read_parquet(TUNING_RESULTS / "discovery_trials.parquet")
+    entropy = trials[trials.arm == "repulsion"].groupby("landscape")["entropy"].mean()
+    assert design.entropy_target == {f: pytest.approx(float(entropy[f]), abs=5e-4) for f in design.families}
+    random = pd.read_parquet(TUNING_RESULTS / "discovery2_random_search.parquet")
+    for family, rows in random.groupby("landscape"):
+        chosen = {m: float(rows[f"width_{m}"].iloc[0]) for m in design.metrics}
+        assert design.random_widths[str(family)] == chosen
+
+
+def test_the_committed_tuning_redraws_from_its_parquet(tmp_path):
+    """``popgrpo report`` on a copy of docs/results/discovery2-tuning writes the committed
+    tuning.json (effects and sizes) and arms.md again, from the Parquet files alone."""
+    import shutil
+
+    copy_dir = tmp_path / "tuning"
+    shutil.copytree(TUNING_RESULTS, copy_dir)
+    for name in ("tuning.json", "arms.md", "tuning.md"):
+        (copy_dir / name).unlink()
+    from popgrpo.research.study.discovery2_report import render_discovery2
+
+    render_discovery2(copy_dir)
+    for name in ("tuning.json", "arms.md", "tuning.md"):
+        assert (copy_dir / name).read_text() == (TUNING_RESULTS / name).read_text(), name
 
 
 def test_the_kinds_are_registered_and_report_recognises_their_directories(tmp_path):
