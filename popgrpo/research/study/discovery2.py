@@ -116,8 +116,9 @@ class Design2:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> Design2:
-        """The design of ``data`` (a design file's ``design``), its structure validated (ValueError)."""
+    def from_json(cls, data: dict, quick: bool = False) -> Design2:
+        """The design of ``data`` (a design file's ``design``), its structure validated (ValueError);
+        ``quick``: a ``--quick`` plan's design, which runs fewer instances than a confirmation needs."""
         try:
             design = cls(
                 phase=str(data["phase"]),
@@ -141,11 +142,12 @@ class Design2:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed design: {type(exc).__name__}: {exc}") from None
-        design.validate()
+        design.validate(quick)
         return design
 
-    def validate(self) -> None:
-        """Structure every phase needs (ValueError); :func:`check_arms` checks the overrides themselves."""
+    def validate(self, quick: bool = False) -> None:
+        """Structure every phase needs (ValueError); :func:`check_arms` checks the overrides themselves.
+        ``quick``: a ``--quick`` design, exempt from the confirmatory minimum of instances."""
         from popgrpo.registry import STUDY_LANDSCAPES
 
         if self.phase not in ("tuning", "confirmatory"):
@@ -190,10 +192,10 @@ class Design2:
                     "(its maxent.entropy.target is the design's entropy_target of each family)"
                 )
         if self.phase == "confirmatory":
-            self._validate_confirmatory()
+            self._validate_confirmatory(quick)
 
-    def _validate_confirmatory(self) -> None:
-        if len(self.instances) < MIN_CONFIRMATORY_INSTANCES:
+    def _validate_confirmatory(self, quick: bool) -> None:
+        if not quick and len(self.instances) < MIN_CONFIRMATORY_INSTANCES:
             raise ValueError(
                 f"a confirmatory design needs at least {MIN_CONFIRMATORY_INSTANCES} instances per family, "
                 f"has {len(self.instances)}"
@@ -288,14 +290,16 @@ def load_preregistration(path: str | Path | None = None) -> tuple[Design2, str]:
 
 
 def quick_design(design: Design2, seeds: tuple[int, ...] | None = None) -> Design2:
-    """``--quick``: the design's quick arms on every family, its first instance, two seeds,
-    :data:`QUICK_EPOCHS` epochs: every code path in minutes, no conclusions."""
+    """``--quick``: the design's quick arms on every family, two units (the first instance with
+    two seeds, or, for a design of one seed, its first two instances), :data:`QUICK_EPOCHS`
+    epochs: every code path, the paired tests included, in minutes, no conclusions."""
     arms = design.quick_arms or (CONTROL, *[a for a in design.arms if a != CONTROL][:2])
+    seeds = tuple(seeds or design.seeds[:2])
     return replace(
         design,
         arms={a: design.arms[a] for a in arms},
-        instances=design.instances[:1],
-        seeds=tuple(seeds or design.seeds[:2]),
+        instances=design.instances[: 1 if len(seeds) > 1 else 2],
+        seeds=seeds,
         epochs=QUICK_EPOCHS,
         coupling=tuple(p for p in design.coupling if set(p) <= set(arms)),
     )

@@ -41,7 +41,7 @@ import pandas as pd
 
 from popgrpo.markdown import md_table
 from popgrpo.research.study.discovery import RANDOM_SEARCH
-from popgrpo.research.study.discovery2 import BESIDE, CONTROL, PRIMARY, SECONDARY, Design2
+from popgrpo.research.study.discovery2 import BESIDE, CONTROL, ENTROPY_MATCHED, PRIMARY, SECONDARY, Design2
 from popgrpo.research.study.discovery_report import compute_check, fig_curves, summarise, wall_time
 from popgrpo.research.study.stats import (
     ALPHA,
@@ -58,9 +58,10 @@ from popgrpo.research.study.stats import (
     write_verdicts,
 )
 
-__all__ = ["SHRINK", "claims", "instance_means", "power_table", "render_discovery2", "shrunken"]
+__all__ = ["SHRINK", "claims", "instance_means", "power_table", "render_discovery2", "shrunken", "summary_markdown"]
 
 RANDOM_FILE, WIDTH_FILE = "discovery2_random_search.parquet", "discovery2_random_widths.parquet"
+ENTROPY_FILE = "discovery2_entropy.parquet"
 SHRINK = 0.3
 """Study 1's confirmed instance-level effects were about 0.3 of its tuning ones (the draft's rule)."""
 METRICS = (*PRIMARY, *SECONDARY)
@@ -258,6 +259,152 @@ def arms_markdown(every_arm: pd.DataFrame, design: Design2) -> str:
     return md_table(["family", "arm", "instances", *columns], rows) + "\n"
 
 
+def entropy_control(out: Path, plan: dict) -> pd.DataFrame | None:
+    """Per trial: the policy entropy (nats per idea dimension) and the entropy coefficient α of
+    its members, from ``OUT/discovery2_entropy.parquet`` when it is there, else from the run
+    directories (and written); None when neither is there.
+
+    Columns: ``key``, ``arm``, ``landscape``, ``instance``; ``entropy_last_quarter`` (mean over
+    members and the last quarter of epochs), ``entropy_lowest`` (each member's lowest epoch,
+    averaged over members), ``alpha_positive`` (the share of member-epochs with α > 0),
+    ``alpha_max`` and ``alpha_last_quarter``."""
+    path = out / ENTROPY_FILE
+    if path.exists():
+        return pd.read_parquet(path)
+    if not plan["trials"]:
+        return None
+    rows = []
+    for trial in plan["trials"]:
+        run = out / "runs" / trial["key"] / "metrics.parquet"
+        if not run.exists():
+            return None
+        metrics = pd.read_parquet(run, columns=["epoch", "member", "entropy", "alpha"])
+        last = metrics[metrics["epoch"] >= metrics["epoch"].max() * 3 / 4]
+        rows.append(
+            {
+                **{k: trial[k] for k in ("key", "arm", "landscape", "instance")},
+                "entropy_last_quarter": float(last["entropy"].mean()),
+                "entropy_lowest": float(metrics.groupby("member")["entropy"].min().mean()),
+                "alpha_positive": float((metrics["alpha"] > 0).mean()),
+                "alpha_max": float(metrics["alpha"].max()),
+                "alpha_last_quarter": float(last["alpha"].mean()),
+            }
+        )
+    frame = pd.DataFrame(rows)
+    frame.to_parquet(path, index=False, compression="zstd")
+    return frame
+
+
+def entropy_markdown(frame: pd.DataFrame, design: Design2) -> str:
+    """Per family × arm: the means over instances of :func:`entropy_control`'s columns, and the
+    entropy-matched arm's target."""
+    columns = ["entropy_last_quarter", "entropy_lowest", "alpha_positive", "alpha_max", "alpha_last_quarter"]
+    means = frame.groupby(["landscape", "arm"])[columns].mean()
+    rows = []
+    for family in design.families:
+        for arm in design.arms:
+            if (family, arm) in means.index:
+                target = (design.entropy_target or {}).get(family) if arm == ENTROPY_MATCHED else None
+                rows.append(
+                    [
+                        family,
+                        arm,
+                        "–" if target is None else f"{target:g}",
+                        *(f"{v:.3f}" for v in cast(pd.Series, means.loc[(family, arm)]).to_numpy(dtype=float)),
+                    ]
+                )
+    return md_table(["family", "arm", "target", *columns], rows) + "\n"
+
+
+def _beats(verdicts: list[Verdict], family: str, arm: str, comparator: str) -> bool:
+    """The pre-registered licence: one primary claim of ``arm`` against ``comparator`` on
+    ``family`` is better and none is worse."""
+    outcomes = [
+        v.outcome
+        for v in verdicts
+        if v.extra["tier"] == "primary"
+        and (v.extra["family"], v.extra["arm"], v.extra["comparator"]) == (family, arm, comparator)
+    ]
+    return "better" in outcomes and "worse" not in outcomes
+
+
+def _coupling(verdicts: list[Verdict], family: str, pair: tuple[str, str]) -> str:
+    """What the H3 claims of ``pair`` on ``family`` license: matters on a better or worse,
+    does not matter beyond the margins when every one is equivalent, else not determined."""
+    outcomes = [
+        v.outcome
+        for v in verdicts
+        if v.extra["tier"] == "primary"
+        and (v.extra["family"], v.extra["arm"], v.extra["comparator"]) == (family, *pair)
+    ]
+    if not outcomes:
+        return "not measured"
+    if {"better", "worse"} & set(outcomes):
+        return "matters"
+    if set(outcomes) == {"equivalent"}:
+        return "does not matter beyond the margins"
+    return "not determined"
+
+
+def summary_markdown(verdicts: list[Verdict], design: Design2, every_arm: pd.DataFrame) -> str:
+    """The pre-registered decision rule applied to the verdicts, and per family the primary
+    metrics of every arm (random search included) beside the policy's entropy, spread and
+    diversity, with each arm's H1 and H2 verdicts."""
+    mechanisms = [a for a in design.arms if a != CONTROL]
+    yes = {True: "yes", False: "no"}
+    rows = []
+    for arm in mechanisms:
+        for family in design.families:
+            h1, h2 = _beats(verdicts, family, arm, CONTROL), _beats(verdicts, family, arm, RANDOM_SEARCH)
+            rows.append([arm, family, yes[h1], yes[h2], f"**{yes[h1 and h2]}**"])
+    decision = md_table(["arm", "family", "beats best-of-K", "beats random search", "recommended"], rows)
+    coupling = md_table(
+        ["coupled arm", "uncoupled arm", *design.families],
+        [[*pair, *(_coupling(verdicts, f, pair) for f in design.families)] for pair in design.coupling],
+    )
+    word = {
+        (v.extra["family"], v.extra["arm"], v.extra["comparator"], v.extra["metric"]): v.word
+        for v in verdicts
+        if v.extra["tier"] == "primary"
+    }
+    beside = [c for c in BESIDE if c in every_arm.columns]
+    per_instance = every_arm.groupby(["landscape", "arm", "instance"])[[*PRIMARY, *beside]].mean()
+    blocks = []
+    for family in design.families:
+        rows = []
+        for arm in [*design.arms, RANDOM_SEARCH]:
+            if (family, arm) not in per_instance.index.droplevel("instance"):
+                continue
+            part = cast(pd.DataFrame, per_instance.loc[(family, arm)])
+            cells = ["–" if part[c].isna().all() else f"{part[c].mean():.3f}" for c in (*PRIMARY, *beside)]
+            judged = [
+                word.get((family, arm, comparator, metric), "–")
+                for comparator in (CONTROL, RANDOM_SEARCH)
+                for metric in PRIMARY
+            ]
+            rows.append([arm, *cells, *judged])
+        header = [
+            "arm",
+            *PRIMARY,
+            *beside,
+            *(f"{m} vs {who}" for who in ("best-of-K", "random search") for m in PRIMARY),
+        ]
+        blocks.append(f"**{family}** (means over instances)\n\n" + md_table(header, rows))
+    return (
+        "A mechanism beats a comparator on a family when one of its primary claims there is better "
+        "and none is worse; it is recommended for the family when it beats both best-of-K GRPO and "
+        "random search (the pre-registered rule).\n\n"
+        + decision
+        + "\n\nThe population coupling (H3, the coupled arm against the same mechanism uncoupled): it "
+        "matters on a better or worse primary claim, does not matter beyond the margins when every "
+        "primary claim is equivalent, and is not determined otherwise.\n\n"
+        + coupling
+        + "\n\n"
+        + "\n\n".join(blocks)
+        + "\n"
+    )
+
+
 def fig_effects(verdicts: list[Verdict], path: Path) -> Path:
     """Forest plot of the primary claims: mean instance-level difference, 95% CI, coloured by verdict."""
     primary = [v for v in verdicts if v.extra["tier"] == "primary"]
@@ -314,7 +461,9 @@ def render_discovery2(out: str | Path) -> list[Path]:
     """Write the study's tables, figures and (confirmatory) verdicts into ``out``; return the paths."""
     out = Path(out)
     plan = json.loads((out / "plan.json").read_text())
-    design = Design2.from_json(plan["design"])
+    quick = bool(plan.get("quick", False))
+    design = Design2.from_json(plan["design"], quick=quick)
+    smoke = "**A `--quick` run: every code path on two units, not a result.**\n\n" if quick else ""
     trials, curves = summarise(out)
     compute_check(trials)  # a ValueError when the arms of a family sampled different numbers of ideas
     per_family = ", ".join(f"{n:,} on {f}" for f, n in _samples(trials).items())
@@ -325,13 +474,24 @@ def render_discovery2(out: str | Path) -> list[Path]:
     random, widths = random_search(out, design, trials)
     every_arm = pd.concat([trials, random[random.columns.intersection(trials.columns)]], ignore_index=True)
     written = [out / "discovery_trials.parquet", out / "discovery_curves.parquet", out / RANDOM_FILE]
+    entropy = entropy_control(out, plan)
+    if entropy is not None:
+        (out / "entropy.md").write_text(
+            f"# Second discovery study ({design.phase}): policy entropy and the entropy coefficient\n\n{smoke}"
+            "Per family and arm, means over instances of each trial's: policy entropy (nats per idea dimension) "
+            "over its members and the last quarter of epochs; each member's lowest entropy over the run, averaged "
+            "over members; the share of member-epochs with α > 0; the largest α; α over the last quarter. "
+            "α is the entropy coefficient (maxent.entropy, α ≥ 0), 0 in every arm without it.\n\n"
+            + entropy_markdown(entropy, design)
+        )
+        written += [out / ENTROPY_FILE, out / "entropy.md"]
     where = (
         f"code {plan.get('commit', 'unknown')}, plan started {plan.get('started', 'unknown')}; "
         f"{len(trials)} trials; random search: as many ideas per unit as a run, at each metric's width "
         + ("tuned on these tuning units (in-sample)" if design.phase == "tuning" else "pre-registered from tuning")
     )
     (out / "arms.md").write_text(
-        f"# Second discovery study ({design.phase}): every arm\n\n{check}\n\n{where}.\n\n"
+        f"# Second discovery study ({design.phase}): every arm\n\n{smoke}{check}\n\n{where}.\n\n"
         "Mean ± sd over instances of each instance's mean over seeds; coverage metrics at "
         f"{design.threshold:g} of a peak's height.\n\n"
         + arms_markdown(every_arm, design)
@@ -382,7 +542,7 @@ def render_discovery2(out: str | Path) -> list[Path]:
         VERDICT,
     ]
     blocks = [
-        f"# Second discovery study: verdicts\n\n{check}\n\n{where}; pre-registration SHA-256 {study['preregistration_sha256']}.\n"
+        f"# Second discovery study: verdicts\n\n{smoke}{check}\n\n{where}; pre-registration SHA-256 {study['preregistration_sha256']}.\n"
     ]
     for tier in ("primary", "secondary"):
         for family in design.families:
@@ -391,5 +551,11 @@ def render_discovery2(out: str | Path) -> list[Path]:
                 blocks.append(f"## {family}, {tier} metrics (one Holm family per tier, over every family)\n\n")
                 blocks.append(verdicts_markdown(part, columns))
     (out / "verdicts.md").write_text("\n".join(blocks))
-    written += [out / "verdicts.json", out / "verdicts.md", fig_effects(verdicts, out / "fig_effects.png")]
+    (out / "summary.md").write_text(smoke + summary_markdown(verdicts, design, every_arm))
+    written += [
+        out / "verdicts.json",
+        out / "verdicts.md",
+        out / "summary.md",
+        fig_effects(verdicts, out / "fig_effects.png"),
+    ]
     return written

@@ -109,6 +109,20 @@ def test_an_override_the_config_does_not_know_fails_the_arm_check():
     check_arms(Design2.from_json(_mutated(lambda d: d["arms"].update({"soup": ["eval.merged=false"]}))))
 
 
+def test_a_quick_confirmatory_plan_has_two_instances_of_its_one_seed_and_reloads_as_quick():
+    """The committed design has one seed, so --quick runs its first two instances: two units, so
+    the report's paired tests run. Its plan's design reloads only as a quick one (8 instances
+    are the confirmatory minimum)."""
+    design, sha = load_preregistration()
+    plan = design_plan("discovery2", design, sha, True, None, None, "collapse")
+    assert plan["quick"] is True
+    quick = Design2.from_json(plan["design"], quick=True)
+    assert quick.instances == design.instances[:2] and quick.seeds == design.seeds[:1] == (3001,)
+    assert len(plan["trials"]) == len(design.quick_arms) * len(design.families) * 2
+    with pytest.raises(ValueError, match="at least 8 instances"):
+        Design2.from_json(plan["design"])
+
+
 def test_the_confirmatory_plan_refuses_tuning_seeds():
     design, sha = load_preregistration(EXAMPLE)
     with pytest.raises(ValueError, match="tuning seeds"):

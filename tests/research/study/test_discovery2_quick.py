@@ -1,4 +1,4 @@
-"""`--study discovery2-tuning --quick` end to end in this process (no Ray): every trial of the quick
+"""`--study discovery2-tuning --quick` and `--study discovery2 --quick` end to end in this process (no Ray): every trial of the quick
 plan trained by run_trial, a rerun training nothing, random search tuned, the tuning report written
 and redrawn by `popgrpo report`'s kind."""
 
@@ -44,3 +44,25 @@ def test_quick_tuning_study_in_process_resumes_and_reports(tmp_path):
             assert (family, CONTROL, RANDOM_SEARCH, metric) in arms
             assert (family, "repulsion", "repulsion, uncoupled", metric) in arms
     assert "instances_for_power" in (out / "tuning.md").read_text()
+
+
+def test_quick_confirmatory_study_runs_its_two_instances_and_judges_them_as_a_smoke_run(tmp_path):
+    """`--study discovery2 --quick`: the committed design's quick arms on its first two instances
+    (one seed), reported with paired claims on two units and marked as not a result."""
+    from popgrpo.research.study.discovery2 import discovery2_plan, load_preregistration
+
+    out = tmp_path / "study"
+    plan = discovery2_plan("discovery2", True, None, 2, "collapse", None)
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps(plan))
+    design, sha = load_preregistration()
+    assert len(plan["trials"]) == len(design.quick_arms) * len(design.families) * 2
+    for trial in plan["trials"]:
+        run_trial(trial, str(out / "runs"))
+    written = report_kind(out).redraw(out)
+    assert out / "verdicts.json" in written and out / "summary.md" in written and out / "entropy.md" in written
+    saved = json.loads((out / "verdicts.json").read_text())
+    assert saved["preregistration_sha256"] == sha
+    assert {r["instances"] for r in saved["verdicts"]} == {2}
+    for name in ("verdicts.md", "arms.md", "summary.md", "entropy.md"):
+        assert "not a result" in (out / name).read_text(), name

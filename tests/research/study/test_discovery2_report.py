@@ -3,6 +3,7 @@
 `popgrpo report` redrawing it from the Parquet files."""
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -160,3 +161,33 @@ def test_shrunken_effects_and_the_instances_for_power():
     assert row["dz_shrunk"] == pytest.approx(min(1.0, 0.3 * row["dz"]))
     expected = TTestPower().solve_power(effect_size=row["dz_shrunk"], alpha=0.05 / 60, power=0.8)
     assert row["instances_for_power"] == pytest.approx(expected)
+
+
+def test_entropy_control_reads_each_runs_entropy_and_alpha_by_hand(tmp_path):
+    """Per trial: last-quarter entropy, each member's lowest entropy averaged, the share of
+    member-epochs with α > 0, the largest α and the last quarter's α; written once, then read."""
+    from popgrpo.research.study.discovery2_report import ENTROPY_FILE, entropy_control
+
+    epochs = np.arange(8)
+    trials = []
+    for key, alpha in (("a", np.zeros(8)), ("b", np.array([0, 0, 0.5, 0, 0, 0, 0.2, 0.4]))):
+        run = tmp_path / "runs" / key
+        run.mkdir(parents=True)
+        frame = pd.DataFrame(
+            {"epoch": np.tile(epochs, 2), "member": np.repeat([0, 1], 8),
+             "entropy": np.concatenate([1.0 - 0.1 * epochs, 2.0 - 0.2 * epochs]), "alpha": np.tile(alpha, 2)}
+        )  # fmt: skip
+        frame.to_parquet(run / "metrics.parquet")
+        trials.append({"key": key, "arm": key, "landscape": "collapse", "instance": 1})
+    table = entropy_control(tmp_path, {"trials": trials}).set_index("key")
+    # Last quarter: epochs >= 7 * 3/4 = 5.25, so epochs 6 and 7 of both members.
+    last = np.mean([1.0 - 0.6, 1.0 - 0.7, 2.0 - 1.2, 2.0 - 1.4])
+    assert table.loc["a", "entropy_last_quarter"] == pytest.approx(last)
+    assert table.loc["a", "entropy_lowest"] == pytest.approx(np.mean([1.0 - 0.7, 2.0 - 1.4]))
+    assert table.loc["a", "alpha_positive"] == 0 and table.loc["a", "alpha_max"] == 0
+    assert table.loc["b", "alpha_positive"] == pytest.approx(3 / 8) and table.loc["b", "alpha_max"] == 0.5
+    assert table.loc["b", "alpha_last_quarter"] == pytest.approx(0.3)
+    assert (tmp_path / ENTROPY_FILE).exists()
+    shutil.rmtree(tmp_path / "runs")  # the Parquet file is all a redraw needs
+    assert entropy_control(tmp_path, {"trials": trials}).equals(table.reset_index())
+    assert entropy_control(tmp_path / "elsewhere", {"trials": trials}) is None
