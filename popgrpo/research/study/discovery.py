@@ -133,6 +133,12 @@ varied its ideas were, to read beside the discovery metrics (not a discovery met
 _HALF_LOG_2PI_E = 0.5 * math.log(2 * math.pi * math.e)
 
 
+def last_quarter(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a run's ``metrics.parquet`` frame in the last ⌈E/4⌉ of its E epochs."""
+    epochs = np.sort(frame["epoch"].unique())
+    return frame[frame["epoch"].isin(epochs[len(epochs) - math.ceil(len(epochs) / 4) :])]
+
+
 def spread_summary(frame: pd.DataFrame) -> dict[str, float]:
     """A run's policy spread and idea diversity over the last quarter of its epochs.
 
@@ -144,8 +150,7 @@ def spread_summary(frame: pd.DataFrame) -> dict[str, float]:
     ``exp(entropy − ½ log(2πe))``, the geometric mean of a Gaussian policy's σ (the width
     random search is tuned over; not meaningful for a text policy). NaN where a column is absent.
     """
-    epochs = np.sort(frame["epoch"].unique())
-    last = frame[frame["epoch"].isin(epochs[len(epochs) - math.ceil(len(epochs) / 4) :])]
+    last = last_quarter(frame)
 
     def mean(column: str) -> float:
         return float(last[column].mean()) if column in last.columns and len(last) else float("nan")

@@ -40,7 +40,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from popgrpo.markdown import md_table
-from popgrpo.research.study.discovery import RANDOM_SEARCH
+from popgrpo.research.study.discovery import RANDOM_SEARCH, last_quarter
 from popgrpo.research.study.discovery2 import BESIDE, CONTROL, ENTROPY_MATCHED, PRIMARY, SECONDARY, Design2
 from popgrpo.research.study.discovery_report import compute_check, fig_curves, summarise, wall_time
 from popgrpo.research.study.stats import (
@@ -239,23 +239,26 @@ def _format(frame: pd.DataFrame, digits: int = 3) -> str:
     return md_table(list(frame.columns), rows) + "\n"
 
 
+def _per_arm(every_arm: pd.DataFrame, design: Design2, columns: list[str]) -> Iterator[tuple[str, str, pd.DataFrame]]:
+    """(family, arm, its instance means of ``columns``) for every family and arm (random search
+    last) that the table has, in the design's order."""
+    per_instance = every_arm.groupby(["landscape", "arm", "instance"])[columns].mean()
+    present = per_instance.index.droplevel("instance")
+    for family in design.families:
+        for arm in [*design.arms, RANDOM_SEARCH]:
+            if (family, arm) in present:
+                yield family, arm, cast(pd.DataFrame, per_instance.loc[(family, arm)])
+
+
 def arms_markdown(every_arm: pd.DataFrame, design: Design2) -> str:
     """Per family × arm: mean ± sd over instance means of every judged metric, then the policy's
     spread, entropy and diversity where the trials have them (reported beside, not judged)."""
     beside = [c for c in BESIDE if c in every_arm.columns]
     columns = [*METRICS, *beside]
-    per_instance = every_arm.groupby(["landscape", "arm", "instance"])[columns].mean()
-    order = [*design.arms, RANDOM_SEARCH]
     rows = []
-    for family in design.families:
-        for arm in order:
-            if (family, arm) not in per_instance.index.droplevel("instance"):
-                continue
-            part = cast(pd.DataFrame, per_instance.loc[(family, arm)])
-            cells = [
-                "–" if part[c].isna().all() else f"{part[c].mean():.3f} ± {part[c].std(ddof=1):.3f}" for c in columns
-            ]
-            rows.append([family, arm, len(part), *cells])
+    for family, arm, part in _per_arm(every_arm, design, columns):
+        cells = ["–" if part[c].isna().all() else f"{part[c].mean():.3f} ± {part[c].std(ddof=1):.3f}" for c in columns]
+        rows.append([family, arm, len(part), *cells])
     return md_table(["family", "arm", "instances", *columns], rows) + "\n"
 
 
@@ -279,7 +282,7 @@ def entropy_control(out: Path, plan: dict) -> pd.DataFrame | None:
         if not run.exists():
             return None
         metrics = pd.read_parquet(run, columns=["epoch", "member", "entropy", "alpha"])
-        last = metrics[metrics["epoch"] >= metrics["epoch"].max() * 3 / 4]
+        last = last_quarter(metrics)
         rows.append(
             {
                 **{k: trial[k] for k in ("key", "arm", "landscape", "instance")},
@@ -316,27 +319,27 @@ def entropy_markdown(frame: pd.DataFrame, design: Design2) -> str:
     return md_table(["family", "arm", "target", *columns], rows) + "\n"
 
 
-def _beats(verdicts: list[Verdict], family: str, arm: str, comparator: str) -> bool:
-    """The pre-registered licence: one primary claim of ``arm`` against ``comparator`` on
-    ``family`` is better and none is worse."""
-    outcomes = [
+def _primary_outcomes(verdicts: list[Verdict], family: str, arm: str, comparator: str) -> list[str]:
+    """The outcomes of ``arm``'s primary claims against ``comparator`` on ``family``."""
+    return [
         v.outcome
         for v in verdicts
         if v.extra["tier"] == "primary"
         and (v.extra["family"], v.extra["arm"], v.extra["comparator"]) == (family, arm, comparator)
     ]
+
+
+def _beats(verdicts: list[Verdict], family: str, arm: str, comparator: str) -> bool:
+    """The pre-registered licence: one primary claim of ``arm`` against ``comparator`` on
+    ``family`` is better and none is worse."""
+    outcomes = _primary_outcomes(verdicts, family, arm, comparator)
     return "better" in outcomes and "worse" not in outcomes
 
 
 def _coupling(verdicts: list[Verdict], family: str, pair: tuple[str, str]) -> str:
     """What the H3 claims of ``pair`` on ``family`` license: matters on a better or worse,
     does not matter beyond the margins when every one is equivalent, else not determined."""
-    outcomes = [
-        v.outcome
-        for v in verdicts
-        if v.extra["tier"] == "primary"
-        and (v.extra["family"], v.extra["arm"], v.extra["comparator"]) == (family, *pair)
-    ]
+    outcomes = _primary_outcomes(verdicts, family, *pair)
     if not outcomes:
         return "not measured"
     if {"better", "worse"} & set(outcomes):
@@ -368,28 +371,18 @@ def summary_markdown(verdicts: list[Verdict], design: Design2, every_arm: pd.Dat
         if v.extra["tier"] == "primary"
     }
     beside = [c for c in BESIDE if c in every_arm.columns]
-    per_instance = every_arm.groupby(["landscape", "arm", "instance"])[[*PRIMARY, *beside]].mean()
-    blocks = []
-    for family in design.families:
-        rows = []
-        for arm in [*design.arms, RANDOM_SEARCH]:
-            if (family, arm) not in per_instance.index.droplevel("instance"):
-                continue
-            part = cast(pd.DataFrame, per_instance.loc[(family, arm)])
-            cells = ["–" if part[c].isna().all() else f"{part[c].mean():.3f}" for c in (*PRIMARY, *beside)]
-            judged = [
-                word.get((family, arm, comparator, metric), "–")
-                for comparator in (CONTROL, RANDOM_SEARCH)
-                for metric in PRIMARY
-            ]
-            rows.append([arm, *cells, *judged])
-        header = [
-            "arm",
-            *PRIMARY,
-            *beside,
-            *(f"{m} vs {who}" for who in ("best-of-K", "random search") for m in PRIMARY),
+    columns = [*PRIMARY, *beside]
+    rows_of: dict[str, list[list[str]]] = {family: [] for family in design.families}
+    for family, arm, part in _per_arm(every_arm, design, columns):
+        cells = ["–" if part[c].isna().all() else f"{part[c].mean():.3f}" for c in columns]
+        judged = [
+            word.get((family, arm, comparator, metric), "–")
+            for comparator in (CONTROL, RANDOM_SEARCH)
+            for metric in PRIMARY
         ]
-        blocks.append(f"**{family}** (means over instances)\n\n" + md_table(header, rows))
+        rows_of[family].append([arm, *cells, *judged])
+    header = ["arm", *columns, *(f"{m} vs {who}" for who in ("best-of-K", "random search") for m in PRIMARY)]
+    blocks = [f"**{family}** (means over instances)\n\n" + md_table(header, rows) for family, rows in rows_of.items()]
     return (
         "A mechanism beats a comparator on a family when one of its primary claims there is better "
         "and none is worse; it is recommended for the family when it beats both best-of-K GRPO and "
