@@ -121,6 +121,28 @@ def _check_sent(sent: tuple[Any, ...], n_epochs: int) -> None:
         )
 
 
+class _PutOnce:
+    """Each base ``ray.put`` once, and put anew once an actor has been rebuilt since.
+
+    A member that fetched a base holds a copy on its node, and Ray lists that node among the
+    object's locations. When that node freezes, a fetch elsewhere may pick the frozen copy and
+    wait out Ray's pull timeout (``object_manager_pull_timeout_ms``, 10 s) before it tries
+    another: longer than a short call's deadline, so the retried call would be taken as hung
+    again and again. A base put after the rebuild has one location, the driver's node.
+    """
+
+    def __init__(self, bases: Mapping[str, Mapping[str, torch.Tensor]], generation: Callable[[], int]) -> None:
+        self.bases, self.generation = bases, generation
+        self._refs: dict[str, Any] = {}
+        self._put_at = -1
+
+    def refs(self, keys: Iterable[str]) -> dict[str, Any]:
+        if self._put_at != self.generation():
+            self._refs = {key: ray.put(pack(dict(base))) for key, base in self.bases.items()}
+            self._put_at = self.generation()
+        return {key: self._refs[key] for key in keys}
+
+
 class RayExecutor:
     """Members on Ray actors; the same interface as :class:`LocalExecutor`."""
 
@@ -626,12 +648,13 @@ class RayExecutor:
     ) -> dict[int, dict]:
         """The members in ``adoptions`` adopt their bases; the states every actor sends back with
         its answer serve the :meth:`snapshot` that follows (the round's checkpoint), without
-        another call. Each distinct base is ``ray.put`` once; an actor gets the references of
-        the bases its members need and fetches each once."""
-        refs = {key: ray.put(pack(dict(base))) for key, base in bases.items()}
+        another call. Each distinct base is ``ray.put`` once (anew after a rebuild:
+        :class:`_PutOnce`); an actor gets the references of the bases its members need and
+        fetches each once."""
+        put = _PutOnce(bases, lambda: self.restarts)
         mine = {g: {k: adoptions[k] for k in group if k in adoptions} for g, group in enumerate(self._groups)}
-        needed = {g: {a.base for a in part.values() if a.base in refs} for g, part in mine.items()}
-        args = lambda g: ({key: refs[key] for key in sorted(needed[g])}, mine[g], round_index)  # noqa: E731
+        needed = {g: {a.base for a in part.values() if a.base in bases} for g, part in mine.items()}
+        args = lambda g: (put.refs(sorted(needed[g])), mine[g], round_index)  # noqa: E731
         plan, self._train_plan = self._train_plan, {}
 
         def send_train() -> None:  # queued behind each actor's adopt: it trains on as soon as it has adopted

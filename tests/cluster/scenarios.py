@@ -312,9 +312,9 @@ def run(scenario: str, workdir: Path, extra_env: dict[str, str] | None = None, t
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_REDIS_ADDRESS")}
     env |= {"PYTHONPATH": str(ROOT)} | (extra_env or {})
     done = run_isolated([sys.executable, __file__, scenario, str(result_path)], timeout, env=env, cwd=str(ROOT))
-    assert done.returncode == 0 and result_path.is_file(), (
-        f"{scenario} driver exited {done.returncode}:\n{done.stdout[-4000:]}"
-    )
+    (workdir / f"{scenario}.log").write_text(done.stdout)
+    out = done.stdout if len(done.stdout) <= 8000 else f"{done.stdout[:3000]}\n[…]\n{done.stdout[-5000:]}"
+    assert done.returncode == 0 and result_path.is_file(), f"{scenario} driver exited {done.returncode}:\n{out}"
     return json.loads(result_path.read_text())
 
 

@@ -88,3 +88,24 @@ def test_a_member_state_survives_a_real_ray_round_trip_packed(ray_local):
     weight.mul_(2.0)  # a read-only view of the object store would refuse this
     executor.members[0].load_state_dict(unpack(ray.get(ray.put(pack(states))))[0])
     assert _same(executor.member_states()[0], states[0])
+
+
+def test_adopted_bases_are_put_once_and_anew_after_a_rebuild(ray_local):
+    """The bases of an adopt call are ``ray.put`` once for every actor and every retry, until an
+    actor is rebuilt: then anew, so that no copy a member fetched on a node that froze since
+    is among the locations a retried fetch may pick (``_PutOnce``)."""
+    import ray
+
+    from popgrpo.runtime.ray_executor import _PutOnce
+
+    bases = {"a": {"w": torch.arange(4.0)}, "b": {"w": torch.ones(2)}}
+    rebuilds = [0]
+    put = _PutOnce(bases, lambda: rebuilds[0])
+    first = put.refs(["a", "b"])
+    assert list(put.refs(["b"])) == ["b"] and put.refs(["b"])["b"] == first["b"]  # one object, asked twice
+    rebuilds[0] += 1
+    again = put.refs(["a", "b"])
+    assert all(again[k] != first[k] for k in bases)  # new objects
+    for k, base in bases.items():
+        assert _same(unpack(ray.get(again[k])), base) and _same(unpack(ray.get(first[k])), base)
+    assert put.refs(["a"])["a"] == again["a"]
