@@ -219,6 +219,26 @@ def test_first_hour_mistakes_exit_2_with_one_line_and_leave_no_run_directory(tmp
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["tiny-lm"]
 
 
+def test_a_resumed_run_gets_the_checks_of_a_new_one(tmp_path: Path):
+    """--resume checks the run's own config.yaml as a new run checks its config (cli.train
+    check_inputs): an input gone since the run started, or an executor that cannot run it, is
+    one line and exit 2 before anything starts, and the run directory is left as it was."""
+    from popgrpo.config import load_config
+
+    cases = [
+        (["reward.source=proxy", f"reward.proxy.dir={tmp_path / 'gone'}"], [], "RM directory"),
+        (["archive.redis_url=redis://127.0.0.1:1"], ["--executor", "local"], "archive.redis_url"),
+    ]
+    for i, (overrides, args, line) in enumerate(cases):
+        run = tmp_path / f"run{i}"
+        run.mkdir()
+        (run / "config.yaml").write_text(load_config(None, overrides).to_yaml())
+        res = popgrpo("train", "--resume", str(run), *args)
+        assert res.returncode == 2, (overrides, res.stderr)
+        assert res.stderr.startswith(f"popgrpo: {line}") and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert [p.name for p in run.iterdir()] == ["config.yaml"]
+
+
 # What a mistake's path must not import: each costs a busy 2-core machine seconds before the
 # one line (torch and Ray most; numpy and the hub client's lookup less), or is another
 # sub-command's (`popgrpo train` builds only its own parsers).

@@ -57,8 +57,6 @@ def _say(message: str) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from popgrpo.preflight import check_run, find_inputs, load_inputs
-
     say = None if args.quiet else _say
     executor = ExecutorSpec(args.executor, args.address)
     # In this process or an embedded Ray: the run's workers import what they need here.
@@ -72,31 +70,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
         run_dir = Path(args.resume)
         if (run_dir / "config.yaml").is_file():  # resume() itself says what is wrong with a directory
             own = load_config(run_dir / "config.yaml")
-            check_run(own, workers_here=workers_here)
             if args.epochs is not None and args.epochs < own.run.epochs:
                 raise ConfigError(
                     f"--epochs {args.epochs}: the run is set for {own.run.epochs} epochs; --epochs extends a run, "
                     "it cannot shorten one"
                 )
+            check_inputs(own, None, executor, workers_here)
         config: Config | None = None
     else:
         if args.epochs is not None:
             raise ConfigError(f"--epochs extends a run with --resume; for a new run use --set run.epochs={args.epochs}")
         config = load_args_config(args)
         config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
-        _check_env_inputs(config)
-        find_inputs(config, config_file, workers_here=workers_here)  # typos first: nothing heavy imported yet
-        from popgrpo.telemetry.loggers import check_available
-
-        check_available(config.run.loggers)  # a tracker's missing client: exit 2 before anything starts
-        _check_proxy(config)
-        load_inputs(config)
+        check_inputs(config, config_file, executor, workers_here)
     from popgrpo.telemetry.run_dir import default_run_dir, writable_directory
 
     if config is None:
         run_dir = Path(args.resume)
     else:
-        check_executor(config, executor)
         run_dir = writable_directory(Path(args.out) if args.out else default_run_dir(config), "run directory")
         if say is not None:  # every check passed: the first line, before torch loads
             say(
@@ -190,16 +181,31 @@ def _disconnect_ray() -> None:
             ray.shutdown()
 
 
-def _check_env_inputs(config: Config) -> None:
-    """What the environment reads besides its config (env.kind=code: its problem set), checked by
-    its registered kind: a missing file or a bad row is bad input (exit 2, one line)."""
+def check_inputs(config: Config, config_file: Path | None, executor: ExecutorSpec, workers_here: bool) -> None:
+    """Everything a run of ``config`` needs from outside the config, checked before its run
+    directory exists and before Ray or torch start, for a new run and a resumed one alike; a
+    problem is bad input (:class:`ConfigError`: exit 2, one line). Cheapest first, so that a
+    typo is reported before anything heavy is imported:
+
+    1. what the environment reads besides its config (env.kind=code: its problem set), by its
+       registered kind;
+    2. the reward callables, model, prompt file and embedding model, found without importing
+       them (:func:`popgrpo.preflight.find_inputs`);
+    3. the clients of ``run.loggers``;
+    4. reward.source=proxy: the reward-model directory;
+    5. the reward modules imported and the prompts read (:func:`popgrpo.preflight.load_inputs`);
+    6. what the config asks of the executor ``executor`` names.
+
+    ``config_file``: the file the config came from, whose folder is searched for reward modules.
+    """
     from popgrpo.envs.kinds import env_kind
+    from popgrpo.preflight import find_inputs, load_inputs
 
     env_kind(config.env.kind).check_inputs(config)
+    find_inputs(config, config_file, workers_here=workers_here)  # typos first: nothing heavy imported yet
+    from popgrpo.telemetry.loggers import check_available  # (imports numpy)
 
-
-def _check_proxy(config: Config) -> None:
-    """reward.source=proxy: a missing or bad RM directory is bad input (exit 2), found before anything starts."""
+    check_available(config.run.loggers)
     if config.reward.source == "proxy":
         from popgrpo.reward_models.proxy import check_proxy
         from popgrpo.reward_models.store import RMDirError
@@ -208,6 +214,8 @@ def _check_proxy(config: Config) -> None:
             check_proxy(config)
         except RMDirError as exc:
             raise ConfigError(str(exc)) from None
+    load_inputs(config)
+    check_executor(config, executor)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
