@@ -19,14 +19,16 @@ install: $(BIN)/popgrpo
 run: install
 	$(BIN)/popgrpo train
 
-# The suite less its tests marked slow, which `test-slow` runs; CI (.ci/run) runs both.
+# The suite less its tests marked heavy or slow, which `test-slow` runs; CI (.ci/run) runs both.
 # docs/reference/tests.md says what each runs and why. TEST_WORKERS pytest-xdist processes share
-# it module by module (a module's fixtures stay in one worker); the slow tests run one at a time.
+# `test` and the heavy tests module by module (a module's fixtures stay in one worker); the slow
+# tests run one at a time.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q --durations=15 -m "not slow" -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -q --durations=15 -m "not slow and not heavy" -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: install
+	$(BIN)/python -m pytest -q --durations=15 -m "heavy and not slow" -n $(TEST_WORKERS) --dist loadscope
 	$(BIN)/python -m pytest -q --durations=15 -m slow
 
 # ruff, then the type checker (basedpyright, configured in pyproject.toml: strict on popgrpo/core and popgrpo/algorithms).

@@ -11,6 +11,8 @@ import pytest
 from benchmarks.shared_base import BEGIN, END
 from tests.services import require_module
 
+pytestmark = pytest.mark.heavy
+
 require_module("peft")
 ROOT = Path(__file__).resolve().parent.parent
 

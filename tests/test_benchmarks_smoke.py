@@ -14,6 +14,8 @@ import pytest
 
 from benchmarks.suite import BEGIN, END, SECTION_TITLES, replace_generated
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # A header row of each section's table (the peer's belongs to benchmarks.peer_rllib).

@@ -155,6 +155,7 @@ def _section(page: Path, heading: str) -> str:
 
 @pytest.mark.integration
 @pytest.mark.ray
+@pytest.mark.heavy
 def test_bring_your_own_reward_runs_as_shown(tmp_path):
     """The guide's reward section, followed exactly: its files (fenced with ``title=``) written
     to a fresh working directory, its commands run there as typed, with the virtualenv on PATH

@@ -96,6 +96,7 @@ def test_plugin_environment_and_merge_train_locally(plugin_path, tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.heavy
 def test_plugin_environment_and_merge_train_on_ray(plugin_path, tmp_path):
     """Ray's workers find the plugin too (they load it from the same entry point), with the local numbers."""
     res = popgrpo(plugin_path, "train", *RUN, "--out", str(tmp_path / "ray"))

@@ -60,7 +60,7 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.heavy])])
 def test_killed_run_resumes_to_the_same_numbers(tmp_path: Path, uninterrupted: Path, executor: str):
     out = tmp_path / "run"
     _kill_after_round(out, round_index=2)
@@ -98,7 +98,7 @@ def test_checkpoints_are_pruned_and_resume_refuses_finished_runs(uninterrupted: 
     assert res.returncode == 2 and "--resume" in res.stderr
 
 
-@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.heavy])])
 def test_a_finished_run_extended_equals_one_asked_for_the_epochs_from_the_start(
     tmp_path: Path, uninterrupted: Path, executor: str
 ):

@@ -12,7 +12,7 @@ from popgrpo.runtime.cluster import ClusterTooSmallError  # noqa: E402
 from popgrpo.runtime.ray_executor import RayExecutor  # noqa: E402
 from tests.services import loopback_cluster  # noqa: E402
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 NEEDS_3_CPUS = ["population.size=3", "population.resources.num_cpus=1", "run.epochs=2", "grpo.steps_per_epoch=2"]
 

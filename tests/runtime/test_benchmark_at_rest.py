@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.heavy
+
 
 @pytest.mark.ray
 def test_round_overhead_at_rest_watches_the_runs_ray_and_actors_without_a_call(ray_local, monkeypatch):

@@ -20,7 +20,7 @@ from tests.configs import pop_grpo
 from tests.driving import drive, member_group_processes, same_rows, sigkill
 from tests.runtime.test_faults import SHAPE, _assert_same_archives
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 
 class ChaosMonkey:

@@ -19,7 +19,7 @@ import pytest
 from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 
 def _token() -> str:

@@ -22,7 +22,7 @@ from tests.configs import RAY_POPULATION, pop_grpo
 from tests.driving import drive, kill_during_construction, kill_when_busy, same_rows, sigkill
 from tests.services import RedisServer
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 SHAPE = (*RAY_POPULATION, "run.epochs=6", "grpo.steps_per_epoch=8")
 

@@ -22,6 +22,8 @@ from popgrpo.telemetry.checkpoint import DRIVER_FILE
 from popgrpo.train import resume, train
 from tests.configs import SEEDED, pop_grpo
 
+pytestmark = pytest.mark.heavy
+
 BASE = [
     *SEEDED,
     "run.epochs=12",  # 6 rounds of 2 epochs

@@ -7,7 +7,7 @@ from popgrpo.config import load_config, preset_path
 from popgrpo.runtime.ray_executor import RayExecutor
 from popgrpo.train import train
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 
 def test_population_of_64_packed_runs_to_completion(ray_local, tmp_path):

@@ -35,7 +35,7 @@ from popgrpo.telemetry.checkpoint import Checkpointer
 from popgrpo.train import train
 from tests.driving import kill_when_busy, member_group_processes
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.heavy]
 
 SHAPE = (
     "run.seed=42",
