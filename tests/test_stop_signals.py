@@ -19,6 +19,8 @@ import pytest
 
 from tests.services import ray_subprocess_env
 
+pytestmark = pytest.mark.heavy
+
 EPOCHS = 60
 ARGS = [
     "--config", "pop_grpo", "--quiet",
@@ -91,8 +93,6 @@ def test_a_signal_mid_run_stops_cleanly_and_resume_finishes_the_run(tmp_path: Pa
 SECOND_SIGNAL_SCRIPT = """
 import sys, time
 from popgrpo.runtime.stopping import StopOnSignal, deferred
-
-pytestmark = pytest.mark.heavy
 with StopOnSignal(lambda signum: f"second {signum}: gone") as stop:
     with deferred():  # a finished round being written: the first signal waits for it
         print("writing", flush=True)
