@@ -183,7 +183,7 @@ def _disconnect_ray() -> None:
 
 def check_inputs(config: Config, config_file: Path | None, executor: ExecutorSpec, workers_here: bool) -> None:
     """Everything a run of ``config`` needs from outside the config, checked before its run
-    directory exists and before Ray or torch start, for a new run and a resumed one alike; a
+    directory exists and before Ray starts, for a new run and a resumed one alike; a
     problem is bad input (:class:`ConfigError`: exit 2, one line). Cheapest first, so that a
     typo is reported before anything heavy is imported:
 
