@@ -14,11 +14,13 @@ insertion would.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from ribs.archives import GridArchive
+
+if TYPE_CHECKING:
+    from ribs.archives import GridArchive
 
 __all__ = ["STATUS_IMPROVED", "STATUS_NEW", "STATUS_NOT_ADDED", "ArchiveState", "MapElitesArchive"]
 
@@ -65,6 +67,10 @@ class MapElitesArchive:
             self._grid = self._make_grid(idea_dim)
 
     def _make_grid(self, idea_dim: int) -> GridArchive:
+        # ``ribs.archives`` imports every archive type (sklearn for CVT, numba for the
+        # categorical one), seconds of CPU per process; only a process that builds a grid pays.
+        from ribs.archives import GridArchive
+
         return GridArchive(
             solution_dim=int(idea_dim),
             dims=[self.cells_per_dim] * len(self.ranges),
