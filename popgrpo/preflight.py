@@ -2,8 +2,10 @@
 
 :func:`check_run` looks at every input a config names outside itself and turns each problem
 into a one-line :class:`~popgrpo.config.ConfigError` that names the field, says what is wrong
-and suggests the fix (``popgrpo train`` exits 2 on it):
+and suggests the fix (``popgrpo train`` exits 2 on it, for a new run and a resumed one alike):
 
+* **what the environment reads besides its config** (``env.kind=code``: its problem set), by
+  its registered kind;
 * **reward callables** (``env.text.rewards[i].fn``): the module is found and its name is
   defined, with close matches for a typo'd module or function, then imported. The config
   file's folder and the working directory come first on the import path, as the working
@@ -11,12 +13,14 @@ and suggests the fix (``popgrpo train`` exits 2 on it):
 * **the causal LM** (``policy.causal_lm.model``): a saved model directory, or a name in the
   Hugging Face cache; a missing one suggests ``popgrpo lm tiny`` / ``lm pretrain``.
 * **prompts** (``env.text.prompts_path``) and the **embedding model**
-  (``env.text.embedding_model``).
+  (``env.text.embedding_model``);
+* the clients of ``run.loggers``; with ``reward.source=proxy``, the reward-model directory;
+  and what the config asks of the executor.
 
-The checks run in two passes. The first imports nothing heavy: it finds modules without
-importing their packages and reads a module's top-level names from its source, so a typo
-stops the run in well under a second. The second imports the reward modules and reads the
-prompts, which imports torch (3 s on a busy 2-core machine); a run needs that anyway.
+Cheapest first. :func:`find_inputs` imports nothing heavy: it finds modules without importing
+their packages and reads a module's top-level names from its source, so a typo stops the run
+before torch is imported. :func:`load_inputs` then imports the reward modules and reads the
+prompts, which imports torch; a run needs that anyway.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pathlib import Path
 
 from popgrpo.config import Config, ConfigError, TextEnvConfig
 from popgrpo.registry import ENVIRONMENTS, POLICIES, TEXT_IDEAS, ideas_of
+from popgrpo.runtime.executor_spec import RAY, ExecutorSpec, check_executor
 
 __all__ = ["check_run", "find_inputs", "load_inputs", "reward_import_paths", "use_import_paths"]
 
@@ -61,23 +66,51 @@ def use_import_paths(paths: list[str]) -> None:
     importlib.invalidate_caches()
 
 
-def check_run(config: Config, config_path: str | Path | None = None, workers_here: bool = True) -> None:
-    """Check what ``config`` needs from outside itself (see the module docstring): both passes.
+def check_run(
+    config: Config,
+    config_path: str | Path | None = None,
+    executor: ExecutorSpec = RAY,
+    workers_here: bool = True,
+) -> None:
+    """Check what ``config`` needs from outside itself (the module docstring lists it, in order).
 
     ``config_path``: the file the config came from (its folder is searched for reward modules).
+    ``executor``: what the run trains on (``popgrpo train``'s default: Ray).
     ``workers_here``: the run's workers run on this machine (in-process, or an embedded Ray), so
     what they import must be installed here (a rollout worker's vLLM).
 
     Raises:
         ConfigError: one line naming the field, what is wrong and a suggestion.
     """
+    from popgrpo.envs.kinds import env_kind
+
+    env_kind(config.env.kind).check_inputs(config)
     find_inputs(config, config_path, workers_here)
+    from popgrpo.telemetry.loggers import check_available  # (imports numpy)
+
+    check_available(config.run.loggers)
+    _check_reward_models(config)
     load_inputs(config)
+    check_executor(config, executor)
+
+
+def _check_reward_models(config: Config) -> None:
+    """``reward.source=proxy``: its reward-model directory holds models this run's members can use."""
+    if config.reward.source != "proxy":
+        return  # without importing the reward models (torch)
+    from popgrpo.reward_models.proxy import check_proxy
+    from popgrpo.reward_models.store import RMDirError
+
+    try:
+        check_proxy(config)
+    except RMDirError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def find_inputs(config: Config, config_path: str | Path | None = None, workers_here: bool = True) -> None:
-    """The first pass of :func:`check_run`: every input found, nothing heavy imported (no torch,
-    no Ray, no transformers), so that a typo is reported in a fraction of a second."""
+    """The first pass of :func:`check_run` over reward modules, model and prompts: every input
+    found, nothing heavy imported (no torch, no Ray, no transformers), so that a typo is
+    reported in a fraction of a second."""
     if not _text_environment(config):
         return
     use_import_paths(reward_import_paths(config_path))
@@ -93,7 +126,7 @@ def find_inputs(config: Config, config_path: str | Path | None = None, workers_h
 
 
 def load_inputs(config: Config) -> None:
-    """The second pass of :func:`check_run`, after :func:`find_inputs`: import the reward modules
+    """After :func:`find_inputs` in :func:`check_run`: import the reward modules
     it found and read the prompts (this imports torch; a run needs it anyway)."""
     if not _text_environment(config):
         return

@@ -220,8 +220,8 @@ def test_first_hour_mistakes_exit_2_with_one_line_and_leave_no_run_directory(tmp
 
 
 def test_a_resumed_run_gets_the_checks_of_a_new_one(tmp_path: Path):
-    """--resume checks the run's own config.yaml as a new run checks its config (cli.train
-    check_inputs): an input gone since the run started, or an executor that cannot run it, is
+    """--resume checks the run's own config.yaml as a new run checks its config
+    (preflight.check_run): an input gone since the run started, or an executor that cannot run it, is
     one line and exit 2 before anything starts, and the run directory is left as it was."""
     from popgrpo.config import load_config
 

@@ -1,8 +1,9 @@
 """``popgrpo train`` and ``popgrpo config``.
 
-``train`` checks its input (exit 2, one line, before the run directory exists and before
-torch loads), then hands the config to :func:`popgrpo.train.train` (or ``resume``); a runtime
-failure exits 1 with its traceback in the run directory's ``error.log``.
+``train`` checks its input with :func:`popgrpo.preflight.check_run` (exit 2, one line, before
+the run directory exists and before Ray starts), then hands the config to
+:func:`popgrpo.train.train` (or ``resume``); a runtime failure exits 1 with its traceback in
+the run directory's ``error.log``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from popgrpo.config import (
     preset_path,
     resolve_config_path,
 )
-from popgrpo.runtime.executor_spec import ExecutorSpec, check_executor
+from popgrpo.preflight import check_run
+from popgrpo.runtime.executor_spec import ExecutorSpec
 
 if TYPE_CHECKING:
     from popgrpo.config import Config
@@ -75,14 +77,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
                     f"--epochs {args.epochs}: the run is set for {own.run.epochs} epochs; --epochs extends a run, "
                     "it cannot shorten one"
                 )
-            check_inputs(own, None, executor, workers_here)
+            check_run(own, None, executor, workers_here)
         config: Config | None = None
     else:
         if args.epochs is not None:
             raise ConfigError(f"--epochs extends a run with --resume; for a new run use --set run.epochs={args.epochs}")
         config = load_args_config(args)
         config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
-        check_inputs(config, config_file, executor, workers_here)
+        check_run(config, config_file, executor, workers_here)
     from popgrpo.telemetry.run_dir import default_run_dir, writable_directory
 
     if config is None:
@@ -179,43 +181,6 @@ def _disconnect_ray() -> None:
 
         if ray.is_initialized():
             ray.shutdown()
-
-
-def check_inputs(config: Config, config_file: Path | None, executor: ExecutorSpec, workers_here: bool) -> None:
-    """Everything a run of ``config`` needs from outside the config, checked before its run
-    directory exists and before Ray starts, for a new run and a resumed one alike; a
-    problem is bad input (:class:`ConfigError`: exit 2, one line). Cheapest first, so that a
-    typo is reported before anything heavy is imported:
-
-    1. what the environment reads besides its config (env.kind=code: its problem set), by its
-       registered kind;
-    2. the reward callables, model, prompt file and embedding model, found without importing
-       them (:func:`popgrpo.preflight.find_inputs`);
-    3. the clients of ``run.loggers``;
-    4. reward.source=proxy: the reward-model directory;
-    5. the reward modules imported and the prompts read (:func:`popgrpo.preflight.load_inputs`);
-    6. what the config asks of the executor ``executor`` names.
-
-    ``config_file``: the file the config came from, whose folder is searched for reward modules.
-    """
-    from popgrpo.envs.kinds import env_kind
-    from popgrpo.preflight import find_inputs, load_inputs
-
-    env_kind(config.env.kind).check_inputs(config)
-    find_inputs(config, config_file, workers_here=workers_here)  # typos first: nothing heavy imported yet
-    from popgrpo.telemetry.loggers import check_available  # (imports numpy)
-
-    check_available(config.run.loggers)
-    if config.reward.source == "proxy":
-        from popgrpo.reward_models.proxy import check_proxy
-        from popgrpo.reward_models.store import RMDirError
-
-        try:
-            check_proxy(config)
-        except RMDirError as exc:
-            raise ConfigError(str(exc)) from None
-    load_inputs(config)
-    check_executor(config, executor)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from popgrpo.config import Config, ConfigError
 if TYPE_CHECKING:
     from popgrpo.runtime.executor import Executor
 
-__all__ = ["LOCAL", "ExecutorSpec", "build_executor", "check_executor"]
+__all__ = ["LOCAL", "RAY", "ExecutorSpec", "build_executor", "check_executor"]
 
 Say = Callable[[str], None]  # prints one start-up line
 
@@ -34,6 +34,7 @@ class ExecutorSpec:
 
 
 LOCAL = ExecutorSpec()  # every member in this process
+RAY = ExecutorSpec("ray")  # popgrpo train's default: an embedded Ray, or the cluster RAY_ADDRESS names
 
 
 def check_executor(config: Config, spec: ExecutorSpec) -> None:
