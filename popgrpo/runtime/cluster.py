@@ -3,6 +3,7 @@ whether the population fits on it."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -13,6 +14,7 @@ import ray
 from popgrpo.runtime.stopping import reinstall
 
 __all__ = [
+    "SLOW_START",
     "ClusterTooSmallError",
     "SetupError",
     "check_fits",
@@ -50,31 +52,77 @@ def force_loopback() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = False
 
 
+# What Ray raises when the head's raylet has not registered with its GCS within a fixed 30 s
+# (ray/_private/node.py; not configurable): on a machine whose cores are all busy, a start
+# that would have succeeded given a little longer.
+SLOW_START = "timed out during startup"
+
+
 def start_local_ray(
     num_cpus: int | None = None,
     temp_dir: str | None = None,
     include_dashboard: bool = True,
     dashboard_port: int | None = None,
+    attempts: int = 2,
     **kwargs: Any,
 ):
     """Start an embedded single-node Ray bound to 127.0.0.1 only (see :func:`force_loopback`).
 
     The dashboard (and with it the per-node metrics agent that serves ``popgrpo_*`` metrics
-    to Prometheus) listens on 127.0.0.1 too.
+    to Prometheus) listens on 127.0.0.1 too. A start that times out waiting for its own raylet
+    (:data:`SLOW_START`) stops the processes it started and tries again, ``attempts`` times
+    in all; any other failure is raised at once.
     """
     force_loopback()
     if include_dashboard:
         kwargs.update(dashboard_host="127.0.0.1")
         if dashboard_port is not None:
             kwargs.update(dashboard_port=dashboard_port)
-    return ray.init(
-        num_cpus=num_cpus,
-        include_dashboard=include_dashboard,
-        _node_ip_address="127.0.0.1",
-        _temp_dir=temp_dir,
-        configure_logging=False,
-        **kwargs,
-    )
+    for attempt in range(1, attempts + 1):
+        before = _children()
+        try:
+            return ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=include_dashboard,
+                _node_ip_address="127.0.0.1",
+                _temp_dir=temp_dir,
+                configure_logging=False,
+                **kwargs,
+            )
+        except Exception as exc:  # Ray raises a bare Exception for a slow start
+            if SLOW_START not in str(exc) or attempt == attempts:
+                raise
+            started = _children() - before
+            log.warning(
+                "Ray's head did not register within Ray's 30 s (a busy machine?); stopping its %d "
+                "process(es) and starting again (attempt %d of %d)",
+                len(started),
+                attempt + 1,
+                attempts,
+            )
+            _stop_processes(started)
+    raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+def _children() -> set:
+    """This process's descendants (``psutil.Process``: equal only with the same pid and start time)."""
+    import psutil
+
+    return set(psutil.Process().children(recursive=True))
+
+
+def _stop_processes(processes: set, grace_s: float = 5.0) -> None:
+    """SIGTERM ``processes``, then SIGKILL those still alive after ``grace_s``; wait for all."""
+    import psutil
+
+    for proc in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(list(processes), timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
