@@ -70,8 +70,9 @@ def start_local_ray(
 
     The dashboard (and with it the per-node metrics agent that serves ``popgrpo_*`` metrics
     to Prometheus) listens on 127.0.0.1 too. A start that times out waiting for its own raylet
-    (:data:`SLOW_START`) stops the processes it started and tries again, ``attempts`` times
-    in all; any other failure is raised at once.
+    (:data:`SLOW_START`) stops every descendant of this process that appeared during it (Ray's
+    head: nothing else starts processes while Ray does) and tries again, ``attempts`` times in
+    all; any other failure is raised at once.
     """
     force_loopback()
     if include_dashboard:
