@@ -13,6 +13,7 @@ insertion would.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
@@ -62,14 +63,18 @@ class MapElitesArchive:
         for lo, hi in self.ranges:
             if not hi > lo:
                 raise ValueError(f"each range needs high > low, got {self.ranges}")
+        # ``ribs.archives`` imports every archive type (sklearn for CVT, numba for the
+        # categorical one): seconds of CPU, paid here by whoever makes an archive (a member
+        # actor while it is constructed, within its construction deadline), not by every
+        # process that imports popgrpo, nor inside the first call that adds to the grid.
+        importlib.import_module("ribs.archives")
+
         self._grid: GridArchive | None = None
         if idea_dim is not None:
             self._grid = self._make_grid(idea_dim)
 
     def _make_grid(self, idea_dim: int) -> GridArchive:
-        # ``ribs.archives`` imports every archive type (sklearn for CVT, numba for the
-        # categorical one), seconds of CPU per process; only a process that builds a grid pays.
-        from ribs.archives import GridArchive
+        from ribs.archives import GridArchive  # imported by __init__ already
 
         return GridArchive(
             solution_dim=int(idea_dim),

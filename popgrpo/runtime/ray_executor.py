@@ -78,7 +78,7 @@ from popgrpo.telemetry.live import LiveMetrics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RayExecutor", "RebuildFailed"]
+__all__ = ["RayExecutor", "RebuildFailed", "first_answered"]
 
 
 # Seconds between looks at whether an actor that is past population.hang_deadline_min_s without
@@ -119,6 +119,21 @@ def _check_sent(sent: tuple[Any, ...], n_epochs: int) -> None:
             f"member actor {sent[0]}: a train call of {sent[1]} epochs was sent after its adopt, "
             f"but the round loop asks for {n_epochs}"
         )
+
+
+def first_answered(refs: list[Any], timeout: float) -> list[Any]:
+    """The first of the calls behind ``refs`` that its actor has finished (a list of at most one
+    ref), waiting up to ``timeout`` seconds; empty when none has.
+
+    A call is answered once its actor has finished it, wherever its answer lies: pulling a large
+    answer to this node is the fetch's, within a deadline of its own (:meth:`RayExecutor._fetch`).
+    A wait that also pulled (Ray's default, ``fetch_local=True``) would report an answer not yet
+    on this node as not ready whenever it is asked with no time left, as it is when the driver
+    comes back from rebuilding another actor past this call's deadline, and a healthy actor
+    that had answered would be taken as hung.
+    """
+    ready, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
+    return ready
 
 
 class _PutOnce:
@@ -338,7 +353,7 @@ class RayExecutor:
         attempts = dict.fromkeys(refs, 0)
         while refs:
             waiting = {g: started[g] for g in refs}
-            ready, _ = ray.wait(list(refs.values()), num_returns=1, timeout=self._wait_s(method, waiting, epochs))
+            ready = first_answered(list(refs.values()), self._wait_s(method, waiting, epochs))
             if not ready:  # some call may be past its deadline, or its process stopped: that actor is hung
                 hung = self._hung(method, waiting, epochs)
                 if hung and (self._archive_stalled() or self._rollout_stalled()):  # they were waiting for it
@@ -410,7 +425,7 @@ class RayExecutor:
             step = limit - waited
             if actor is not None:
                 step = min(step, max(self._deadlines.min_s - waited, STOPPED_POLL_S))
-            ready, _ = ray.wait([ref], timeout=max(0.0, step))
+            ready = first_answered([ref], max(0.0, step))
             if ready:
                 break
             waited = time.monotonic() - start
@@ -729,7 +744,7 @@ class RayExecutor:
         while True:
             by_ref = {h[2]: h for h in handles}
             started = {h[0]: h[3] for h in handles}
-            ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=self._wait_s("train", started, epochs.__getitem__))
+            ready = first_answered(list(by_ref), self._wait_s("train", started, epochs.__getitem__))
             if not ready:  # some actor is past its deadline: hung
                 hung = self._hung("train", started, epochs.__getitem__)
                 if hung and (self._archive_stalled() or self._rollout_stalled()):  # they were waiting for it

@@ -303,6 +303,44 @@ def frozen_node() -> dict:
     return {"rows": rows, "lineage": lineage, **facts}
 
 
+def remote_answer() -> dict:
+    """A call whose actor runs on a worker node and answers 32 MB, which stays in that node's
+    object store: :func:`~popgrpo.runtime.ray_executor.first_answered`, asked with no time left
+    as the driver asks after a rebuild past the call's deadline, reports it answered without
+    pulling it to the driver's node; the fetch then pulls it."""
+    import numpy as np
+    import ray
+
+    from benchmarks.common import loopback_ray_cluster
+    from popgrpo.runtime.ray_executor import first_answered
+
+    @ray.remote(num_cpus=1)
+    class Answers:
+        def big(self) -> np.ndarray:
+            return np.ones(4_000_000)
+
+        def node(self) -> str:
+            return ray.get_runtime_context().get_node_id()
+
+    facts: dict = {}
+    with loopback_ray_cluster({"num_cpus": 0}, worker_cpus=(1,), prefix="pgans-") as (_cluster, workers, _):
+        actor = Answers.remote()
+        facts["on_worker"] = ray.get(actor.node.remote(), timeout=120) == workers[0].node_id
+        ref = actor.big.remote()
+        asked, deadline = 0, time.monotonic() + 120
+        while not first_answered([ref], 0.0) and time.monotonic() < deadline:
+            asked += 1
+            time.sleep(0.05)
+        facts["answered"] = bool(first_answered([ref], 0.0))
+        facts["asked"] = asked
+        head = ray.get_runtime_context().get_node_id()
+        locations = ray.experimental.get_object_locations([ref], timeout_ms=30_000)[ref]["node_ids"]
+        facts["pulled_by_asking"] = head in locations
+        facts["only_on_worker"] = locations == [workers[0].node_id]
+        facts["fetched"] = float(ray.get(ref, timeout=120).sum()) == 4_000_000.0
+    return facts
+
+
 def run(scenario: str, workdir: Path, extra_env: dict[str, str] | None = None, timeout: float = 600.0) -> dict:
     """Run ``scenario`` in an isolated subprocess (the test side); its result, or an AssertionError
     carrying the tail of its output."""
@@ -326,6 +364,7 @@ if __name__ == "__main__":
         "answer_lost": answer_lost,
         "node_loss_async": node_loss_async,
         "frozen_node": frozen_node,
+        "remote_answer": remote_answer,
     }[scenario]()
     Path(result_path).write_text(json.dumps(result))
     sys.stdout.flush()
