@@ -126,8 +126,8 @@ def find_inputs(config: Config, config_path: str | Path | None = None, workers_h
 
 
 def load_inputs(config: Config) -> None:
-    """After :func:`find_inputs` in :func:`check_run`: import the reward modules
-    it found and read the prompts (this imports torch; a run needs it anyway)."""
+    """After :func:`find_inputs` in :func:`check_run`: import the reward modules it found and
+    read the prompts (this imports torch; a run needs it anyway)."""
     if not _text_environment(config):
         return
     text = config.env.text
