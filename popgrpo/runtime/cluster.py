@@ -70,9 +70,8 @@ def start_local_ray(
 
     The dashboard (and with it the per-node metrics agent that serves ``popgrpo_*`` metrics
     to Prometheus) listens on 127.0.0.1 too. A start that times out waiting for its own raylet
-    (:data:`SLOW_START`) stops every descendant of this process that appeared during it (Ray's
-    head: nothing else starts processes while Ray does) and tries again, ``attempts`` times in
-    all; any other failure is raised at once.
+    (:data:`SLOW_START`) stops the processes it started (:func:`_started_since`) and tries
+    again, ``attempts`` times in all; any other failure is raised at once.
     """
     force_loopback()
     if include_dashboard:
@@ -93,7 +92,7 @@ def start_local_ray(
         except Exception as exc:  # Ray raises a bare Exception for a slow start
             if SLOW_START not in str(exc) or attempt == attempts:
                 raise
-            started = _children() - before
+            started = _started_since(before)
             log.warning(
                 "Ray's head did not register within Ray's 30 s (a busy machine?); stopping its %d "
                 "process(es) and starting again (attempt %d of %d)",
@@ -106,10 +105,24 @@ def start_local_ray(
 
 
 def _children() -> set:
-    """This process's descendants (``psutil.Process``: equal only with the same pid and start time)."""
+    """This process's children (``psutil.Process``: equal only with the same pid and start time)."""
     import psutil
 
-    return set(psutil.Process().children(recursive=True))
+    return set(psutil.Process().children())
+
+
+def _started_since(before: set) -> set:
+    """The children of this process that are not in ``before``, with their descendants: what a
+    start of Ray's head launched (its GCS, raylet, agents and their workers). Processes of
+    children that were there before, such as another Ray's workers, are not among them."""
+    import psutil
+
+    started = set()
+    for child in _children() - before:
+        started.add(child)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            started.update(child.children(recursive=True))
+    return started
 
 
 def _stop_processes(processes: set, grace_s: float = 5.0) -> None:

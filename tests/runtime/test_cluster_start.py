@@ -33,11 +33,25 @@ def _start_tree() -> list[psutil.Process]:
     return [child, *child.children()]
 
 
-class SlowThenUp:
-    """``ray.init`` whose first ``fail`` calls start processes and raise ``error``."""
+# A child that starts a grandchild each time its trigger file appears (and removes it), as an
+# earlier Ray's raylet starts a worker: a process new during a start, but not the start's.
+SPAWNER = """
+import os, subprocess, sys, time
+trigger = sys.argv[1]
+while True:
+    if os.path.exists(trigger):
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        os.remove(trigger)
+    time.sleep(0.02)
+"""
 
-    def __init__(self, fail: int, error: Exception):
-        self.fail, self.error = fail, error
+
+class SlowThenUp:
+    """``ray.init`` whose first ``fail`` calls start processes and raise ``error``; ``during``
+    runs in each failing call before it raises."""
+
+    def __init__(self, fail: int, error: Exception, during=None):
+        self.fail, self.error, self.during = fail, error, during
         self.calls: list[dict] = []
         self.started: list[psutil.Process] = []
 
@@ -45,6 +59,8 @@ class SlowThenUp:
         self.calls.append(kwargs)
         if len(self.calls) <= self.fail:
             self.started += _start_tree()
+            if self.during is not None:
+                self.during()
             raise self.error
         return "context"
 
@@ -58,6 +74,27 @@ def bystander():
     proc.wait()
 
 
+@pytest.fixture
+def other_tree(tmp_path):
+    """A child of this process, running before the start, whose new grandchild appears during it."""
+    trigger = tmp_path / "spawn"
+    parent = psutil.Process(subprocess.Popen([sys.executable, "-c", SPAWNER, str(trigger)]).pid)
+
+    def spawn() -> None:
+        before = set(parent.children())
+        trigger.touch()
+        deadline = time.monotonic() + 60
+        while not set(parent.children()) - before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert set(parent.children()) - before, "the grandchild did not start"
+
+    yield parent, spawn
+    tree = [parent, *parent.children(recursive=True)]
+    for proc in tree:
+        proc.kill()
+    psutil.wait_procs(tree, timeout=10)
+
+
 def _gone(procs: list[psutil.Process]) -> bool:
     return all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in procs)
 
@@ -69,6 +106,16 @@ def test_a_slow_start_is_stopped_and_started_again(monkeypatch, bystander):
     assert len(init.calls) == 2 and init.calls[0] == init.calls[1]
     assert len(init.started) == 2 and _gone(init.started)  # the child and its grandchild
     assert bystander.is_running() and bystander.status() != psutil.STATUS_ZOMBIE
+
+
+def test_processes_of_children_that_were_there_before_are_left_alone(monkeypatch, other_tree):
+    parent, spawn = other_tree
+    init = SlowThenUp(1, Exception("The current node timed out during startup."), during=spawn)
+    monkeypatch.setattr(ray, "init", init)
+    assert cluster.start_local_ray(include_dashboard=False) == "context"
+    assert _gone(init.started)
+    grandchildren = parent.children()
+    assert grandchildren and all(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in grandchildren)
 
 
 def test_the_last_attempt_raises_what_ray_raised(monkeypatch, bystander):
