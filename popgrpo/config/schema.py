@@ -748,7 +748,7 @@ class SchedulerConfig(Section):
     )
     greedy_soup_metric: str = Field(
         default=POP_SCORE,
-        description="greedy_soup: the held-out score a candidate soup must improve, measured in the driver on eval.samples fresh ideas per prompt: "
+        description="greedy_soup: the held-out score a candidate soup must improve, measured by the executor's evaluator on eval.samples fresh ideas per prompt: "
         + ", ".join(f"`{m}`" for m in HELD_OUT_METRICS)
         + " (pop_score: d·(1 + max R) of the held-out ideas).",
     )
@@ -885,11 +885,11 @@ class EvalConfig(Section):
     samples: int = Field(
         default=32,
         ge=1,
-        description="Ideas per prompt the driver samples to evaluate weights (the merged model each round; greedy_soup's candidates), from a dedicated seeded stream: n of the estimators, so k <= samples.",
+        description="Ideas per prompt sampled to evaluate weights (the merged model each round; greedy_soup's candidates), from a dedicated seeded stream: n of the estimators, so k <= samples. The executor evaluates them (on Ray: the run's evaluator actor, never the driver).",
     )
     merged: bool = Field(
         default=True,
-        description="Evaluate the merged model every round (pass@1, pass@k, best@k, reward, diversity on held-out ideas) and write it to the lineage. One batch of n_prompts × samples ideas in the driver per round; training is unaffected.",
+        description="Evaluate the merged model every round (pass@1, pass@k, best@k, reward, diversity on held-out ideas) and write it to the lineage. One batch of n_prompts × samples ideas per round, on the executor's evaluator (on Ray: the run's evaluator actor); training is unaffected.",
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,5 @@
-"""The Ray actors of a run: member groups (several members per actor) and the archive actor.
+"""The Ray actors of a run: member groups (several members per actor), the archive actor and
+the evaluator actor.
 
 Thin by design: actors hold :class:`~popgrpo.algorithms.member.Member` and
 :class:`~popgrpo.algorithms.archive_service.LocalArchive` objects and call their methods; all
@@ -21,6 +22,8 @@ import torch
 
 from popgrpo.algorithms.archive_service import ArchiveHandle, LocalArchive, LocalArchiveState, StepResult
 from popgrpo.algorithms.async_rounds import straggler_delay
+from popgrpo.algorithms.evaluation import WeightsEvaluator
+from popgrpo.algorithms.initial_weights import round0_weights
 from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.algorithms.policy_kinds import group_trainer, policy_kind
 from popgrpo.algorithms.population import Adoption
@@ -32,7 +35,7 @@ from popgrpo.runtime.rollout_worker import RemoteRolloutService
 from popgrpo.runtime.transport import pack, unpack
 from popgrpo.telemetry.live import LiveMetrics
 
-__all__ = ["ArchiveActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
+__all__ = ["ArchiveActor", "EvaluatorActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +155,42 @@ class ArchiveActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+@ray.remote(num_cpus=0)
+class EvaluatorActor:
+    """Whatever the round's end needs a policy for, so that the driver never builds one: held-out
+    evaluation of weights no member holds (:class:`~popgrpo.algorithms.evaluation.WeightsEvaluator`,
+    for greedy soup and ``eval.merged``) and θ_0 (:func:`~popgrpo.algorithms.initial_weights.round0_weights`).
+
+    The Ray executor starts it at the round end that first needs it, pinned to the driver's
+    node (where the pre-run checks found the model), and replaces it when it dies or hangs
+    (:meth:`~popgrpo.runtime.ray_executor.RayExecutor.evaluate`). It reserves no CPU and holds
+    nothing a new one must bring back: its scratch policy is built from the config, and every
+    evaluation draws from its own ``(round, purpose)`` stream.
+    """
+
+    def __init__(self, config_json: str) -> None:
+        self.config = Config.model_validate_json(config_json)
+        torch.set_num_threads(self.config.run.torch_threads)
+        self.evaluator: WeightsEvaluator | None = None
+
+    def prepare(self, evaluate: bool) -> int:
+        """With ``evaluate``, build the scratch policy and environment now (once), so that the
+        driver waits for the build under a construction deadline; the process id."""
+        if evaluate and self.evaluator is None:
+            self.evaluator = WeightsEvaluator(self.config)
+        return os.getpid()
+
+    def evaluate(self, weights: dict[str, Any], round_index: int, purpose: int) -> dict[str, float]:
+        """:meth:`RayExecutor.evaluate`; ``weights`` packed (:func:`~popgrpo.runtime.transport.pack`)."""
+        self.prepare(evaluate=True)
+        assert self.evaluator is not None
+        return self.evaluator(unpack(weights), round_index, purpose)
+
+    def round0(self, member_ids: list[int]) -> dict[str, Any]:
+        """θ_0 of ``member_ids``, packed."""
+        return pack(round0_weights(self.config, member_ids))
 
 
 def archives_in_groups(config: Config) -> bool:

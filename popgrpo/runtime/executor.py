@@ -2,7 +2,9 @@
 
 :class:`LocalExecutor` keeps every member in this process. The Ray executor (members packed
 into actors, a named archive actor) implements the same methods, so the scheduler loop,
-the lineage log and the run directory are identical whichever runs the members.
+the lineage log and the run directory are identical whichever runs the members. Whatever
+needs a policy built from the config (the members, held-out evaluation, θ_0) is the
+executor's: the scheduler only decides, moves weights and merges them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import torch
 
 from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
 from popgrpo.algorithms.engine_rollouts import rollout_server
+from popgrpo.algorithms.evaluation import WeightsEvaluator
+from popgrpo.algorithms.initial_weights import round0_weights
 from popgrpo.algorithms.member import Member, resolve_device
 from popgrpo.algorithms.policy_kinds import group_trainer, policy_kind
 from popgrpo.algorithms.population import OWN, Adoption
@@ -54,6 +58,17 @@ class Executor(Protocol):
 
     def archives(self) -> list[LocalArchive]:
         """The archive(s): one when shared, one per member otherwise."""
+        ...
+
+    def evaluate(self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int) -> dict[str, float]:
+        """Held-out metrics of weights no member holds (greedy soup's candidates, the merged model):
+        :class:`~popgrpo.algorithms.evaluation.WeightsEvaluator`, with the evaluation stream of
+        ``(round_index, purpose)``. Evaluating changes no member and no training number."""
+        ...
+
+    def round0_weights(self, member_ids: Sequence[int]) -> dict[str, torch.Tensor]:
+        """θ_0 of the given members (:func:`~popgrpo.algorithms.initial_weights.round0_weights`):
+        the base of ``wise_ft`` and ``task_arithmetic``."""
         ...
 
     def member_states(self) -> list[dict]:
@@ -134,6 +149,7 @@ class LocalExecutor:
         self.restarts = 0
         self.events: list[dict] = []
         self._member_epochs = 0
+        self._evaluator: WeightsEvaluator | None = None  # built at the first evaluate
         self._archives = make_archives(config)
         env = make_env(config.env)
         device, warning = resolve_device(config.policy.device, config.population.resources.num_gpus > 0)
@@ -207,6 +223,15 @@ class LocalExecutor:
 
     def archives(self) -> list[LocalArchive]:
         return self._archives
+
+    def evaluate(self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int) -> dict[str, float]:
+        """In this process, on a scratch policy and environment built at the first call."""
+        if self._evaluator is None:
+            self._evaluator = WeightsEvaluator(self.config)
+        return self._evaluator(weights, round_index, purpose)
+
+    def round0_weights(self, member_ids: Sequence[int]) -> dict[str, torch.Tensor]:
+        return round0_weights(self.config, member_ids)
 
     # ---- asynchronous rounds: in this process, reports come in the order calls were made ----
     @property

@@ -9,6 +9,7 @@ holds, in a namespace of its own run:
 ``<run>/members-0-7``     a packed member actor (``population.members_per_actor``)
 ``<run>/archive``         the archive actor (shared archive or Redis write-through)
 ``<run>/epoch-counter``   counts member epochs for the progress bar (popgrpo.runtime.progress)
+``<run>/evaluator``       held-out evaluation and θ_0 at a round's end (when a merge needs them)
 ========================  =====================================================
 
 ``<run>`` is the run directory's name (what ``popgrpo train`` prints as ``run directory:``),
@@ -37,6 +38,7 @@ __all__ = [
     "archive_actor_name",
     "describe_group",
     "epoch_counter_name",
+    "evaluator_actor_name",
     "member_actor_name",
     "member_label",
     "rollout_worker_name",
@@ -88,6 +90,11 @@ def archive_actor_name(run_label: str) -> str:
 def epoch_counter_name(run_label: str) -> str:
     """``<run>/epoch-counter``: the run's :class:`~popgrpo.runtime.progress.EpochCounter`."""
     return f"{run_label}/epoch-counter"
+
+
+def evaluator_actor_name(run_label: str) -> str:
+    """``<run>/evaluator``: the run's :class:`~popgrpo.runtime.actors.EvaluatorActor`."""
+    return f"{run_label}/evaluator"
 
 
 def rollout_worker_name(run_label: str) -> str:

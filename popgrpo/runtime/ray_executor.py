@@ -56,14 +56,15 @@ from popgrpo.algorithms.archive_service import LocalArchive, LocalArchiveState
 from popgrpo.algorithms.policy_kinds import policy_kind
 from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
-from popgrpo.runtime.actors import ArchiveActor, MemberGroup, RestoreInfo, archives_in_groups
+from popgrpo.runtime.actors import ArchiveActor, EvaluatorActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
-from popgrpo.runtime.deadlines import ARCHIVE_CONSTRUCTION, CallDeadlines, CallTimeout
+from popgrpo.runtime.deadlines import ARCHIVE_CONSTRUCTION, EVALUATOR_CONSTRUCTION, CallDeadlines, CallTimeout
 from popgrpo.runtime.executor import make_archives
 from popgrpo.runtime.naming import (
     archive_actor_name,
     epoch_counter_name,
+    evaluator_actor_name,
     member_actor_name,
     rollout_worker_name,
     run_namespace,
@@ -238,6 +239,8 @@ class RayExecutor:
         self._train_plan: dict[int, int] = {}
         self._sent_train: dict[int, tuple[Any, ...]] = {}
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
+        self.evaluator_actor: Any = None  # started at the first round end that evaluates or needs θ_0
+        self._evaluator_prepared: bool | None = None  # None: not prepared; True: ready to evaluate
         self.rollout_worker: Any = self._start_rollout_worker(config)
         # Counts member epochs as they end, for the progress bar (popgrpo.runtime.progress).
         self.epoch_counter: Any = None
@@ -631,6 +634,67 @@ class RayExecutor:
             return
         raise RebuildFailed(f"the archive actor did not come back in {tries} tries after {reason}; last: {last}")
 
+    # ---- the evaluator actor: held-out evaluation and θ_0, off the driver -------------------
+    def _evaluator_get(self, method: str, *args: Any) -> Any:
+        """The evaluator actor's answer to ``method(*args)``, within the deadline of
+        ``evaluator.<method>``. The actor is started on the driver's node when there is none
+        and prepared for the call (:meth:`_ready_evaluator`).
+
+        One that dies, or does not answer in time (hung, or stopped), is ended for real and
+        replaced, and the call made again: ``population.max_restarts + 1`` tries, then
+        :class:`RebuildFailed`.
+        """
+        kind = f"evaluator.{method}"
+        tries = self.config.population.max_restarts + 1
+        last = ""
+        for attempt in range(tries):
+            try:
+                actor = self._ready_evaluator(evaluate=method == "evaluate")
+                return self._wait_for(getattr(actor, method).remote(*args), kind, actor=actor)
+            except (CallTimeout, RayActorError) as exc:
+                last = _loss_reason(exc)
+                if attempt + 1 < tries:
+                    self._replace_evaluator(last)
+        raise RebuildFailed(f"the evaluator actor did not answer {method} in {tries} tries ({last}); giving up")
+
+    def _ready_evaluator(self, evaluate: bool) -> Any:
+        """The evaluator actor, started if there is none; before its first evaluation it builds
+        its scratch policy and environment. Both wait under the construction deadline
+        (``evaluator.placement``: ``population.first_call_deadline_s`` until one is measured)."""
+        if self.evaluator_actor is None:
+            name = evaluator_actor_name(self.run_tag)
+            wait_until_free(name, self.namespace)
+            self.evaluator_actor = EvaluatorActor.options(
+                name=name,
+                namespace=self.namespace,
+                # On the driver's node: where the pre-run checks found the model.
+                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+            ).remote(self._config_json)
+            self._evaluator_prepared = None
+        actor = self.evaluator_actor
+        if self._evaluator_prepared is None or (evaluate and not self._evaluator_prepared):
+            self._wait_for(actor.prepare.remote(evaluate), EVALUATOR_CONSTRUCTION, actor=actor)
+            self._evaluator_prepared = evaluate or bool(self._evaluator_prepared)
+        return actor
+
+    def _replace_evaluator(self, reason: str) -> None:
+        """End the evaluator actor's process for good; the next call starts a new one."""
+        start = time.monotonic()
+        ended = self._end(self.evaluator_actor, "EvaluatorActor")
+        self.evaluator_actor = None
+        cause = "hung" if reason.endswith("(hung)") else "lost"
+        self._count_restart(cause)
+        line = f"{reason}; its process: {ended.describe()}; a new one is started"
+        self.events.append(
+            {
+                "event": "evaluator_actor_restarted",
+                "reason": line,
+                "cause": cause,
+                "seconds": round(time.monotonic() - start, 3),
+            }
+        )
+        log.warning("evaluator actor lost: %s", line)
+
     def _archive_home(self) -> Any:
         """Where a rebuilt actor's private archives are rolled back (:meth:`RecoveryLog.replay_into`)."""
         if self._in_groups:
@@ -648,6 +712,14 @@ class RayExecutor:
         out = [results[k] for k in range(self.n_members)]
         self.metrics.record_rows((row for rows in out for row in rows), self.n_members)  # population gauges
         return out
+
+    def evaluate(self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int) -> dict[str, float]:
+        """On the run's :class:`EvaluatorActor` (the driver builds no policy)."""
+        return dict(self._evaluator_get("evaluate", pack(dict(weights)), round_index, purpose))
+
+    def round0_weights(self, member_ids: Sequence[int]) -> dict[str, torch.Tensor]:
+        """Built on the run's :class:`EvaluatorActor` (the driver builds no policy)."""
+        return unpack(self._evaluator_get("round0", list(member_ids)))
 
     def get_weights(self, member_ids: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         wanted: dict[int, list[int]] = {}
@@ -877,7 +949,11 @@ class RayExecutor:
         self.metrics.close()  # a finished run's gauges may expire now
         # For real: ray.kill alone leaves a stopped process (and its lease) behind.
         actors = [*((a, "MemberGroup") for a in self._actors), (self.archive_actor, "ArchiveActor")]
-        others = [(self.rollout_worker, "RolloutWorker"), (self.epoch_counter, "EpochCounter")]
+        others = [
+            (self.rollout_worker, "RolloutWorker"),
+            (self.epoch_counter, "EpochCounter"),
+            (self.evaluator_actor, "EvaluatorActor"),
+        ]
         end_actors([(a, name) for a, name in [*actors, *others] if a is not None])
         if self._started_ray:
             ray.shutdown()

@@ -20,8 +20,7 @@ from functools import partial
 
 import torch
 
-from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED, WeightsEvaluator
-from popgrpo.algorithms.initial_weights import round0_weights
+from popgrpo.algorithms.evaluation import PURPOSE_GREEDY, PURPOSE_MERGED
 from popgrpo.algorithms.merges import MERGES, MergeInputs
 from popgrpo.algorithms.population import (
     MERGED,
@@ -62,6 +61,7 @@ def merge_selected(
     round_index: int,
     config: Config,
     evaluate: Callable[[Weights], dict] | None = None,
+    round0: Callable[[], Weights] | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict]:
     """Merge the top-M members' weights (best first) as ``scheduler.merge`` says.
 
@@ -69,21 +69,26 @@ def merge_selected(
     their ``weights`` in the merge, and the strategy's parameters (``temperature``; greedy soup's
     ``candidates``, ``metric`` and ``held_out`` scores; ``delta``; the crossover draws ``w`` with
     ``mu``, ``sigma``). ``evaluate(weights) → metrics`` is greedy soup's held-out evaluation.
-    θ_0 (``wise_ft``'s early checkpoint, ``task_arithmetic``'s base) is the round-0 weights
-    (:func:`~popgrpo.algorithms.initial_weights.round0_weights`); ``task_arithmetic`` draws its ``w``
-    from the stream ``(run.seed, STREAM_MERGE, round)``.
+    ``round0()`` gives θ_0 of the selected members (``wise_ft``'s early checkpoint,
+    ``task_arithmetic``'s base; :meth:`Executor.round0_weights`), asked only by the merges that
+    use it; ``task_arithmetic`` draws its ``w`` from the stream ``(run.seed, STREAM_MERGE, round)``.
     """
     selected = list(selected)
+    merge = config.scheduler.merge
+
+    def no_round0() -> Weights:
+        raise ValueError(f"scheduler.merge={merge} needs θ_0, and no round0 was given")
+
     inputs = MergeInputs(
         selected=selected,
         weights=weights,
         scores=scores,
         params=config.scheduler,
-        round0=lambda: round0_weights(config, selected),
+        round0=lambda: dict((round0 or no_round0)()),
         generator=lambda: torch_generator(config.run.seed, STREAM_MERGE, round_index),
         evaluate=evaluate,
     )
-    return MERGES.get(config.scheduler.merge)(inputs)
+    return MERGES.get(merge)(inputs)
 
 
 def run_rounds(
@@ -107,8 +112,8 @@ def run_rounds(
     own, to save its :meth:`~PopulationRounds.state_dict` (the frontier store) in ``on_round``
     and to hand a resumed run the store it had. Only the
     weights a decision names are fetched (the top M of a soup, copy sources, new frontier
-    snapshots); held-out evaluations (greedy soup, the merged model's pass@k) run in this
-    process on them.
+    snapshots); held-out evaluations (greedy soup, the merged model's pass@k) and θ_0 are the
+    executor's (:meth:`Executor.evaluate`, :meth:`Executor.round0_weights`).
     """
     lengths = round_lengths(config.run.epochs, config.scheduler.interval_epochs)
     epoch_end = sum(lengths[:start_round])
@@ -147,7 +152,6 @@ class PopulationRounds:
         self.config = config
         self.executor = executor
         self.step = POPULATION_STEPS.get(config.scheduler.population)
-        self.evaluator: WeightsEvaluator | None = None
         self.frontier: list[FrontierEntry] = [] if state is None else list(state.entries)
         # frontier entry key → the weights stored with it
         self.snapshots: dict[str, Weights] = {} if state is None else dict(state.snapshots)
@@ -217,16 +221,21 @@ class PopulationRounds:
         config = self.config
         if not decision.merge:
             return _Merged()
-        if self.evaluator is None and (config.scheduler.merge == "greedy_soup" or config.eval.merged):
-            self.evaluator = WeightsEvaluator(config)
-        evaluator = self.evaluator
-        held_out = None if evaluator is None else partial(evaluator, round_index=round_index, purpose=PURPOSE_GREEDY)
+        evaluate = self.executor.evaluate
         weights = [fetched[k] for k in decision.merge]
-        merged, record = merge_selected(decision.merge, weights, decision.merge_scores, round_index, config, held_out)
+        merged, record = merge_selected(
+            decision.merge,
+            weights,
+            decision.merge_scores,
+            round_index,
+            config,
+            evaluate=partial(evaluate, round_index=round_index, purpose=PURPOSE_GREEDY),
+            round0=partial(self.executor.round0_weights, decision.merge),
+        )
         per_evaluation = config.policy.n_prompts * config.eval.samples
         result = _Merged(merged, record, extra_samples=len(record.get("held_out", [])) * per_evaluation)  # greedy soup
-        if evaluator is not None and config.eval.merged:
-            result.evaluation = evaluator(merged, round_index, PURPOSE_MERGED)
+        if config.eval.merged:
+            result.evaluation = evaluate(merged, round_index, PURPOSE_MERGED)
             result.eval_samples = per_evaluation
         return result
 

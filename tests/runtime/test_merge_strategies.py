@@ -158,8 +158,16 @@ def test_defaults_are_unchanged_by_evaluation():
     assert [r[0]["merge"] for r in rounds] == [r[0]["merge"] for r in rounds_q]
 
 
+def _no_policy_here(*_args, **_kwargs):
+    raise AssertionError("the driver built a policy")
+
+
 @pytest.mark.ray
-def test_ray_runs_a_non_default_strategy_as_local_does(ray_local):
+def test_ray_runs_a_non_default_strategy_as_local_does(ray_local, monkeypatch):
+    # task_arithmetic needs θ_0 and eval.merged (the default) a held-out evaluation: on Ray
+    # both come from the evaluator actor, and the driver builds no policy for either.
+    import popgrpo.algorithms.evaluation
+    import popgrpo.algorithms.initial_weights
     from popgrpo.runtime.ray_executor import RayExecutor
 
     overrides = [
@@ -169,12 +177,17 @@ def test_ray_runs_a_non_default_strategy_as_local_does(ray_local):
         *RAY_PAIRS,
     ]
     cfg = pop_grpo(*ROUNDS, *overrides)
+    assert cfg.eval.merged
     local = _drive(cfg, LocalExecutor(cfg))
-    remote = _drive(cfg, RayExecutor(cfg))
+    with monkeypatch.context() as patch:
+        patch.setattr(popgrpo.algorithms.evaluation, "make_rollouts", _no_policy_here)
+        patch.setattr(popgrpo.algorithms.initial_weights, "policy_kind", _no_policy_here)
+        remote = _drive(cfg, RayExecutor(cfg))
     assert [r[0] for r in remote[0]] == [r[0] for r in local[0]]  # lineage, bit for bit
     assert [r[0]["merge"]["kind"] for r in remote[0]] == ["task_arithmetic"] * 2
     assert [r[0]["perturb"]["kind"] for r in remote[0]] == ["svd"] * 2
     assert [r[0]["objective"] for r in remote[0]] == ["reward_max", "pop_score"]
+    assert all("merged" in r[0]["eval"] for r in remote[0])
     assert set(remote[0][0][0]["perturb"]["w"]) == {"0", "1", "2", "3"}
     pd.testing.assert_frame_equal(pd.DataFrame(remote[1]), pd.DataFrame(local[1]))
     assert all(_equal(a, b) for a, b in zip(remote[2], local[2], strict=True))

@@ -84,6 +84,8 @@ class Stops:
 
     def cleanup(self) -> None:
         for _, pid in self.done:
+            if pid <= 0:  # never a process group, nor every process
+                continue
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -339,3 +341,50 @@ def test_a_stopped_rollout_worker_is_replaced_and_the_run_is_unchanged(ray_local
     assert len(replaced) == 1 and replaced[0]["cause"] == "hung", executor.events
     print(replaced[0]["reason"])
     pd.testing.assert_frame_equal(pd.DataFrame(rows), pd.DataFrame(reference), check_exact=True)
+
+
+class EvaluatorFaults(RayExecutor):
+    """A :class:`RayExecutor` that SIGSTOPs its evaluator actor's process right before the
+    ``stop_at``-th evaluation is sent, and SIGKILLs it before the ``kill_at``-th."""
+
+    def __init__(self, cfg, stops: Stops, stop_at: int, kill_at: int, run_dir=None) -> None:
+        self.stops, self.stop_at, self.kill_at, self.calls = stops, stop_at, kill_at, 0
+        self.killed: list[int] = []
+        super().__init__(cfg, run_dir=run_dir)
+
+    def evaluate(self, weights, round_index, purpose):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            self.stops.stop("evaluator stopped", pid_of(self.evaluator_actor))
+        if self.calls == self.kill_at:
+            pid = pid_of(self.evaluator_actor)
+            os.kill(pid, signal.SIGKILL)
+            self.killed.append(pid)
+        return super().evaluate(weights, round_index, purpose)
+
+
+@pytest.mark.timeout(900)
+def test_a_stopped_or_killed_evaluator_actor_leaves_the_run_unchanged(ray_local, tmp_path):
+    """Greedy soup's candidates and the merged model are scored on the evaluator actor. Stopped,
+    it is taken as hung; killed, as lost. Either way it is ended for real, a new one is started
+    and the call made again, and the run's numbers are the in-process run's."""
+    cfg = pop_grpo(*SHAPE, "scheduler.merge=greedy_soup")
+    train(cfg, tmp_path / "reference", progress=False)
+    stops = Stops()
+    executors: list[EvaluatorFaults] = []
+
+    def factory(c, run_dir):
+        executors.append(EvaluatorFaults(c, stops, stop_at=2, kill_at=5, run_dir=run_dir))
+        return executors[0]
+
+    try:
+        train(cfg, tmp_path / "faults", executor_factory=factory, progress=False)
+    finally:
+        stops.cleanup()
+    assert stops.moments() == ["evaluator stopped"]
+    assert len(executors[0].killed) == 1 and executors[0].calls > 5
+    replaced = [e for e in _events(tmp_path / "faults") if e["event"] == "evaluator_actor_restarted"]
+    print(" | ".join(e["reason"] for e in replaced))  # pytest -s
+    assert [e["cause"] for e in replaced] == ["hung", "lost"], replaced
+    assert all("SIGKILL" in e["reason"] for e in replaced)  # the stopped process is ended for real
+    _assert_same_run(tmp_path / "reference", tmp_path / "faults")

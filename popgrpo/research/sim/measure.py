@@ -61,6 +61,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +149,11 @@ def calibrate(
 
     merge_at = {
         m: _median_time(
-            lambda m=m: merge_selected(list(range(m)), [weights] * m, [1.0] * m, 0, one), 7, time.process_time
+            lambda m=m: merge_selected(
+                list(range(m)), [weights] * m, [1.0] * m, 0, one, round0=partial(local.round0_weights, list(range(m)))
+            ),
+            7,
+            time.process_time,
         )
         for m in (2, 8)
     }
