@@ -1,9 +1,10 @@
-"""Held-out evaluation of weights, in the driver: pass@k and best@k (WiSE-FT §3.1), reward, diversity.
+"""Held-out evaluation of weights: pass@k and best@k (WiSE-FT §3.1), reward, diversity.
 
-The scheduler evaluates weights that no member holds: greedy soup's candidate soups and the
-merged model of each round. Only the top-M weights ever reach the driver, so this runs on
-them there: a scratch policy loads the weights, samples ``eval.samples`` ideas for each of the
-``policy.n_prompts`` prompts, and the environment rewards them. Draws come from a dedicated
+The scheduler has the executor evaluate weights that no member holds: greedy soup's candidate
+soups and the merged model of each round (``Executor.evaluate``: in its own process for the
+in-process executor, on the run's evaluator actor on Ray). A scratch policy loads the
+weights, samples ``eval.samples`` ideas for each of the ``policy.n_prompts`` prompts, and the
+environment rewards them. Draws come from a dedicated
 stream keyed by (round, purpose), never from a member's stream, so evaluating changes no
 training number; every candidate of one round sees the same draws (common random numbers),
 so greedy soup compares soups, not noise.
@@ -76,7 +77,7 @@ def _metrics(rewards: torch.Tensor, features: torch.Tensor, cfg: EvalConfig) -> 
 
 
 class WeightsEvaluator:
-    """The driver's evaluator: one environment and one scratch CPU policy for the whole run.
+    """A run's evaluator: one environment and one scratch CPU policy for the whole run.
 
     ``evaluator(weights, round_index, purpose)`` runs :func:`evaluate_weights` with the stream
     ``(run.seed, STREAM_EVAL, round_index, purpose)``, created afresh for every call.

@@ -94,7 +94,7 @@ def absolute_if_exists(path: str | None) -> str | None:
     return path
 
 
-# What the driver's held-out evaluation of weights reports (popgrpo.algorithms.evaluation).
+# What the held-out evaluation of weights reports (popgrpo.algorithms.evaluation).
 HELD_OUT_METRICS = (POP_SCORE, "reward_mean", "reward_max", "diversity", "pass_at_1", "pass_at_k", "best_at_k")
 
 

@@ -23,7 +23,7 @@ STREAM_INIT = 0  # (0,) shared initial weights; (0, k) member k's own with popul
 STREAM_MEMBER = 1  # (1, k): member k's sampling, prompt draws and reward noise
 STREAM_PERTURB = 2  # (2, k, round): member k's mutation when it adopts the merged model of a round
 STREAM_MERGE = 3  # (3, round): the driver's merge draws (task_arithmetic's w)
-STREAM_EVAL = 4  # (4, round, purpose): the driver's held-out evaluation draws
+STREAM_EVAL = 4  # (4, round, purpose): the held-out evaluation's draws
 STREAM_POPULATION = 5  # (5, round): the driver's population-mechanism draws (which top member a copy takes)
 STREAM_STRAGGLER = 6  # (6, k, round): member k's seeded extra delay in a round (population.straggler)
 

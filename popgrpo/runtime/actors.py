@@ -175,6 +175,9 @@ class EvaluatorActor:
         torch.set_num_threads(self.config.run.torch_threads)
         self.evaluator: WeightsEvaluator | None = None
 
+    def __repr__(self) -> str:
+        return "evaluator: held-out evaluation and θ_0 at a round's end"
+
     def prepare(self, evaluate: bool) -> int:
         """With ``evaluate``, build the scratch policy and environment now (once), so that the
         driver waits for the build under a construction deadline; the process id."""
