@@ -208,9 +208,10 @@ REST_S = 15.0  # seconds the run's Ray and actors are watched at rest
 
 
 def at_rest(cfg: Config, cores: int, seconds: float = REST_S) -> dict[str, float]:
-    """The split of the cores (:func:`popgrpo.telemetry.cpu.split`) while the run's Ray, its archive
+    """The split of the cores (:func:`popgrpo.telemetry.cpu.split`) while the run's Ray, its evaluator
     actor and its member actors are up with nothing to do: a :class:`RayExecutor` of ``cfg``
-    built and left without a call for ``seconds`` (after 2 s for its start-up to settle)."""
+    built, its evaluator actor asked for θ_0 once (so that its start is over), and left without a
+    call for ``seconds`` (after 2 s for its start-up to settle)."""
 
     from popgrpo.runtime.ray_executor import RayExecutor
 
@@ -218,6 +219,7 @@ def at_rest(cfg: Config, cores: int, seconds: float = REST_S) -> dict[str, float
     executor = RayExecutor(cfg, run_dir=os.path.join(run_dir, "run"))
     try:
         pids = set(executor.worker_pids())
+        executor.round0_weights([0])
         time.sleep(2.0)
         before = CpuSample.take(pids)
         time.sleep(seconds)
@@ -371,7 +373,7 @@ def rest_note(r: dict) -> str:
         return sum(rest[k] for k in keys)
 
     return (
-        f"At rest: the same Ray, archive actor and {r['actors']} member actor(s), started and left without a "
+        f"At rest: the same Ray, evaluator actor and {r['actors']} member actor(s), started and left without a "
         f"call for {REST_S:.0f} s before the runs (`at_rest`), took {rest_share(r):.1%} of the {r['cores']} cores: "
         f"the member actors {share(('member actors, outside epochs',)):.1%}, Ray's own processes "
         f"{share(RAY_PROCESSES):.1%}, the driver {share(DRIVER_PARTS):.1%}; the machine's other processes "
@@ -397,7 +399,7 @@ SPLIT_ROWS = {
     "raylet": "raylet",
     "gcs": "GCS",
     "ray agents": "Ray's agents (log monitor, runtime-env and dashboard agents)",
-    "other ray workers": "Ray's other workers (idle, not the run's actors)",
+    "other ray workers": "Ray's other workers (the evaluator actor, idle workers)",
     "other processes": "other processes on the machine",
     "idle cores": "idle cores",
     "unaccounted": "unaccounted (processes that started or ended in the span)",

@@ -163,9 +163,10 @@ class EvaluatorActor:
     evaluation of weights no member holds (:class:`~popgrpo.algorithms.evaluation.WeightsEvaluator`,
     for greedy soup and ``eval.merged``) and θ_0 (:func:`~popgrpo.algorithms.initial_weights.round0_weights`).
 
-    The Ray executor starts it at the round end that first needs it, pinned to the driver's
-    node (where the pre-run checks found the model), and replaces it when it dies or hangs
-    (:meth:`~popgrpo.runtime.ray_executor.RayExecutor.evaluate`). It reserves no CPU and holds
+    The Ray executor starts it with the member actors when the scheduler is on (or at the first
+    call that needs it), pinned to the driver's node (where the pre-run checks found the model),
+    and replaces it when it dies or hangs (:meth:`~popgrpo.runtime.ray_executor.RayExecutor.evaluate`).
+    It builds its scratch policy at its first evaluation. It reserves no CPU and holds
     nothing a new one must bring back: its scratch policy is built from the config, and every
     evaluation draws from its own ``(round, purpose)`` stream.
     """

@@ -31,15 +31,24 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-__all__ = ["ARCHIVE_CONSTRUCTION", "CONSTRUCTION", "EVALUATOR_CONSTRUCTION", "CallDeadlines", "CallTimeout"]
+__all__ = [
+    "ARCHIVE_CONSTRUCTION",
+    "CONSTRUCTION",
+    "EVALUATOR_BUILD",
+    "EVALUATOR_CONSTRUCTION",
+    "CallDeadlines",
+    "CallTimeout",
+]
 
 # The kind a construction is measured as: the time from creating an actor to the answer of
 # its first call (which waits for the constructor).
 CONSTRUCTION = "placement"
 # The archive actor's (its first pid call waits for it; so does the one after a restart).
 ARCHIVE_CONSTRUCTION = "archive.placement"
-# The evaluator actor's (its first pid call, after each start).
+# The evaluator actor's start (its first call, counted from its creation), and the build of its
+# scratch policy and environment (at its first evaluation): constructions both.
 EVALUATOR_CONSTRUCTION = "evaluator.placement"
+EVALUATOR_BUILD = "evaluator.build.placement"
 
 
 class CallTimeout(TimeoutError):

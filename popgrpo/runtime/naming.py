@@ -9,7 +9,7 @@ holds, in a namespace of its own run:
 ``<run>/members-0-7``     a packed member actor (``population.members_per_actor``)
 ``<run>/archive``         the archive actor (shared archive or Redis write-through)
 ``<run>/epoch-counter``   counts member epochs for the progress bar (popgrpo.runtime.progress)
-``<run>/evaluator``       held-out evaluation and θ_0 at a round's end (when a merge needs them)
+``<run>/evaluator``       held-out evaluation and θ_0 at a round's end (when the scheduler is on)
 ========================  =====================================================
 
 ``<run>`` is the run directory's name (what ``popgrpo train`` prints as ``run directory:``),

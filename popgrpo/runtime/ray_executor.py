@@ -59,7 +59,13 @@ from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, EvaluatorActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
 from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
-from popgrpo.runtime.deadlines import ARCHIVE_CONSTRUCTION, EVALUATOR_CONSTRUCTION, CallDeadlines, CallTimeout
+from popgrpo.runtime.deadlines import (
+    ARCHIVE_CONSTRUCTION,
+    EVALUATOR_BUILD,
+    EVALUATOR_CONSTRUCTION,
+    CallDeadlines,
+    CallTimeout,
+)
 from popgrpo.runtime.executor import make_archives
 from popgrpo.runtime.naming import (
     archive_actor_name,
@@ -239,8 +245,10 @@ class RayExecutor:
         self._train_plan: dict[int, int] = {}
         self._sent_train: dict[int, tuple[Any, ...]] = {}
         self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
-        self.evaluator_actor: Any = None  # started at the first round end that evaluates or needs θ_0
-        self._evaluator_prepared: bool | None = None  # None: not prepared; True: ready to evaluate
+        # The evaluator actor: held-out evaluation and θ_0 at a round's end (_ready_evaluator).
+        self.evaluator_actor: Any = None
+        self._evaluator_starting: tuple[Any, float] | None = None  # its first call and when it was sent
+        self._evaluator_prepared = False  # whether it has built its scratch policy
         self.rollout_worker: Any = self._start_rollout_worker(config)
         # Counts member epochs as they end, for the progress bar (popgrpo.runtime.progress).
         self.epoch_counter: Any = None
@@ -248,6 +256,10 @@ class RayExecutor:
             name = epoch_counter_name(self.run_tag)
             self.epoch_counter = EpochCounter.options(name=name, namespace=self.namespace).remote()
         self._actors: list[Any] = [self._new_group(group) for group in self._groups]
+        if config.scheduler.enabled:
+            # Started with the members, so that the first round's end does not wait for its
+            # start; it builds its scratch policy at its first evaluation.
+            self._start_evaluator()
         # The first call of each actor goes through _call like every later one: an actor lost
         # while it was being built (its node gone, an OOM while loading a model) answers it with
         # an actor error and is rebuilt, from its own initial state, like one lost mid-round.
@@ -417,12 +429,13 @@ class RayExecutor:
         self._deadlines.answered(method, time.monotonic() - start, n_epochs)
         return answer
 
-    def _wait_for(self, ref: Any, kind: str, n_epochs: int = 1, actor: Any = None) -> Any:
-        """The answer of the call behind ``ref`` (a call of ``kind`` on ``actor``), within its
-        deadline, else :class:`CallTimeout`; sooner when ``actor``'s process is found stopped
-        past the floor (as in :meth:`_hung`). Ray's actor errors pass through."""
+    def _wait_for(self, ref: Any, kind: str, n_epochs: int = 1, actor: Any = None, sent: float | None = None) -> Any:
+        """The answer of the call behind ``ref`` (a call of ``kind`` on ``actor``, sent at ``sent``,
+        ``time.monotonic()``; default now), within its deadline counted from then, else
+        :class:`CallTimeout`; sooner when ``actor``'s process is found stopped past the floor (as
+        in :meth:`_hung`). Ray's actor errors pass through."""
         limit = self._deadlines.limit(kind, n_epochs)
-        start = time.monotonic()
+        start = time.monotonic() if sent is None else sent
         while True:
             waited = time.monotonic() - start
             step = limit - waited
@@ -657,24 +670,33 @@ class RayExecutor:
                     self._replace_evaluator(last)
         raise RebuildFailed(f"the evaluator actor did not answer {method} in {tries} tries ({last}); giving up")
 
+    def _start_evaluator(self) -> Any:
+        """Start the evaluator actor on the driver's node (where the pre-run checks found the
+        model) and have it import what it needs, without waiting for it."""
+        name = evaluator_actor_name(self.run_tag)
+        wait_until_free(name, self.namespace)
+        actor: Any = EvaluatorActor.options(
+            name=name,
+            namespace=self.namespace,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
+        ).remote(self._config_json)
+        self.evaluator_actor = actor
+        self._evaluator_starting = (actor.prepare.remote(False), time.monotonic())
+        self._evaluator_prepared = False
+        return actor
+
     def _ready_evaluator(self, evaluate: bool) -> Any:
-        """The evaluator actor, started if there is none; before its first evaluation it builds
-        its scratch policy and environment. Both wait under the construction deadline
-        (``evaluator.placement``: ``population.first_call_deadline_s`` until one is measured)."""
-        if self.evaluator_actor is None:
-            name = evaluator_actor_name(self.run_tag)
-            wait_until_free(name, self.namespace)
-            self.evaluator_actor = EvaluatorActor.options(
-                name=name,
-                namespace=self.namespace,
-                # On the driver's node: where the pre-run checks found the model.
-                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-            ).remote(self._config_json)
-            self._evaluator_prepared = None
-        actor = self.evaluator_actor
-        if self._evaluator_prepared is None or (evaluate and not self._evaluator_prepared):
-            self._wait_for(actor.prepare.remote(evaluate), EVALUATOR_CONSTRUCTION, actor=actor)
-            self._evaluator_prepared = evaluate or bool(self._evaluator_prepared)
+        """The evaluator actor, started if there is none, once it has started; before its first
+        evaluation it builds its scratch policy and environment. Both wait under a construction
+        deadline of their own (``population.first_call_deadline_s`` until one is measured), the
+        start's counted from when the actor was created."""
+        actor = self._start_evaluator() if self.evaluator_actor is None else self.evaluator_actor
+        if self._evaluator_starting is not None:
+            (starting, sent), self._evaluator_starting = self._evaluator_starting, None
+            self._wait_for(starting, EVALUATOR_CONSTRUCTION, actor=actor, sent=sent)
+        if evaluate and not self._evaluator_prepared:
+            self._wait_for(actor.prepare.remote(True), EVALUATOR_BUILD, actor=actor)
+            self._evaluator_prepared = True
         return actor
 
     def _replace_evaluator(self, reason: str) -> None:

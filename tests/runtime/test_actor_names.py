@@ -48,8 +48,11 @@ def test_two_concurrent_runs_with_one_run_name_keep_their_names_apart(ray_local,
     second = RayExecutor(pop_grpo(*TWO_ACTORS), run_dir=tmp_path / "b" / "run")
     try:
         assert first.namespace != second.namespace
-        assert {a.name for a in _actors(first.namespace, "ALIVE")} == {"run/member-0", "run/member-1", "run/archive"}
-        assert {a.name for a in _actors(second.namespace, "ALIVE")} == {"run/member-0", "run/member-1"}
+        for executor in (first, second):  # each run's evaluator actor, started with its members, has answered
+            executor.round0_weights([0])
+        every_run = {"run/member-0", "run/member-1", "run/evaluator"}
+        assert {a.name for a in _actors(first.namespace, "ALIVE")} == {*every_run, "run/archive"}
+        assert {a.name for a in _actors(second.namespace, "ALIVE")} == every_run
         for executor in (first, second):
             for k, actor in enumerate(executor._actors):
                 found = ray.get_actor(f"run/member-{k}", namespace=executor.namespace)
@@ -58,6 +61,7 @@ def test_two_concurrent_runs_with_one_run_name_keep_their_names_apart(ray_local,
         reprs = {a.name: a.repr_name for a in _actors(first.namespace, "ALIVE")}
         assert reprs["run/member-0"] == "member-0 [cpu] new"
         assert reprs["run/archive"] == "archive: 1 shared archive, new"
+        assert reprs["run/evaluator"] == "evaluator: held-out evaluation and θ_0 at a round's end"
         # Both train side by side; the live repr follows the members, the Repr column does not.
         first.train(2, 0)
         second.train(1, 0)

@@ -61,7 +61,7 @@ def test_dashboard_lists_the_runs_actors_once_signed_in(ray_local, tmp_path):
 @pytest.mark.requires("chromium")
 def test_the_actors_page_finds_every_member_of_a_running_population_by_its_name(ray_local, tmp_path):
     """A person types the run's name into the Actors page's Name filter while the population
-    trains, and finds each member actor (and the archive actor) by its name, with what it said
+    trains, and finds each member actor (and the archive and evaluator actors) by its name, with what it said
     about itself when it started in the Repr column. The screenshot is the one in
     docs/guides/watch.md (``POPGRPO_SCREENSHOT_DIR=docs/img``)."""
     import threading
@@ -87,8 +87,9 @@ def test_the_actors_page_finds_every_member_of_a_running_population_by_its_name(
     training = threading.Thread(target=executor.train, args=(10, 0))  # a round runs while we look
     browser = Chromium(width=1920, height=860)
     try:
+        executor.round0_weights([0])  # the evaluator actor, started with the members, has answered
         training.start()
-        names = [f"{run}/member-{k}" for k in range(4)] + [f"{run}/archive"]
+        names = [f"{run}/member-{k}" for k in range(4)] + [f"{run}/archive", f"{run}/evaluator"]
         cookie = {"name": "ray-authentication-token", "value": _token(), "url": url, "httpOnly": True}
         text = browser.capture(
             f"{url}/#/actors",
@@ -98,9 +99,10 @@ def test_the_actors_page_finds_every_member_of_a_running_population_by_its_name(
             cookies=[cookie],
         )
         assert all(text.count(name) >= 1 for name in names)
-        assert "TOTAL\nx 5\nALIVE\nx 5" in text  # the filter keeps this run's five actors, all alive
+        assert "TOTAL\nx 6\nALIVE\nx 6" in text  # the filter keeps this run's six actors, all alive
         assert all(f"member-{k} [cpu] new" in text for k in range(4))  # Repr: read at start
         assert "archive: 1 shared archive, new" in text
+        assert "evaluator: held-out evaluation and θ_0 at a round's end" in text
     finally:
         training.join(timeout=600)
         browser.stop()
