@@ -512,26 +512,21 @@ class RayExecutor:
                 continue
             self._actors[g] = actor
             seconds = time.monotonic() - start
-            cause = "hung" if reason.endswith("(hung)") else "lost"
-            self._count_restart(cause)
             line = f"{reason}; replaced in {seconds:.1f} s ({attempt} {'try' if attempt == 1 else 'tries'}); old process: {ended.describe()}"
-            self.events.append(
-                {
-                    "event": "member_actor_restarted",
-                    "actor": g,
-                    "members": group,
-                    "reason": line,
-                    "cause": cause,
-                    "seconds": round(seconds, 3),
-                    "tries": attempt,
-                }
-            )
+            self._restarted("member_actor_restarted", reason, line, seconds, actor=g, members=group, tries=attempt)
             log.warning("member actor %d (members %s) replaced: %s", g, group, line)
             return
         raise RebuildFailed(
             f"member actor {g} (members {group}) could not be rebuilt in {tries} tries "
             f"(population.max_restarts={tries - 1}) after it was lost ({reason}); last try: {last}"
         )
+
+    def _restarted(self, event: str, reason: str, line: str, seconds: float, **fields: Any) -> None:
+        """Count and report one replaced actor: ``event`` with ``fields``, its ``line``, its cause
+        (``hung`` when ``reason`` ends with "(hung)", else ``lost``) and the ``seconds`` it took."""
+        cause = "hung" if reason.endswith("(hung)") else "lost"
+        self._count_restart(cause)
+        self.events.append({"event": event, **fields, "reason": line, "cause": cause, "seconds": round(seconds, 3)})
 
     def _count_restart(self, cause: str) -> None:
         self.metrics.record_restart(cause)
@@ -704,17 +699,8 @@ class RayExecutor:
         start = time.monotonic()
         ended = self._end(self.evaluator_actor, "EvaluatorActor")
         self.evaluator_actor = None
-        cause = "hung" if reason.endswith("(hung)") else "lost"
-        self._count_restart(cause)
         line = f"{reason}; its process: {ended.describe()}; a new one is started"
-        self.events.append(
-            {
-                "event": "evaluator_actor_restarted",
-                "reason": line,
-                "cause": cause,
-                "seconds": round(time.monotonic() - start, 3),
-            }
-        )
+        self._restarted("evaluator_actor_restarted", reason, line, time.monotonic() - start)
         log.warning("evaluator actor lost: %s", line)
 
     def _archive_home(self) -> Any:
