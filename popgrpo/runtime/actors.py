@@ -179,12 +179,13 @@ class EvaluatorActor:
     def __repr__(self) -> str:
         return "evaluator: held-out evaluation and θ_0 at a round's end"
 
-    def prepare(self, evaluate: bool) -> int:
+    def prepare(self, evaluate: bool) -> float:
         """With ``evaluate``, build the scratch policy and environment now (once), so that the
-        driver waits for the build under a construction deadline; the process id."""
+        driver waits for the build under a construction deadline; when it returned
+        (``time.time()``: the driver measures the actor's start with it)."""
         if evaluate and self.evaluator is None:
             self.evaluator = WeightsEvaluator(self.config)
-        return os.getpid()
+        return time.time()
 
     def evaluate(self, weights: dict[str, Any], round_index: int, purpose: int) -> dict[str, float]:
         """:meth:`RayExecutor.evaluate`; ``weights`` packed (:func:`~popgrpo.runtime.transport.pack`)."""

@@ -58,7 +58,7 @@ from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, EvaluatorActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
-from popgrpo.runtime.cluster import ClusterTooSmallError, SetupError, check_fits, connect
+from popgrpo.runtime.cluster import SetupError, check_fits, connect
 from popgrpo.runtime.deadlines import (
     ARCHIVE_CONSTRUCTION,
     EVALUATOR_BUILD,
@@ -187,87 +187,97 @@ class RayExecutor:
         self._groups = [ids[i : i + per_actor] for i in range(0, len(ids), per_actor)]
         needed_cpus = len(self._groups) * res.num_cpus
         self._started_ray = connect(address, num_cpus=max(os.cpu_count() or 1, math.ceil(needed_cpus)))
-        try:
-            check_fits(len(self._groups), res.num_cpus, res.num_gpus, wait_s=res.wait_for_cluster_s)
-        except ClusterTooSmallError:
-            if self._started_ray:
-                ray.shutdown()
-            raise
-        if say is not None:
-            each = f", {per_actor} members each" if per_actor > 1 else ""
-            say(f"Ray is up; placing {len(self._groups)} member actor(s){each}")
         config_json = config.model_dump_json()
         self.run_id = uuid.uuid4().hex[:8]
         self.run_tag = Path(run_dir).name if run_dir else f"{config.run.name}-{self.run_id}"  # metrics tag
         self.metrics = LiveMetrics(self.run_tag)
-        # Every actor is named after the run and what it holds, in this run's own namespace.
-        self.namespace = run_namespace(self.run_tag, self.run_id)
-        redis_password = None
-        if config.archive.redis_url:
-            redis_password = resolve_redis_password(config.archive.redis_url)
-            self._check_redis(config.archive.redis_url, redis_password)
-        run_key = f"{config.run.name}-{self.run_id}"  # keys the run's entries in Redis
-        # Private archives without Redis live in the member actors: no archive actor at all.
-        self._in_groups = archives_in_groups(config)
+        # What close() ends, set before anything starts: a start that fails part-way (a cluster
+        # too small, Redis out of reach, a member actor that cannot be placed) ends what it
+        # started, and the Ray it started, before the error goes on.
         # Actor handles are Any here: Ray types an actor method's .remote as the method itself.
+        self._actors: list[Any] = []
         self.archive_actor: Any = None
-        self._archive_pid: int | None = None
-        pop = config.population
-        self._deadlines = CallDeadlines(
-            pop.hang_deadline_factor,
-            pop.hang_deadline_min_s,
-            pop.first_call_deadline_s,
-            config.scheduler.interval_epochs,
-            pop.construction_deadline_factor,
-        )
-        self._lost_nodes: set[str] = set()  # nodes that did not answer: no actor is placed there again
-        # When a hung archive actor (or rollout worker) was last replaced (time.monotonic): the
-        # calls that were waiting for it count their deadlines from then.
-        self._archive_back_at = 0.0
-        self.restarts = 0
-        self.events: list[dict] = []
-        self.metrics_restarts: dict[str, int] = {}  # restarts by cause, as popgrpo_restarts_total counts them
-        if not self._in_groups:
-            self.archive_actor = ArchiveActor.options(
-                name=archive_actor_name(self.run_tag),
-                namespace=self.namespace,
-                # On the driver's node: a restarted archive actor reads the run directory's snapshot.
-                scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-            ).remote(config_json, str(run_dir) if run_dir else None, run_key, redis_password)
-            self._archive_pid = self._archive_get("pid", kind=ARCHIVE_CONSTRUCTION)
-        self._config_json = config_json
-        self.recovery = RecoveryLog([a.state_dict() for a in make_archives(config)])
-        self._adopted: list[list[Any]] | None = None  # [members, archives] sent back by the last adopt
-        # Asynchronous rounds: per actor, the calls made since its members last adopted a merge.
-        self._since_adopt: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
-        # train_after_adopt: actor → epochs of the train call to send right after its adopt call,
-        # then the handle of that call (as submit_train makes it), until the round loop asks for it.
-        self._train_plan: dict[int, int] = {}
-        self._sent_train: dict[int, tuple[Any, ...]] = {}
-        self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
+        self.rollout_worker: Any = None
+        self.epoch_counter: Any = None
         # The evaluator actor: held-out evaluation and θ_0 at a round's end (_ready_evaluator).
         self.evaluator_actor: Any = None
-        self._evaluator_starting: tuple[Any, float] | None = None  # its first call and when it was sent
-        self._evaluator_prepared = False  # whether it has built its scratch policy
-        self.rollout_worker: Any = self._start_rollout_worker(config)
-        # Counts member epochs as they end, for the progress bar (popgrpo.runtime.progress).
-        self.epoch_counter: Any = None
-        if count_epochs:
-            name = epoch_counter_name(self.run_tag)
-            self.epoch_counter = EpochCounter.options(name=name, namespace=self.namespace).remote()
-        self._actors: list[Any] = [self._new_group(group) for group in self._groups]
-        if config.scheduler.enabled:
-            # Started with the members, so that the first round's end does not wait for its
-            # start; it builds its scratch policy at its first evaluation.
-            self._start_evaluator()
-        # The first call of each actor goes through _call like every later one: an actor lost
-        # while it was being built (its node gone, an OOM while loading a model) answers it with
-        # an actor error and is rebuilt, from its own initial state, like one lost mid-round.
-        placements = self._call("placement", lambda g: ())
-        # A member without the GPU it reserved is reported, not silently slower.
-        for g, group in enumerate(self._groups):
-            if placements[g]["warning"]:
-                self.events.append({"event": "device_fallback", "members": group, "reason": placements[g]["warning"]})
+        try:
+            check_fits(len(self._groups), res.num_cpus, res.num_gpus, wait_s=res.wait_for_cluster_s)
+            if say is not None:
+                each = f", {per_actor} members each" if per_actor > 1 else ""
+                say(f"Ray is up; placing {len(self._groups)} member actor(s){each}")
+            # Every actor is named after the run and what it holds, in this run's own namespace.
+            self.namespace = run_namespace(self.run_tag, self.run_id)
+            redis_password = None
+            if config.archive.redis_url:
+                redis_password = resolve_redis_password(config.archive.redis_url)
+                self._check_redis(config.archive.redis_url, redis_password)
+            run_key = f"{config.run.name}-{self.run_id}"  # keys the run's entries in Redis
+            # Private archives without Redis live in the member actors: no archive actor at all.
+            self._in_groups = archives_in_groups(config)
+            self._archive_pid: int | None = None
+            pop = config.population
+            self._deadlines = CallDeadlines(
+                pop.hang_deadline_factor,
+                pop.hang_deadline_min_s,
+                pop.first_call_deadline_s,
+                config.scheduler.interval_epochs,
+                pop.construction_deadline_factor,
+            )
+            self._lost_nodes: set[str] = set()  # nodes that did not answer: no actor is placed there again
+            # When a hung archive actor (or rollout worker) was last replaced (time.monotonic): the
+            # calls that were waiting for it count their deadlines from then.
+            self._archive_back_at = 0.0
+            self.restarts = 0
+            self.events: list[dict] = []
+            self.metrics_restarts: dict[str, int] = {}  # restarts by cause, as popgrpo_restarts_total counts them
+            if not self._in_groups:
+                self.archive_actor = ArchiveActor.options(
+                    name=archive_actor_name(self.run_tag),
+                    namespace=self.namespace,
+                    # On the driver's node: a restarted archive actor reads the run directory's snapshot.
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(
+                        ray.get_runtime_context().get_node_id(), soft=False
+                    ),
+                ).remote(config_json, str(run_dir) if run_dir else None, run_key, redis_password)
+                self._archive_pid = self._archive_get("pid", kind=ARCHIVE_CONSTRUCTION)
+            self._config_json = config_json
+            self.recovery = RecoveryLog([a.state_dict() for a in make_archives(config)])
+            self._adopted: list[list[Any]] | None = None  # [members, archives] sent back by the last adopt
+            # Asynchronous rounds: per actor, the calls made since its members last adopted a merge.
+            self._since_adopt: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
+            # train_after_adopt: actor → epochs of the train call to send right after its adopt call,
+            # then the handle of that call (as submit_train makes it), until the round loop asks for it.
+            self._train_plan: dict[int, int] = {}
+            self._sent_train: dict[int, tuple[Any, ...]] = {}
+            self._group_of = {k: g for g, group in enumerate(self._groups) for k in group}
+            # its first call, and when it was created (time.monotonic(), time.time())
+            self._evaluator_starting: tuple[Any, float, float] | None = None
+            self._evaluator_prepared = False  # whether it has built its scratch policy
+            self.rollout_worker = self._start_rollout_worker(config)
+            # Counts member epochs as they end, for the progress bar (popgrpo.runtime.progress).
+            if count_epochs:
+                name = epoch_counter_name(self.run_tag)
+                self.epoch_counter = EpochCounter.options(name=name, namespace=self.namespace).remote()
+            for group in self._groups:  # one by one: a failure part-way ends those already started
+                self._actors.append(self._new_group(group))
+            if config.scheduler.enabled:
+                # Started with the members, so that the first round's end does not wait for its
+                # start; it builds its scratch policy at its first evaluation.
+                self._start_evaluator()
+            # The first call of each actor goes through _call like every later one: an actor lost
+            # while it was being built (its node gone, an OOM while loading a model) answers it with
+            # an actor error and is rebuilt, from its own initial state, like one lost mid-round.
+            placements = self._call("placement", lambda g: ())
+            # A member without the GPU it reserved is reported, not silently slower.
+            for g, group in enumerate(self._groups):
+                if placements[g]["warning"]:
+                    self.events.append(
+                        {"event": "device_fallback", "members": group, "reason": placements[g]["warning"]}
+                    )
+        except BaseException:
+            self.close()
+            raise
 
     def _start_rollout_worker(self, config: Config) -> Any:
         """The run's :class:`RolloutWorker` when ``policy.causal_lm.rollout`` runs on one; None otherwise.
@@ -286,8 +296,6 @@ class RayExecutor:
             problem = f"the rollout worker did not start: {_loss_reason(exc)}"
         if problem is not None:
             end_actor(worker, "RolloutWorker")
-            if self._started_ray:
-                ray.shutdown()
             raise SetupError(problem)
         return worker
 
@@ -302,8 +310,6 @@ class RayExecutor:
         except Exception as exc:
             parts = urlsplit(url)
             where = f"{parts.hostname}:{parts.port or 6379}"  # never echo the password
-            if self._started_ray:
-                ray.shutdown()
             raise SetupError(f"archive.redis_url: cannot use Redis at {where}: {type(exc).__name__}: {exc}") from None
 
     def _new_group(self, group: Sequence[int], build: int = 0) -> Any:
@@ -429,11 +435,20 @@ class RayExecutor:
         self._deadlines.answered(method, time.monotonic() - start, n_epochs)
         return answer
 
-    def _wait_for(self, ref: Any, kind: str, n_epochs: int = 1, actor: Any = None, sent: float | None = None) -> Any:
+    def _wait_for(
+        self,
+        ref: Any,
+        kind: str,
+        n_epochs: int = 1,
+        actor: Any = None,
+        sent: float | None = None,
+        record: bool = True,
+    ) -> Any:
         """The answer of the call behind ``ref`` (a call of ``kind`` on ``actor``, sent at ``sent``,
         ``time.monotonic()``; default now), within its deadline counted from then, else
         :class:`CallTimeout`; sooner when ``actor``'s process is found stopped past the floor (as
-        in :meth:`_hung`). Ray's actor errors pass through."""
+        in :meth:`_hung`). Ray's actor errors pass through. With ``record``, the time it took
+        counts towards ``kind``'s deadline; without, the caller measures it."""
         limit = self._deadlines.limit(kind, n_epochs)
         start = time.monotonic() if sent is None else sent
         while True:
@@ -453,7 +468,8 @@ class RayExecutor:
             answer = ray.get(ref, timeout=limit)
         except GetTimeoutError:
             raise CallTimeout(f"its answer to {kind} could not be fetched within {limit:.0f} s") from None
-        self._deadlines.answered(kind, time.monotonic() - start, n_epochs)
+        if record:
+            self._deadlines.answered(kind, time.monotonic() - start, n_epochs)
         return answer
 
     def _lost(self, g: int, attempts: dict[int, int], reason: str, cause: BaseException | None = None) -> None:
@@ -521,16 +537,16 @@ class RayExecutor:
             f"(population.max_restarts={tries - 1}) after it was lost ({reason}); last try: {last}"
         )
 
-    def _restarted(self, event: str, reason: str, line: str, seconds: float, **fields: Any) -> None:
-        """Count and report one replaced actor: ``event`` with ``fields``, its ``line``, its cause
-        (``hung`` when ``reason`` ends with "(hung)", else ``lost``) and the ``seconds`` it took."""
+    def _restarted(self, event: str, reason: str, line: str, seconds: float | None, **fields: Any) -> None:
+        """Count and report one replaced actor (a member actor, the archive actor, the rollout
+        worker, the evaluator actor): ``event`` with ``fields``, its ``line``, its cause (``hung``
+        when ``reason`` ends with "(hung)", else ``lost``) and the ``seconds`` it took, where the
+        driver saw them (not for a restart Ray made on its own)."""
         cause = "hung" if reason.endswith("(hung)") else "lost"
-        self._count_restart(cause)
-        self.events.append({"event": event, **fields, "reason": line, "cause": cause, "seconds": round(seconds, 3)})
-
-    def _count_restart(self, cause: str) -> None:
         self.metrics.record_restart(cause)
         self.metrics_restarts[cause] = self.metrics_restarts.get(cause, 0) + 1
+        timing = {} if seconds is None else {"seconds": round(seconds, 3)}
+        self.events.append({"event": event, **fields, "reason": line, "cause": cause, **timing})
 
     def _redo_since_adopt(self, actor: Any, g: int) -> None:
         """Asynchronous rounds: replay into a rebuilt actor the calls its members made since they
@@ -543,18 +559,36 @@ class RayExecutor:
     def _archive_get(self, method: str, *args: Any, kind: str | None = None) -> Any:
         """The archive actor's answer to ``method(*args)``, within the deadline of ``kind``
         (default ``archive.<method>``). An archive actor that does not answer is ended for real
-        and restarted by Ray (:meth:`_restart_archive`), and the call made again."""
+        and restarted by Ray (:meth:`_restart_archive`), and the call made again
+        (:meth:`_answer_or_replace`)."""
         kind = kind or f"archive.{method}"
+
+        def call() -> Any:
+            return self._wait_for(getattr(self.archive_actor, method).remote(*args), kind, actor=self.archive_actor)
+
+        return self._answer_or_replace("archive actor", method, call, (CallTimeout,), self._restart_archive)
+
+    def _answer_or_replace(
+        self,
+        who: str,
+        method: str,
+        call: Callable[[], Any],
+        catch: tuple[type[BaseException], ...],
+        replace: Callable[[str], None],
+    ) -> Any:
+        """``call()``'s answer, in ``population.max_restarts + 1`` tries: after a try that raises
+        one of ``catch``, ``replace(reason)`` ends the actor and brings up another before the next
+        try; after the last, :class:`RebuildFailed`."""
         tries = self.config.population.max_restarts + 1
         last = ""
         for attempt in range(tries):
             try:
-                return self._wait_for(getattr(self.archive_actor, method).remote(*args), kind, actor=self.archive_actor)
-            except CallTimeout as exc:
-                last = str(exc)
+                return call()
+            except catch as exc:
+                last = _loss_reason(exc)
                 if attempt + 1 < tries:
-                    self._restart_archive(f"{exc} (hung)")
-        raise RebuildFailed(f"the archive actor did not answer {method} in {tries} tries ({last}); giving up")
+                    replace(last)
+        raise RebuildFailed(f"the {who} did not answer {method} in {tries} tries ({last}); giving up")
 
     def _archive_stalled(self) -> bool:
         """Whether the archive actor is what the members wait for: with one (shared archive or
@@ -600,11 +634,8 @@ class RayExecutor:
             self._end(actor, "MemberGroup")
         seconds = time.monotonic() - start
         self._archive_back_at = time.monotonic()
-        self._count_restart("hung")
         line = f"{reason}; replaced in {seconds:.1f} s, every member actor rebuilt; old process: {ended.describe()}"
-        self.events.append(
-            {"event": "rollout_worker_restarted", "reason": line, "cause": "hung", "seconds": round(seconds, 3)}
-        )
+        self._restarted("rollout_worker_restarted", reason, line, seconds)
         log.warning("rollout worker replaced: %s", line)
 
     def _restart_archive(self, reason: str) -> None:
@@ -629,15 +660,12 @@ class RayExecutor:
                 continue
             seconds = time.monotonic() - start
             self._archive_back_at = time.monotonic()
-            self._count_restart("hung")
             line = (
                 f"{reason}; restarted in {seconds:.1f} s ({attempt} {'try' if attempt == 1 else 'tries'}), "
                 f"restored from round {info['snapshot_round']} snapshot and {info['redis_elites']} Redis elites; "
                 f"old process: {ended.describe()}"
             )
-            self.events.append(
-                {"event": "archive_actor_restarted", "reason": line, "cause": "hung", "seconds": round(seconds, 3)}
-            )
+            self._restarted("archive_actor_restarted", reason, line, seconds)
             log.warning("archive actor replaced: %s", line)
             return
         raise RebuildFailed(f"the archive actor did not come back in {tries} tries after {reason}; last: {last}")
@@ -649,21 +677,18 @@ class RayExecutor:
         and prepared for the call (:meth:`_ready_evaluator`).
 
         One that dies, or does not answer in time (hung, or stopped), is ended for real and
-        replaced, and the call made again: ``population.max_restarts + 1`` tries, then
-        :class:`RebuildFailed`.
+        replaced (:meth:`_replace_evaluator`), and the call made again
+        (:meth:`_answer_or_replace`).
         """
         kind = f"evaluator.{method}"
-        tries = self.config.population.max_restarts + 1
-        last = ""
-        for attempt in range(tries):
-            try:
-                actor = self._ready_evaluator(evaluate=method == "evaluate")
-                return self._wait_for(getattr(actor, method).remote(*args), kind, actor=actor)
-            except (CallTimeout, RayActorError) as exc:
-                last = _loss_reason(exc)
-                if attempt + 1 < tries:
-                    self._replace_evaluator(last)
-        raise RebuildFailed(f"the evaluator actor did not answer {method} in {tries} tries ({last}); giving up")
+
+        def call() -> Any:
+            actor = self._ready_evaluator(evaluate=method == "evaluate")
+            return self._wait_for(getattr(actor, method).remote(*args), kind, actor=actor)
+
+        return self._answer_or_replace(
+            "evaluator actor", method, call, (CallTimeout, RayActorError), self._replace_evaluator
+        )
 
     def _start_evaluator(self) -> Any:
         """Start the evaluator actor on the driver's node (where the pre-run checks found the
@@ -676,7 +701,7 @@ class RayExecutor:
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
         ).remote(self._config_json)
         self.evaluator_actor = actor
-        self._evaluator_starting = (actor.prepare.remote(False), time.monotonic())
+        self._evaluator_starting = (actor.prepare.remote(False), time.monotonic(), time.time())
         self._evaluator_prepared = False
         return actor
 
@@ -684,11 +709,14 @@ class RayExecutor:
         """The evaluator actor, started if there is none, once it has started; before its first
         evaluation it builds its scratch policy and environment. Both wait under a construction
         deadline of their own (``population.first_call_deadline_s`` until one is measured), the
-        start's counted from when the actor was created."""
+        start's counted from when the actor was created. The start's duration is the actor's
+        own: from its creation to when its first call returned on the driver's node (same
+        clock), however much later the driver first needs it."""
         actor = self._start_evaluator() if self.evaluator_actor is None else self.evaluator_actor
         if self._evaluator_starting is not None:
-            (starting, sent), self._evaluator_starting = self._evaluator_starting, None
-            self._wait_for(starting, EVALUATOR_CONSTRUCTION, actor=actor, sent=sent)
+            (starting, sent, created), self._evaluator_starting = self._evaluator_starting, None
+            ready_at = self._wait_for(starting, EVALUATOR_CONSTRUCTION, actor=actor, sent=sent, record=False)
+            self._deadlines.answered(EVALUATOR_CONSTRUCTION, max(0.0, ready_at - created))
         if evaluate and not self._evaluator_prepared:
             self._wait_for(actor.prepare.remote(True), EVALUATOR_BUILD, actor=actor)
             self._evaluator_prepared = True
@@ -908,15 +936,9 @@ class RayExecutor:
         pid = cast(int, self._archive_get("pid"))
         if pid != self._archive_pid:
             self._archive_pid = pid
-            self._count_restart("lost")
             info = cast(RestoreInfo, self._archive_get("restore_info"))
-            self.events.append(
-                {
-                    "event": "archive_actor_restarted",
-                    "reason": f"restored from round {info['snapshot_round']} snapshot and {info['redis_elites']} Redis elites",
-                    "cause": "lost",
-                }
-            )
+            line = f"restored from round {info['snapshot_round']} snapshot and {info['redis_elites']} Redis elites"
+            self._restarted("archive_actor_restarted", "restarted by Ray", line, None)
 
     def load_member_states(self, states: Sequence[dict]) -> None:
         self._adopted = None

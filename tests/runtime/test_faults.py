@@ -118,11 +118,27 @@ def test_member_lost_at_every_point_of_its_life_gives_the_same_numbers(ray_local
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_an_actor_whose_init_raises_is_reported_not_rebuilt(ray_local):
     """A lost process is rebuilt; an ``__init__`` that raises (here: policy.device=cuda without
-    CUDA) is a bug or bad input, and rebuilding would only raise it again."""
-    cfg = pop_grpo(*SHAPE, "policy.device=cuda", "population.resources.num_gpus=0.5")
+    CUDA) is a bug or bad input, and rebuilding would only raise it again. The start that fails
+    leaves no actor of the run behind."""
+    from ray.util.state import list_actors
+
+    def alive() -> set[str]:
+        address = ray.get_runtime_context().gcs_address  # this cluster's, not a parallel worker's
+        found = list_actors(address=address, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+        return {a.actor_id for a in found}
+
+    # With a shared archive: the archive actor and the evaluator actor are up before the member
+    # actors' constructors raise.
+    cfg = pop_grpo(*SHAPE, "policy.device=cuda", "population.resources.num_gpus=0.5", "archive.shared=true")
+    before = alive()
     with pytest.raises(ray.exceptions.RayActorError, match=r"policy\.device=cuda") as err:
         RayExecutor(cfg)
     assert err.value.actor_init_failed
+    # The failed start ended every actor it had started.
+    deadline = time.monotonic() + 60
+    while alive() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not alive() - before
 
 
 # ---- the archive actor ---------------------------------------------------------------------

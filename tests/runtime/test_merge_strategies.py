@@ -6,6 +6,7 @@ weights the scheduler fetched, with the parameters the lineage record reports.
 """
 
 import itertools
+import time
 
 import pandas as pd
 import pytest
@@ -191,3 +192,28 @@ def test_ray_runs_a_non_default_strategy_as_local_does(ray_local, monkeypatch):
     assert set(remote[0][0][0]["perturb"]["w"]) == {"0", "1", "2", "3"}
     pd.testing.assert_frame_equal(pd.DataFrame(remote[1]), pd.DataFrame(local[1]))
     assert all(_equal(a, b) for a, b in zip(remote[2], local[2], strict=True))
+
+
+def test_the_evaluator_actors_start_is_timed_from_its_creation_to_its_readiness(ray_local):
+    # With the scheduler on, the evaluator actor starts with the member actors; the driver first
+    # waits for it at the first round's end. Its start's deadline must learn how long the start
+    # took, not how long the driver went without needing it.
+    import ray
+
+    from popgrpo.runtime.deadlines import EVALUATOR_CONSTRUCTION
+    from popgrpo.runtime.ray_executor import RayExecutor
+
+    before = time.time()
+    executor = RayExecutor(pop_grpo(*ROUNDS, *RAY_PAIRS))
+    built = time.time()  # the actor was created in between
+    try:
+        assert executor.evaluator_actor is not None  # prestarted
+        ready_by = ray.get(executor.evaluator_actor.prepare.remote(False))  # queued behind the start's own call
+        # Wait long enough that the time from the actor's creation to the driver's first need
+        # exceeds the longest the start can have taken (ready_by − before).
+        time.sleep(max(0.0, ready_by + (built - before) + 1.0 - time.time()))
+        executor.round0_weights([0])
+        [measured] = executor._deadlines.seconds[EVALUATOR_CONSTRUCTION]
+    finally:
+        executor.close()
+    assert 0.0 < measured <= ready_by - before
