@@ -6,8 +6,9 @@ continue from the merge of the top M (the main paper's soup), from its own weigh
 copy of another member or from a frontier snapshot; with which mutation; with or without a
 fresh Adam; repelled from which behaviours. It then carries that out: fetches only the
 weights the decision names, merges them (:func:`merge_selected`, ``scheduler.merge``; the
-result and a JSON-able description, in the spirit of Ray Tune's PBT helpers), evaluates the
-merge, hands each member its adoption through the executor and assembles the lineage record.
+result and a JSON-able description, in the spirit of Ray Tune's PBT helpers), hands each
+member its adoption through the executor, evaluates the merge (``eval.merged``: a report, made
+once the members have their bases) and assembles the lineage record.
 The defaults are the main paper's S_k ranking, uniform soup and Gaussian perturbation. See
 docs/MERGING.md and docs/MECHANISMS.md.
 """
@@ -140,8 +141,8 @@ class PopulationRounds:
     """Carries out ``scheduler.population``'s decision at a round's end, and keeps what outlives a round.
 
     The decision is the pure function the registry names (:mod:`popgrpo.algorithms.population`);
-    here are its effects: fetch the weights it names, merge, evaluate, send each distinct base
-    once to the members through the executor, and the frontier store's snapshots (driver
+    here are its effects: fetch the weights it names, merge, send each distinct base once to
+    the members through the executor, evaluate the merge, and the frontier store's snapshots (driver
     memory, saved with each round's checkpoint through :meth:`state_dict` and given back to a
     resumed run's loop: ``state``, as :func:`frontier_store` checked it). ``end_round`` takes
     the members that reported and their rows, so it serves a round over any subset of the
@@ -188,6 +189,12 @@ class PopulationRounds:
             self._update_frontier(decision.frontier, fetched, round_index)
         bases = self._bases(decision, fetched, merged.weights)
         infos = self.executor.adopt(bases, decision.adoptions, round_index + 1)
+        if merged.weights is not None and self.config.eval.merged:
+            # A report, not an input to any decision: scored once the members have their bases
+            # (on Ray they train the next round meanwhile). Its own (round, purpose) stream
+            # makes the order immaterial to the numbers.
+            merged.evaluation = self.executor.evaluate(merged.weights, round_index, PURPOSE_MERGED)
+            merged.eval_samples = self.config.policy.n_prompts * self.config.eval.samples
         mutated = [k for k, a in sorted(decision.adoptions.items()) if a.mutation is not None]
         perturb_record = {**decision.mutation, "members": mutated}
         if any(infos[k] for k in mutated):  # what each member drew (svd: its w), when the mutation describes it
@@ -217,7 +224,8 @@ class PopulationRounds:
         return fetched
 
     def _merge(self, decision: PopulationDecision, fetched: Mapping[int, Weights], round_index: int) -> _Merged:
-        """The merge of ``decision.merge`` (``scheduler.merge``), its evaluation and the samples both spent."""
+        """The merge of ``decision.merge`` (``scheduler.merge``) and the samples greedy soup's
+        evaluations spent (the merged model's own evaluation comes after the adoption)."""
         config = self.config
         if not decision.merge:
             return _Merged()
@@ -233,11 +241,7 @@ class PopulationRounds:
             round0=partial(self.executor.round0_weights, decision.merge),
         )
         per_evaluation = config.policy.n_prompts * config.eval.samples
-        result = _Merged(merged, record, extra_samples=len(record.get("held_out", [])) * per_evaluation)  # greedy soup
-        if config.eval.merged:
-            result.evaluation = evaluate(merged, round_index, PURPOSE_MERGED)
-            result.eval_samples = per_evaluation
-        return result
+        return _Merged(merged, record, extra_samples=len(record.get("held_out", [])) * per_evaluation)  # greedy soup
 
     def _bases(
         self, decision: PopulationDecision, fetched: Mapping[int, Weights], merged: Weights | None
