@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.overhead_budget import rest_share
 from popgrpo.markdown import md_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,12 +70,6 @@ def run_once(tree: Path, size: int) -> dict:
     return {"tree": _revision(tree), "size": size, **record}
 
 
-def _rest(round_result: dict) -> float | None:
-    from benchmarks.overhead_budget import rest_share
-
-    return rest_share(round_result)
-
-
 def table(records: list[dict]) -> str:
     """One row per figure, one column per tree (in order of first appearance): each run's value,
     in run order, separated by slashes."""
@@ -90,7 +85,10 @@ def table(records: list[dict]) -> str:
 
     rows = [
         ["1. `step_floor`: member / bare loop", *(cell(t, lambda r: f"{r['step_floor']['ratio']:.3f}") for t in trees)],
-        ["3. Ray and actors at rest, share of the cores", *(cell(t, lambda r: pct(_rest(r["round"]))) for t in trees)],
+        [
+            "3. Ray and actors at rest, share of the cores",
+            *(cell(t, lambda r: pct(rest_share(r["round"]))) for t in trees),
+        ],
     ]
     for arm in arms:
         rows.append(
@@ -102,7 +100,7 @@ def table(records: list[dict]) -> str:
     for arm in arms:
 
         def beyond(r: dict, a: str = arm) -> str:
-            rest = _rest(r["round"])
+            rest = rest_share(r["round"])
             return pct(None if rest is None else r["round"]["shares"][a] - rest)
 
         rows.append([f"3. … of it beyond Ray at rest, {arm}", *(cell(t, beyond) for t in trees)])

@@ -194,7 +194,7 @@ class PopulationRounds:
             # (on Ray they train the next round meanwhile). Its own (round, purpose) stream
             # makes the order immaterial to the numbers.
             merged.evaluation = self.executor.evaluate(merged.weights, round_index, PURPOSE_MERGED)
-            merged.eval_samples = self.config.policy.n_prompts * self.config.eval.samples
+            merged.eval_samples = self._samples_per_evaluation()
         mutated = [k for k, a in sorted(decision.adoptions.items()) if a.mutation is not None]
         perturb_record = {**decision.mutation, "members": mutated}
         if any(infos[k] for k in mutated):  # what each member drew (svd: its w), when the mutation describes it
@@ -240,8 +240,12 @@ class PopulationRounds:
             evaluate=partial(evaluate, round_index=round_index, purpose=PURPOSE_GREEDY),
             round0=partial(self.executor.round0_weights, decision.merge),
         )
-        per_evaluation = config.policy.n_prompts * config.eval.samples
-        return _Merged(merged, record, extra_samples=len(record.get("held_out", [])) * per_evaluation)  # greedy soup
+        greedy = len(record.get("held_out", []))  # greedy soup's candidates scored
+        return _Merged(merged, record, extra_samples=greedy * self._samples_per_evaluation())
+
+    def _samples_per_evaluation(self) -> int:
+        """The held-out ideas one evaluation samples: ``eval.samples`` for each prompt."""
+        return self.config.policy.n_prompts * self.config.eval.samples
 
     def _bases(
         self, decision: PopulationDecision, fetched: Mapping[int, Weights], merged: Weights | None
