@@ -21,15 +21,17 @@ run: install
 
 # The suite less its tests marked heavy or slow, which `test-slow` runs; CI (.ci/run) runs both.
 # docs/reference/tests.md says what each runs and why. TEST_WORKERS pytest-xdist processes share
-# `test` and the heavy tests module by module (a module's fixtures stay in one worker); the slow
-# tests run one at a time.
+# `test` and the heavy tests module by module (a module's fixtures stay in one worker), and the
+# slow tests test by test; the slow tests marked solo (deadlines another test's load would
+# disturb) run last, one at a time.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q --durations=15 -m "not slow and not heavy" -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -q --durations=30 -m "not slow and not heavy" -n $(TEST_WORKERS) --dist loadscope
 
 test-slow: install
-	$(BIN)/python -m pytest -q --durations=15 -m "heavy and not slow" -n $(TEST_WORKERS) --dist loadscope
-	$(BIN)/python -m pytest -q --durations=15 -m slow
+	$(BIN)/python -m pytest -q --durations=30 -m "heavy and not slow" -n $(TEST_WORKERS) --dist loadscope
+	$(BIN)/python -m pytest -q --durations=30 -m "slow and not solo" -n $(TEST_WORKERS) --dist load --timeout 1800
+	$(BIN)/python -m pytest -q --durations=30 -m "slow and solo"
 
 # ruff, then the type checker (basedpyright, configured in pyproject.toml: strict on popgrpo/core and popgrpo/algorithms).
 lint: install

@@ -66,14 +66,18 @@ def _say(line: str) -> None:
 
 
 def validate(
-    costs, sizes: list[tuple[int, int]], rounds: int, interval: int | None, sharing_at: tuple[int, int] | None = None
+    costs,
+    sizes: list[tuple[int, int]],
+    rounds: int,
+    interval: int | None,
+    remeasure: bool = True,
 ) -> list[dict[str, Any]]:
     """Real Ray runs vs the simulator, one row per (K, members per actor).
 
     Right before each real run the sharing terms (:func:`popgrpo.research.sim.measure.sharing_costs`,
     at 3 and 18 actors of the run's own members per actor: never the run's own size) are
     measured again, so that the share of the cores other users of the machine take is the one
-    of that moment."""
+    of that moment. With ``remeasure`` false (``--quick``) every size uses the calibration's."""
     from dataclasses import replace
 
     import ray
@@ -88,7 +92,9 @@ def validate(
         cfg = _config(k, per_actor, rounds, interval)
         actors = math.ceil(k / per_actor)
         # with the run's own members per actor: an actor's members take turns on its core
-        costs_k = replace(costs, **sharing_costs(_config(5, per_actor, 4), costs.epoch_s, progress=_say, at=sharing_at))
+        costs_k = costs
+        if remeasure:
+            costs_k = replace(costs, **sharing_costs(_config(5, per_actor, 4), costs.epoch_s, progress=_say))
         load = [os.getloadavg()[0]]
         start_local_ray(num_cpus=max(CORES, actors), include_dashboard=False)
         try:
@@ -679,14 +685,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from popgrpo.research.sim.costs import CostModel
 
-    quick_sharing = (1, 3) if args.quick else None
+    # --quick: the sharing terms at 1 and 3 actors, each over 2 rounds
+    quick_sharing, quick_rounds = ((1, 3), 2) if args.quick else (None, None)
     calibrations, repeats = [], []
     for i in range(args.repeats):
         print(f"repeat {i + 1} of {args.repeats}: calibration, then the real runs", flush=True)
-        costs = calibrate(base, epochs=4 if args.quick else 20, progress=_say, sharing_at=quick_sharing)
+        costs = calibrate(
+            base, epochs=4 if args.quick else 20, progress=_say, sharing_at=quick_sharing, sharing_rounds=quick_rounds
+        )
         calibrations.append(costs.to_json())
         if args.quick:
-            repeats.append(validate(costs, [(2, 1), (4, 2)], rounds=3, interval=2, sharing_at=quick_sharing))
+            repeats.append(validate(costs, [(2, 1), (4, 2)], 3, 2, remeasure=False))
         else:
             repeats.append(validate(costs, [(5, 1), (16, 1), (64, 8)], rounds=6, interval=None))
     validation = summarise(repeats)

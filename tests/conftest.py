@@ -19,7 +19,13 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.requires("prometheus", ...)``: a test whose program is missing here is
     skipped with the reason (reported at the test, no fixture set up); in CI it fails instead,
-    in :func:`pytest_runtest_setup` (:func:`tests.services.require`)."""
+    in :func:`pytest_runtest_setup` (:func:`tests.services.require`).
+
+    ``@pytest.mark.solo`` is a kind of slow test (``make test-slow`` runs it alone): one marked
+    solo and not slow would run in ``make test`` beside another test, so collection refuses it."""
+    unslow = [item.nodeid for item in items if item.get_closest_marker("solo") and not item.get_closest_marker("slow")]
+    if unslow:
+        raise pytest.UsageError(f"marked solo but not slow (make test would run them in parallel): {unslow}")
     if IN_CI:
         return
     for item in items:

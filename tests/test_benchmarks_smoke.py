@@ -55,7 +55,7 @@ def test_quick_suite_writes_every_section(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=900,  # about 220 s alone on 2 cores; make test-slow runs it beside another slow test
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     text = out.read_text()

@@ -20,7 +20,7 @@ from tests.driving import drive
 from tests.services import RedisServer
 
 # A cluster whose GCS is down for 15 s, in a subprocess: make test-slow (docs/reference/tests.md).
-pytestmark = [pytest.mark.ray, pytest.mark.requires("redis-server"), pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.requires("redis-server"), pytest.mark.slow, pytest.mark.solo]
 
 
 def test_gcs_killed_for_15_s_mid_run_the_run_completes(tmp_path):

@@ -16,7 +16,7 @@ from tests.cluster import scenarios
 from tests.driving import drive
 
 # A 3-node cluster in a subprocess: make test-slow (docs/reference/tests.md).
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.solo]
 
 
 def test_worker_node_removed_mid_round(tmp_path):

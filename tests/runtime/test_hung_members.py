@@ -53,6 +53,7 @@ SETS = [
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @pytest.mark.ray
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_stopped_member_actor_is_replaced_after_the_deadline(ray_local, tmp_path, mode):

@@ -134,6 +134,7 @@ def calibrate(
     epochs: int = 12,
     progress: Callable[[str], None] = print,
     sharing_at: tuple[int, int] | None = None,
+    sharing_rounds: int | None = None,
 ) -> CostModel:
     """Measure every cost of :class:`CostModel` for ``config``; see the module docstring."""
     from popgrpo.runtime.executor import LocalExecutor
@@ -170,7 +171,7 @@ def calibrate(
 
     call_s, fetch_s, adopt_s, start_s = _ray_costs(one, weights, weight_bytes, address)
     progress(f"call {call_s * 1e3:.2f} ms, fetch {fetch_s}, adopt {adopt_s}, start {start_s:.2f} s")
-    sharing = sharing_costs(config, epoch_s, address, progress, sharing_at or SHARING_AT)
+    sharing = sharing_costs(config, epoch_s, address, progress, sharing_at or SHARING_AT, sharing_rounds)
     import platform
 
     return CostModel(
@@ -296,11 +297,12 @@ def sharing_costs(
     address: str | None = None,
     progress: Callable[[str], None] = print,
     at: tuple[int, int] | None = None,
+    rounds: int | None = None,
 ) -> dict[str, Any]:
     """The sharing terms of :class:`CostModel` (``contention``, ``actor_call_cpu_s``, ``ray_share``,
-    ``background_share``) from :func:`_sharing` at two sizes (default :data:`SHARING_AT`); see the
-    module docstring."""
-    a, b = (_sharing(config, n, address) for n in (at or SHARING_AT))
+    ``background_share``) from :func:`_sharing` at two sizes (default :data:`SHARING_AT`), each over
+    ``rounds`` rounds (default: :func:`_sharing`'s); see the module docstring."""
+    a, b = (_sharing(config, n, address, rounds) for n in (at or SHARING_AT))
     for m in (a, b):
         progress(
             f"{m.actors} actors on {m.cores} cores: epoch CPU {m.epoch_cpu_s / m.epochs * 1e3:.1f} ms "

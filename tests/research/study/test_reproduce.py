@@ -38,7 +38,7 @@ def test_quick_reproduce_resumes_after_an_interrupt_and_writes_everything(tmp_pa
     n_trials = len(build_plan(quick=True, epochs=10))
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.time() + 240
+        deadline = time.time() + 480  # make test-slow runs it beside another slow test
         while time.time() < deadline and len(list(out.glob("runs/*/summary.json"))) < 6:
             assert first.poll() is None, first.stdout.read().decode()[-3000:]
             time.sleep(0.5)
