@@ -35,7 +35,7 @@ from popgrpo.runtime.rollout_worker import RemoteRolloutService
 from popgrpo.runtime.transport import pack, unpack
 from popgrpo.telemetry.live import LiveMetrics
 
-__all__ = ["ArchiveActor", "EvaluatorActor", "MemberGroup", "RemoteArchive", "archives_in_groups"]
+__all__ = ["ArchiveActor", "EvaluatorActor", "MemberGroup", "RemoteArchive", "archives_in_groups", "take_niceness"]
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,32 @@ class ArchiveActor:
         return os.getpid()
 
 
+def take_niceness(target: int) -> int:
+    """Run every thread of this process at niceness ``target`` when that is lower (a higher
+    priority) than theirs and the OS allows it (root, ``CAP_SYS_NICE`` or ``RLIMIT_NICE``);
+    otherwise leave them as they are. On Linux a niceness belongs to each thread, so each is
+    set. Returns the niceness this thread runs at afterwards."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if target >= current:
+        return current
+    task = "/proc/self/task"
+    threads = [int(t) for t in os.listdir(task)] if os.path.isdir(task) else [0]
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, target)
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+        except PermissionError:
+            log.warning(
+                "the evaluator actor stays at niceness %d (its driver runs at %d): this user may not raise "
+                "a process's priority, so the round's end waits on a process that competes with training",
+                current,
+                target,
+            )
+            break
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
 @ray.remote(num_cpus=0)
 class EvaluatorActor:
     """Whatever the round's end needs a policy for, so that the driver never builds one: held-out
@@ -169,9 +195,15 @@ class EvaluatorActor:
     It builds its scratch policy at its first evaluation. It reserves no CPU and holds
     nothing a new one must bring back: its scratch policy is built from the config, and every
     evaluation draws from its own ``(round, purpose)`` stream.
+
+    The round's end waits for its answers, as it waited for the driver's own work, so it runs at
+    the driver's niceness (``driver_niceness``) where the OS allows (:func:`take_niceness`), not
+    at that of Ray's workers (``RAY_worker_niceness``, 15 by default), which would leave it a
+    small share of the cores beside training members.
     """
 
-    def __init__(self, config_json: str) -> None:
+    def __init__(self, config_json: str, driver_niceness: int) -> None:
+        take_niceness(driver_niceness)
         self.config = Config.model_validate_json(config_json)
         torch.set_num_threads(self.config.run.torch_threads)
         self.evaluator: WeightsEvaluator | None = None

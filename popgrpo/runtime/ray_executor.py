@@ -699,7 +699,7 @@ class RayExecutor:
             name=name,
             namespace=self.namespace,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-        ).remote(self._config_json)
+        ).remote(self._config_json, os.getpriority(os.PRIO_PROCESS, 0))
         self.evaluator_actor = actor
         self._evaluator_starting = (actor.prepare.remote(False), time.monotonic(), time.time())
         self._evaluator_prepared = False
