@@ -125,6 +125,7 @@ def test_quiet_prints_errors_and_the_summary_only(tmp_path: Path):
     assert (tmp_path / "r" / "lineage.jsonl").read_text() == ""
 
 
+@pytest.mark.heavy
 @pytest.mark.integration
 def test_language_model_runs_print_popgrpos_lines_not_hugging_faces(tmp_path: Path):
     """No weight-loading or shard-writing bars, no transformers deprecation warnings: the
@@ -307,6 +308,7 @@ def test_the_first_start_up_line_comes_before_torch_loads(tmp_path: Path):
     assert res.stderr.startswith("False run pop_grpo: 5 member(s) × 120 epochs, into "), res.stderr
 
 
+@pytest.mark.heavy
 def test_a_successful_run_removes_the_error_log_an_earlier_failure_left(tmp_path: Path):
     out = tmp_path / "r"
     failed = popgrpo("train", "--config", "grpo", *SHORT, "--set", "env.noise_std=1e300", "--out", str(out), "--quiet")
@@ -359,6 +361,7 @@ def test_default_executor_is_embedded_ray_with_the_same_numbers(tmp_path: Path):
     assert (tmp_path / "ray" / "lineage.jsonl").read_text() == (tmp_path / "local" / "lineage.jsonl").read_text()
 
 
+@pytest.mark.heavy
 @pytest.mark.ray
 def test_population_that_cannot_fit_the_cluster_exits_2(tmp_path: Path):
     res = popgrpo(

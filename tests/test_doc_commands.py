@@ -250,6 +250,7 @@ def test_a_short_block_runs_as_written(key, tmp_path):
 
 
 @pytest.mark.slow  # each trains a preset's full length (minutes on 2 cores)
+@pytest.mark.full_length
 @pytest.mark.integration
 @pytest.mark.parametrize("key", _runs(slow=True))
 def test_a_training_block_runs_as_written(key, tmp_path):

@@ -107,7 +107,7 @@ def test_plugin_environment_and_merge_train_on_ray(plugin_path, tmp_path):
     assert (tmp_path / "ray" / "summary.json").read_text() == (tmp_path / "local" / "summary.json").read_text()
 
 
-@pytest.mark.parametrize("vectorize", [False, True])
+@pytest.mark.parametrize("vectorize", [False, pytest.param(True, marks=pytest.mark.heavy)])
 def test_a_plugin_policy_trains_as_the_builtin_one(plugin_path, tmp_path, vectorize):
     """``toy_gaussian`` is the built-in Gaussian policy registered as a plain factory: a run with it
     gives the built-in's metrics and lineage bit for bit, packed or not, with the svd mutation

@@ -141,7 +141,6 @@ def _wait_gone(ray_tmpdir: str, timeout: float = 60) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.solo
 @pytest.mark.ray
 @pytest.mark.parametrize("signals", [1])  # the second signal: in-process above; see the note below
 def test_embedded_ray_run_stops_on_sigterm_and_takes_its_ray_down(tmp_path: Path, signals: int):

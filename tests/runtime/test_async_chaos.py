@@ -49,7 +49,6 @@ def test_on_ray_a_run_with_stragglers_is_the_in_process_run(ray_local, tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.solo
 @pytest.mark.timeout(900)
 def test_on_ray_two_runs_and_a_resumed_one_are_the_in_process_run(ray_local, tmp_path):
     """Two Ray runs with the same delays, the second one's driver dying mid-merge and resumed."""
@@ -68,7 +67,6 @@ def test_on_ray_two_runs_and_a_resumed_one_are_the_in_process_run(ray_local, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.solo
 @pytest.mark.timeout(1200)
 def test_on_ray_member_kills_at_random_moments_leave_an_async_run_unchanged(ray_local, tmp_path):
     from tests.runtime.test_chaos import ChaosMonkey

@@ -93,6 +93,7 @@ def test_async_config_errors():
         pop_grpo(*BASE, "scheduler.mode=async", "scheduler.buffer=6")
 
 
+@pytest.mark.heavy
 @pytest.mark.ray
 def test_on_ray_no_staleness_is_sync_and_packed_actors_report_together(ray_local, tmp_path):
     from popgrpo.runtime.ray_executor import RayExecutor

@@ -219,6 +219,7 @@ def test_the_lineage_charges_greedy_soups_held_out_samples():
         assert population["members"]["0"] == {"base": "merged", "mutate": True, "reset": True}
 
 
+@pytest.mark.heavy
 @pytest.mark.ray
 def test_every_mechanism_runs_on_ray_as_in_process(ray_local):
     # The mechanism is the driver's decision: one set of actors serves every mechanism in

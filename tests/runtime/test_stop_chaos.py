@@ -241,7 +241,6 @@ def test_members_stopped_training_adopting_and_in_the_checkpoint_leave_a_sync_ru
 
 
 @pytest.mark.slow
-@pytest.mark.solo
 @pytest.mark.timeout(1200)
 def test_members_stopped_at_every_point_leave_an_async_logical_run_unchanged(ray_local, tmp_path):
     cfg = pop_grpo(*SHAPE, *ASYNC)
@@ -253,7 +252,6 @@ def test_members_stopped_at_every_point_leave_an_async_logical_run_unchanged(ray
 
 
 @pytest.mark.slow
-@pytest.mark.solo
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_members_stopped_constructing_and_being_rebuilt_leave_the_run_unchanged(ray_local, tmp_path, mode):
@@ -266,7 +264,6 @@ def test_members_stopped_constructing_and_being_rebuilt_leave_the_run_unchanged(
 
 
 @pytest.mark.slow
-@pytest.mark.solo
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_stopped_archive_actor_is_restarted_and_the_run_finishes(ray_local, tmp_path, mode):
@@ -305,7 +302,7 @@ def test_a_stopped_archive_actor_is_restarted_and_the_run_finishes(ray_local, tm
 
 
 @pytest.mark.slow
-@pytest.mark.solo
+@pytest.mark.solo  # exactly one replacement: another test's load could make a second
 @pytest.mark.timeout(1200)
 def test_a_stopped_rollout_worker_is_replaced_and_the_run_is_unchanged(ray_local, tiny_lm):
     """Every language-model member generates on the rollout worker: stopped, it stalls them

@@ -152,7 +152,9 @@ ARGS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", ["sync", pytest.param("async", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "mode", [pytest.param("sync", marks=pytest.mark.heavy), pytest.param("async", marks=pytest.mark.slow)]
+)
 def test_sigkill_mid_run_leaves_the_rows_of_every_checkpointed_round_on_disk(tmp_path: Path, mode: str):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}

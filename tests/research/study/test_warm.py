@@ -24,6 +24,7 @@ from popgrpo.research.study.warm_report import (
 )
 
 
+@pytest.mark.heavy
 def test_quick_warm_study_writes_every_table_figure_and_claim(tmp_path, capsys):
     study = quick(QUICK, settings={"clean": 0.0, "corrupt": 0.25})
     result = run_warm_study(tmp_path, study, progress=False)
