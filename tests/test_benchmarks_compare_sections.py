@@ -39,3 +39,27 @@ def test_it_refuses_without_a_before_tree_or_with_an_order_of_other_letters(argv
         main(argv)
     assert bad.value.code == 2
     assert "--before PATH and an --order of A and B are needed" in capsys.readouterr().err
+
+
+def test_benchmarks_md_quotes_the_niceness_comparison_as_rendered_from_its_records():
+    """BENCHMARKS.md's table of the evaluator actor at the driver's niceness is what
+    ``--render benchmarks/data/sections_1_3_evaluator_b7d014b.jsonl`` gives, cell for cell."""
+    root = DATA.parent.parent.parent
+    records = [
+        json.loads(line) for line in (DATA.parent / "sections_1_3_evaluator_b7d014b.jsonl").read_text().splitlines()
+    ]
+    rendered = _rows(table(records))
+    text = (root / "BENCHMARKS.md").read_text()
+    start = text.index("**The evaluator actor at the driver's niceness**")
+    block = text[text.index("| figure |", start) :]
+    quoted = _rows("\n".join(block.split("\n\n", 1)[0].splitlines()))
+    same = {
+        "1. `step_floor`: member / bare loop": "1. `step_floor`: member / bare loop",
+        "3. Ray and actors at rest, share of the cores": "3. Ray and actors at rest, share of the cores",
+        "3. beyond Ray at rest, sync": "3. … of it beyond Ray at rest, sync",
+        "3. … async, B = K, S = 0": "3. … of it beyond Ray at rest, async (B = K, S = 0)",
+        "3. … async, B = 2, S = 2": "3. … of it beyond Ray at rest, async (B = 2, S = 2)",
+    }
+    assert set(quoted) == set(same)
+    for ours, theirs in same.items():
+        assert quoted[ours] == rendered[theirs], ours
