@@ -25,8 +25,9 @@ run: install
 # slow tests test by test; the slow tests marked solo (deadlines another test's load would
 # disturb) run last, one at a time.
 TEST_WORKERS ?= 2
-# CI passes SLOW_EXCLUDE="and not full_length": the guides' full-length training runs stay out of
-# its 90 minutes (docs/reference/tests.md).
+# CI passes SLOW_EXCLUDE="and not full_length and not benchmark_run": the guides' full-length
+# training runs and the benchmark scripts' end-to-end runs stay out of its 90 minutes
+# (docs/reference/tests.md).
 SLOW_EXCLUDE ?=
 test: install
 	$(BIN)/python -m pytest -q --durations=30 -m "not slow and not heavy" -n $(TEST_WORKERS) --dist loadscope

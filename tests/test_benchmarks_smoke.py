@@ -42,6 +42,7 @@ def test_region_replaced_or_appended():
 @pytest.mark.integration
 @pytest.mark.ray
 @pytest.mark.slow  # every benchmark section end to end: make test-slow (docs/reference/tests.md)
+@pytest.mark.benchmark_run
 def test_quick_suite_writes_every_section(tmp_path):
     before = "# Benchmarks\n\nHand-written text above.\n\n"
     after = "\n## Kept\n\nHand-written text below.\n"

@@ -62,6 +62,7 @@ def test_sharing_splits_the_cpu_between_epochs_calls_ray_and_the_rest_of_the_mac
 
 
 @pytest.mark.slow
+@pytest.mark.benchmark_run
 @pytest.mark.ray
 def test_validation_benchmark_runs_end_to_end_quick(tmp_path):
     """Calibration on Ray, the real-vs-simulated table and the curves, at the smallest sizes."""
