@@ -19,7 +19,8 @@ install: $(BIN)/popgrpo
 run: install
 	$(BIN)/popgrpo train
 
-# The suite less its tests marked heavy or slow, which `test-slow` runs; CI (.ci/run) runs both.
+# The suite less its tests marked heavy or slow, which `test-slow` runs; CI (.ci/run) runs both,
+# `test-slow` less SLOW_EXCLUDE (below).
 # docs/reference/tests.md says what each runs and why. TEST_WORKERS pytest-xdist processes share
 # `test` and the heavy tests module by module (a module's fixtures stay in one worker), and the
 # slow tests test by test; the slow tests marked solo (deadlines another test's load would
