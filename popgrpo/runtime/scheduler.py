@@ -229,7 +229,7 @@ class PopulationRounds:
 
     def _merge(self, decision: PopulationDecision, fetched: Mapping[int, Weights], round_index: int) -> _Merged:
         """The merge of ``decision.merge`` (``scheduler.merge``) and the samples greedy soup's
-        evaluations spent (the merged model's own evaluation comes after the adoption)."""
+        evaluations spent (the merged model's own evaluation is sent before the adoption and taken after it)."""
         config = self.config
         if not decision.merge:
             return _Merged()
