@@ -9,7 +9,8 @@ executor's: the scheduler only decides, moves weights and merges them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -64,6 +65,15 @@ class Executor(Protocol):
         """Held-out metrics of weights no member holds (greedy soup's candidates, the merged model):
         :class:`~popgrpo.algorithms.evaluation.WeightsEvaluator`, with the evaluation stream of
         ``(round_index, purpose)``. Evaluating changes no member and no training number."""
+        ...
+
+    def submit_evaluate(
+        self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int
+    ) -> Callable[[], dict[str, float]]:
+        """:meth:`evaluate`, begun now and answered by calling what it returns (once): an executor
+        whose evaluator is another process sends it the weights now, so that it scores them
+        while the driver goes on (the merged model, during the members' adoption); one that
+        evaluates in its own process computes at the call."""
         ...
 
     def round0_weights(self, member_ids: Sequence[int]) -> dict[str, torch.Tensor]:
@@ -229,6 +239,12 @@ class LocalExecutor:
         if self._evaluator is None:
             self._evaluator = WeightsEvaluator(self.config)
         return self._evaluator(weights, round_index, purpose)
+
+    def submit_evaluate(
+        self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int
+    ) -> Callable[[], dict[str, float]]:
+        """In this process, when its answer is asked for."""
+        return partial(self.evaluate, weights, round_index, purpose)
 
     def round0_weights(self, member_ids: Sequence[int]) -> dict[str, torch.Tensor]:
         return round0_weights(self.config, member_ids)

@@ -671,18 +671,24 @@ class RayExecutor:
         raise RebuildFailed(f"the archive actor did not come back in {tries} tries after {reason}; last: {last}")
 
     # ---- the evaluator actor: held-out evaluation and θ_0, off the driver -------------------
-    def _evaluator_get(self, method: str, *args: Any) -> Any:
+    def _evaluator_get(self, method: str, *args: Any, sent: tuple[Any, Any, float] | None = None) -> Any:
         """The evaluator actor's answer to ``method(*args)``, within the deadline of
         ``evaluator.<method>``. The actor is started on the driver's node when there is none
-        and prepared for the call (:meth:`_ready_evaluator`).
+        and prepared for the call (:meth:`_ready_evaluator`). ``sent``: the same call already
+        made, ``(actor, reference, time.monotonic() when sent)``, whose answer the first try
+        waits for.
 
         One that dies, or does not answer in time (hung, or stopped), is ended for real and
         replaced (:meth:`_replace_evaluator`), and the call made again
         (:meth:`_answer_or_replace`).
         """
         kind = f"evaluator.{method}"
+        pending = [sent] if sent is not None else []
 
         def call() -> Any:
+            if pending:
+                actor, ref, at = pending.pop()
+                return self._wait_for(ref, kind, actor=actor, sent=at)
             actor = self._ready_evaluator(evaluate=method == "evaluate")
             return self._wait_for(getattr(actor, method).remote(*args), kind, actor=actor)
 
@@ -751,7 +757,19 @@ class RayExecutor:
 
     def evaluate(self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int) -> dict[str, float]:
         """On the run's :class:`EvaluatorActor` (the driver builds no policy)."""
-        return dict(self._evaluator_get("evaluate", pack(dict(weights)), round_index, purpose))
+        return self.submit_evaluate(weights, round_index, purpose)()
+
+    def submit_evaluate(
+        self, weights: Mapping[str, torch.Tensor], round_index: int, purpose: int
+    ) -> Callable[[], dict[str, float]]:
+        """Sent now to the run's :class:`EvaluatorActor` when it is up and has built its scratch
+        policy; otherwise the returned call starts or prepares it first (:meth:`_evaluator_get`).
+        The call waits for the answer, with the deadline counted from the sending."""
+        args = (pack(dict(weights)), round_index, purpose)
+        actor, sent = self.evaluator_actor, None
+        if actor is not None and self._evaluator_starting is None and self._evaluator_prepared:
+            sent = (actor, actor.evaluate.remote(*args), time.monotonic())
+        return lambda: dict(self._evaluator_get("evaluate", *args, sent=sent))
 
     def round0_weights(self, member_ids: Sequence[int]) -> dict[str, torch.Tensor]:
         """Built on the run's :class:`EvaluatorActor` (the driver builds no policy)."""

@@ -188,12 +188,16 @@ class PopulationRounds:
         if decision.frontier is not None:
             self._update_frontier(decision.frontier, fetched, round_index)
         bases = self._bases(decision, fetched, merged.weights)
-        infos = self.executor.adopt(bases, decision.adoptions, round_index + 1)
+        scored = None
         if merged.weights is not None and self.config.eval.merged:
-            # A report, not an input to any decision: scored once the members have their bases
-            # (on Ray they train the next round meanwhile). Its own (round, purpose) stream
-            # makes the order immaterial to the numbers.
-            merged.evaluation = self.executor.evaluate(merged.weights, round_index, PURPOSE_MERGED)
+            # A report, not an input to any decision: sent before the adoption and its answer
+            # taken after it, so that on Ray the evaluator actor scores the merged model while
+            # the members adopt. Its own (round, purpose) stream makes the order immaterial to
+            # the numbers.
+            scored = self.executor.submit_evaluate(merged.weights, round_index, PURPOSE_MERGED)
+        infos = self.executor.adopt(bases, decision.adoptions, round_index + 1)
+        if scored is not None:
+            merged.evaluation = scored()
             merged.eval_samples = self._samples_per_evaluation()
         mutated = [k for k, a in sorted(decision.adoptions.items()) if a.mutation is not None]
         perturb_record = {**decision.mutation, "members": mutated}
@@ -225,7 +229,7 @@ class PopulationRounds:
 
     def _merge(self, decision: PopulationDecision, fetched: Mapping[int, Weights], round_index: int) -> _Merged:
         """The merge of ``decision.merge`` (``scheduler.merge``) and the samples greedy soup's
-        evaluations spent (the merged model's own evaluation comes after the adoption)."""
+        evaluations spent (the merged model's own evaluation is sent before the adoption and taken after it)."""
         config = self.config
         if not decision.merge:
             return _Merged()

@@ -353,7 +353,7 @@ class EvaluatorFaults(RayExecutor):
         self.killed: list[int] = []
         super().__init__(cfg, run_dir=run_dir)
 
-    def evaluate(self, weights, round_index, purpose):
+    def submit_evaluate(self, weights, round_index, purpose):  # every evaluation is sent through it
         self.calls += 1
         if self.calls == self.stop_at:
             self.stops.stop("evaluator stopped", pid_of(self.evaluator_actor))
@@ -361,7 +361,7 @@ class EvaluatorFaults(RayExecutor):
             pid = pid_of(self.evaluator_actor)
             os.kill(pid, signal.SIGKILL)
             self.killed.append(pid)
-        return super().evaluate(weights, round_index, purpose)
+        return super().submit_evaluate(weights, round_index, purpose)
 
 
 @pytest.mark.timeout(900)
