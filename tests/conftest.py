@@ -16,13 +16,49 @@ torch.set_num_threads(1)
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 
+# Packages whose tests share one package-scoped fixture that is costly to start: tests/runtime's
+# `ray_local` (a Ray cluster, about 10 s to start and 2 s to stop on 2 cores). pytest stops a
+# package's fixtures as soon as the next test of its process is in another package.
+SHARED_FIXTURE_PACKAGES = ("tests/runtime/",)
+
+
+def pytest_configure(config):
+    """pytest-xdist's ``--dist loadscope`` hands the modules out in the order of
+    :func:`scheduling_order` (below), not re-sorted by its own count of tests."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def scheduling_order(items: list) -> list:
+    """The tests, module by module (a class is its own unit, as for ``loadscope``): first the
+    packages of :data:`SHARED_FIXTURE_PACKAGES`, then the rest, each part in decreasing number of
+    tests (as xdist orders them by itself) and a module's tests in their own order.
+
+    Handed out in this order, every xdist worker runs the modules of such a package one after
+    another and starts their shared fixture once, where xdist's own order by count interleaves
+    them with other packages' modules and restarts it at each (eight Ray starts on two workers
+    instead of two). The largest units still go first, so that the last ones are small."""
+    units: dict[str, list] = {}
+    for item in items:
+        units.setdefault(item.nodeid.rsplit("::", 1)[0], []).append(item)
+
+    def key(unit: str) -> tuple[bool, int]:
+        return (not unit.startswith(SHARED_FIXTURE_PACKAGES), -len(units[unit]))
+
+    return [item for unit in sorted(units, key=key) for item in units[unit]]
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected: the order counts the tests that run
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.requires("prometheus", ...)``: a test whose program is missing here is
     skipped with the reason (reported at the test, no fixture set up); in CI it fails instead,
     in :func:`pytest_runtest_setup` (:func:`tests.services.require`).
 
     ``@pytest.mark.solo`` is a kind of slow test (``make test-slow`` runs it alone): one marked
-    solo and not slow would run in ``make test`` beside another test, so collection refuses it."""
+    solo and not slow would run in ``make test`` beside another test, so collection refuses it.
+
+    The tests run in :func:`scheduling_order`."""
+    items[:] = scheduling_order(items)
     unslow = [item.nodeid for item in items if item.get_closest_marker("solo") and not item.get_closest_marker("slow")]
     if unslow:
         raise pytest.UsageError(f"marked solo but not slow (make test would run them in parallel): {unslow}")
