@@ -41,16 +41,21 @@ def test_it_refuses_without_a_before_tree_or_with_an_order_of_other_letters(argv
     assert "--before PATH and an --order of A and B are needed" in capsys.readouterr().err
 
 
-def test_benchmarks_md_quotes_the_niceness_comparison_as_rendered_from_its_records():
-    """BENCHMARKS.md's table of the evaluator actor at the driver's niceness is what
-    ``--render benchmarks/data/sections_1_3_evaluator_b7d014b.jsonl`` gives, cell for cell."""
+@pytest.mark.parametrize(
+    "heading, data",
+    [
+        ("**The evaluator actor at the driver's niceness**", "sections_1_3_evaluator_b7d014b.jsonl"),
+        ("**The merged model's evaluation sent before the adoption**", "sections_1_3_evaluator_e6687ee.jsonl"),
+    ],
+)
+def test_benchmarks_md_quotes_each_evaluator_comparison_as_rendered_from_its_records(heading, data):
+    """Each of BENCHMARKS.md's tables of an evaluator-actor change is what
+    ``python -m benchmarks.compare_sections --render benchmarks/data/<data>`` gives, cell for cell."""
     root = DATA.parent.parent.parent
-    records = [
-        json.loads(line) for line in (DATA.parent / "sections_1_3_evaluator_b7d014b.jsonl").read_text().splitlines()
-    ]
+    records = [json.loads(line) for line in (DATA.parent / data).read_text().splitlines()]
     rendered = _rows(table(records))
     text = (root / "BENCHMARKS.md").read_text()
-    start = text.index("**The evaluator actor at the driver's niceness**")
+    start = text.index(heading)
     block = text[text.index("| figure |", start) :]
     quoted = _rows("\n".join(block.split("\n\n", 1)[0].splitlines()))
     same = {
