@@ -17,6 +17,12 @@ table of a saved file.
 The table gives, per tree, each run's figure in run order: section 1's member ÷ bare-loop ratio
 and section 3's share of the wall time outside member training per mode, both as measured and
 less the share the run's Ray and actors take at rest (the part the rounds themselves add).
+
+When the runs pair in run order (each of runs 1–2, 3–4, … is one run of each tree, as ``ABBA``
+and ``ABBAABBA`` make them), a second table gives, per figure, the paired differences after −
+before: their mean, its 95% t interval, the paired t-test's p and Holm's adjustment of those p
+over the table's figures (:mod:`popgrpo.research.study.stats`). Adjacent runs share the
+machine's state of the moment, so pairing them takes a slow drift out of the differences.
 """
 
 from __future__ import annotations
@@ -29,8 +35,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+from scipy import stats as scipy_stats
+
 from benchmarks.overhead_budget import rest_share
 from popgrpo.markdown import md_table
+from popgrpo.research.study.stats import format_p, holm, paired_test
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,6 +117,62 @@ def table(records: list[dict]) -> str:
     return md_table(["figure", *(f"`{t}`" for t in trees)], rows)
 
 
+def _beyond_rest(record: dict, arm: str) -> float | None:
+    rest = rest_share(record["round"])
+    return None if rest is None else record["round"]["shares"][arm] - rest
+
+
+def paired_runs(records: list[dict]) -> tuple[list[dict], list[dict]] | None:
+    """The before and after runs of each pair of runs in run order (1–2, 3–4, …), or None when
+    the records are not such pairs of two trees."""
+    trees = list(dict.fromkeys(r["tree"] for r in records))
+    if len(trees) != 2 or len(records) % 2 or len(records) < 4:
+        return None
+    pairs = [records[i : i + 2] for i in range(0, len(records), 2)]
+    if any({r["tree"] for r in pair} != set(trees) for pair in pairs):
+        return None
+    before, after = trees
+    return (
+        [next(r for r in pair if r["tree"] == before) for pair in pairs],
+        [next(r for r in pair if r["tree"] == after) for pair in pairs],
+    )
+
+
+def differences(records: list[dict]) -> str:
+    """Per figure, the paired differences after − before (:func:`paired_runs`): mean, 95% t
+    interval, paired t-test p and Holm-adjusted p over the figures. Shares in percentage points."""
+    paired = paired_runs(records)
+    if paired is None:
+        raise ValueError("the runs do not pair in run order (1–2, 3–4, …: one run of each tree)")
+    before, after = paired
+    figures: list[tuple[str, str, object]] = [("1. `step_floor`: member / bare loop", "ratio", None)]
+    figures += [(f"3. beyond Ray at rest, {arm}", "points", arm) for arm in records[0]["round"]["shares"]]
+
+    def value(record: dict, arm: object) -> float:
+        if arm is None:
+            return record["step_floor"]["ratio"]
+        share = _beyond_rest(record, str(arm))
+        return float("nan") if share is None else 100 * share
+
+    tests = [paired_test([value(r, arm) for r in after], [value(r, arm) for r in before]) for _, _, arm in figures]
+    adjusted, _ = holm([t.t_p for t in tests])
+    rows = []
+    for (name, unit, _), test, p_holm in zip(figures, tests, adjusted, strict=True):
+        half = scipy_stats.t.ppf(0.975, test.n - 1) * test.sd / np.sqrt(test.n)
+        digits = 3 if unit == "ratio" else 2
+        rows.append(
+            [
+                name,
+                f"{test.mean:+.{digits}f} {unit}",
+                f"[{test.mean - half:+.{digits}f}, {test.mean + half:+.{digits}f}]",
+                format_p(test.t_p),
+                format_p(p_holm),
+            ]
+        )
+    header = [f"figure (after − before, {len(before)} pairs)", "mean", "95% t interval", "paired t p", "Holm p"]
+    return md_table(header, rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_sections", description=__doc__.splitlines()[0])
     parser.add_argument("--before", type=Path, help="the checkout measured as A")
@@ -137,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     print(table(records))
+    if paired_runs(records) is not None:
+        print()
+        print(differences(records))
     return 0
 
 

@@ -1,11 +1,14 @@
 """``benchmarks.compare_sections``: its table, from the committed runs, and its refusals."""
 
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
-from benchmarks.compare_sections import main, table
+from benchmarks.compare_sections import differences, main, paired_runs, table
 from benchmarks.overhead_budget import rest_share
 
 DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "sections_1_3_evaluator_c68a7fb.jsonl"
@@ -68,3 +71,68 @@ def test_benchmarks_md_quotes_each_evaluator_comparison_as_rendered_from_its_rec
     assert set(quoted) == set(same)
     for ours, theirs in same.items():
         assert quoted[ours] == rendered[theirs], ours
+
+
+MERGED = DATA.parent / "sections_1_3_evaluator_e6687ee.jsonl"  # run order ABBAABBA
+
+
+def test_differences_pair_the_runs_in_run_order_and_follow_the_formulas():
+    records = [json.loads(line) for line in MERGED.read_text().splitlines()]
+    before_tree, after_tree = dict.fromkeys(r["tree"] for r in records)
+    rows = _rows(differences(records))
+    arms = list(records[0]["round"]["shares"])
+    names = ["1. `step_floor`: member / bare loop", *(f"3. beyond Ray at rest, {a}" for a in arms)]
+    assert list(rows) == names
+    raw_p = []
+    for name, arm in zip(names, [None, *arms], strict=True):
+        d = []
+        for i in range(0, len(records), 2):  # runs 1–2, 3–4, …: one of each tree
+            pair = {r["tree"]: r for r in records[i : i + 2]}
+            a, b = pair[after_tree], pair[before_tree]
+            if arm is None:
+                d.append(a["step_floor"]["ratio"] - b["step_floor"]["ratio"])
+            else:
+                d.append(
+                    100
+                    * (
+                        (a["round"]["shares"][arm] - rest_share(a["round"]))
+                        - (b["round"]["shares"][arm] - rest_share(b["round"]))
+                    )
+                )
+        n, mean, sd = len(d), sum(d) / len(d), float(np.std(d, ddof=1))
+        t = mean / (sd / math.sqrt(n))
+        p = 2 * stats.t.sf(abs(t), n - 1)
+        half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+        digits, unit = (3, "ratio") if arm is None else (2, "points")
+        assert rows[name][0] == f"{mean:+.{digits}f} {unit}"
+        assert rows[name][1] == f"[{mean - half:+.{digits}f}, {mean + half:+.{digits}f}]"
+        assert rows[name][2] == f"{p:.3g}"
+        raw_p.append(p)
+    order = sorted(range(len(raw_p)), key=lambda i: raw_p[i])  # Holm: step-down, running maximum
+    running, holm = 0.0, [0.0] * len(raw_p)
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(raw_p) - rank) * raw_p[i]))
+        holm[i] = running
+    assert [rows[name][3] for name in names] == [f"{h:.3g}" for h in holm]
+
+
+def test_runs_that_do_not_pair_in_order_get_no_differences(tmp_path, capsys):
+    records = [json.loads(line) for line in MERGED.read_text().splitlines()]
+    grouped = sorted(records, key=lambda r: r["tree"])  # AAAABBBB: no pair holds one of each
+    assert paired_runs(grouped) is None and paired_runs(records[:2]) is None
+    with pytest.raises(ValueError, match="do not pair"):
+        differences(grouped)
+    saved = tmp_path / "grouped.jsonl"
+    saved.write_text("".join(json.dumps(r) + "\n" for r in grouped))
+    assert main(["--render", str(saved)]) == 0
+    assert "after − before" not in capsys.readouterr().out
+    assert main(["--render", str(MERGED)]) == 0
+    assert "| figure (after − before, 4 pairs) |" in capsys.readouterr().out
+
+
+def test_benchmarks_md_quotes_the_differences_of_the_merged_evaluation_as_rendered():
+    records = [json.loads(line) for line in MERGED.read_text().splitlines()]
+    text = (DATA.parent.parent.parent / "BENCHMARKS.md").read_text()
+    start = text.index("**The merged model's evaluation sent before the adoption**")
+    block = text[text.index("| figure (after − before", start) :]
+    assert _rows("\n".join(block.split("\n\n", 1)[0].splitlines())) == _rows(differences(records))
