@@ -17,7 +17,7 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 
 
 # Packages whose tests share one package-scoped fixture that is costly to start: tests/runtime's
-# `ray_local` (a Ray cluster, about 10 s to start and 2 s to stop on 2 cores). pytest stops a
+# `ray_local`, a Ray cluster (docs/reference/tests.md says what it costs). pytest stops a
 # package's fixtures as soon as the next test of its process is in another package.
 SHARED_FIXTURE_PACKAGES = ("tests/runtime/",)
 
@@ -36,8 +36,8 @@ def scheduling_order(items: list) -> list:
 
     Handed out in this order, every xdist worker runs the modules of such a package one after
     another and starts their shared fixture once, where xdist's own order by count interleaves
-    them with other packages' modules and restarts it at each (eight Ray starts on two workers
-    instead of two). The largest units still go first, so that the last ones are small."""
+    them with other packages' modules and restarts it at each. The largest units still go
+    first, so that the last ones are small."""
     units: dict[str, list] = {}
     for item in items:
         units.setdefault(item.nodeid.rsplit("::", 1)[0], []).append(item)
