@@ -33,6 +33,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -108,16 +110,18 @@ def table(records: list[dict]) -> str:
             ]
         )
     for arm in arms:
-
-        def beyond(r: dict, a: str = arm) -> str:
-            rest = rest_share(r["round"])
-            return pct(None if rest is None else r["round"]["shares"][a] - rest)
-
-        rows.append([f"3. … of it beyond Ray at rest, {arm}", *(cell(t, beyond) for t in trees)])
+        rows.append(
+            [
+                f"3. … of it beyond Ray at rest, {arm}",
+                *(cell(t, lambda r, a=arm: pct(_beyond_rest(r, a))) for t in trees),
+            ]
+        )
     return md_table(["figure", *(f"`{t}`" for t in trees)], rows)
 
 
 def _beyond_rest(record: dict, arm: str) -> float | None:
+    """The run's share outside member training in mode ``arm`` less its share at rest (None
+    when the run has no rest measurement)."""
     rest = rest_share(record["round"])
     return None if rest is None else record["round"]["shares"][arm] - rest
 
@@ -145,16 +149,19 @@ def differences(records: list[dict]) -> str:
     if paired is None:
         raise ValueError("the runs do not pair in run order (1–2, 3–4, …: one run of each tree)")
     before, after = paired
-    figures: list[tuple[str, str, object]] = [("1. `step_floor`: member / bare loop", "ratio", None)]
-    figures += [(f"3. beyond Ray at rest, {arm}", "points", arm) for arm in records[0]["round"]["shares"]]
 
-    def value(record: dict, arm: object) -> float:
-        if arm is None:
-            return record["step_floor"]["ratio"]
-        share = _beyond_rest(record, str(arm))
+    def points(record: dict, arm: str) -> float:
+        share = _beyond_rest(record, arm)
         return float("nan") if share is None else 100 * share
 
-    tests = [paired_test([value(r, arm) for r in after], [value(r, arm) for r in before]) for _, _, arm in figures]
+    # (name, unit, the figure of one run)
+    figures: list[tuple[str, str, Callable[[dict], float]]] = [
+        ("1. `step_floor`: member / bare loop", "ratio", lambda r: r["step_floor"]["ratio"])
+    ]
+    figures += [
+        (f"3. beyond Ray at rest, {arm}", "points", partial(points, arm=arm)) for arm in records[0]["round"]["shares"]
+    ]
+    tests = [paired_test([value(r) for r in after], [value(r) for r in before]) for _, _, value in figures]
     adjusted, _ = holm([t.t_p for t in tests])
     rows = []
     for (name, unit, _), test, p_holm in zip(figures, tests, adjusted, strict=True):
