@@ -58,7 +58,17 @@ from popgrpo.research.study.stats import (
     write_verdicts,
 )
 
-__all__ = ["SHRINK", "claims", "instance_means", "power_table", "render_discovery2", "shrunken", "summary_markdown"]
+__all__ = [
+    "SHRINK",
+    "claims",
+    "instance_means",
+    "power_table",
+    "render_discovery2",
+    "same_as_control",
+    "same_as_control_markdown",
+    "shrunken",
+    "summary_markdown",
+]
 
 RANDOM_FILE, WIDTH_FILE = "discovery2_random_search.parquet", "discovery2_random_widths.parquet"
 ENTROPY_FILE = "discovery2_entropy.parquet"
@@ -319,6 +329,45 @@ def entropy_markdown(frame: pd.DataFrame, design: Design2) -> str:
     return md_table(["family", "arm", "target", *columns], rows) + "\n"
 
 
+def same_as_control(trials: pd.DataFrame, arm: str = ENTROPY_MATCHED) -> pd.DataFrame:
+    """Per family (the trials' order): the units (instance, seed) that both ``arm`` and the control
+    ran, and on how many of them ``arm``'s value equals the control's bit for bit (``==`` on the
+    stored floats) for each primary metric, for every primary metric at once, and for the policy
+    entropy (``entropy``, the last quarter's). Empty when the trials have no ``arm``.
+
+    On such a unit the paired difference of the metric is exactly 0. The entropy column says
+    whether the two runs themselves differed."""
+    units = ["landscape", "instance", "seed"]
+    columns = [*PRIMARY, *(c for c in ("entropy",) if c in trials.columns)]
+    mine = trials[trials["arm"] == arm].set_index(units)[columns]
+    control = trials[trials["arm"] == CONTROL].set_index(units)[columns]
+    both = mine.index.intersection(control.index)
+    rows = []
+    for family in dict.fromkeys(both.get_level_values("landscape")):
+        part = both[both.get_level_values("landscape") == family]
+        equal = mine.loc[part] == control.loc[part]
+        rows.append(
+            {
+                "family": family,
+                "units": len(part),
+                **{metric: int(equal[metric].sum()) for metric in PRIMARY},
+                "every primary metric": int(equal[list(PRIMARY)].all(axis=1).sum()),
+                **({"entropy": int(equal["entropy"].sum())} if "entropy" in columns else {}),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def same_as_control_markdown(table: pd.DataFrame, arm: str = ENTROPY_MATCHED) -> str:
+    """:func:`same_as_control`'s table, with a sentence that says what its counts are."""
+    return (
+        f"Per family: the units (instance, seed) {arm} and {CONTROL} both ran, and on how many of them "
+        f"{arm}'s value equals {CONTROL}'s bit for bit, per primary metric, for every primary metric at once, "
+        "and for the last-quarter policy entropy (the runs differ where it does). On those units the paired "
+        "difference of the metric is exactly 0.\n\n" + md_table(list(table.columns), table.to_numpy().tolist()) + "\n"
+    )
+
+
 def _primary_outcomes(verdicts: list[Verdict], family: str, arm: str, comparator: str) -> list[str]:
     """The outcomes of ``arm``'s primary claims against ``comparator`` on ``family``."""
     return [
@@ -468,16 +517,25 @@ def render_discovery2(out: str | Path) -> list[Path]:
     every_arm = pd.concat([trials, random[random.columns.intersection(trials.columns)]], ignore_index=True)
     written = [out / "discovery_trials.parquet", out / "discovery_curves.parquet", out / RANDOM_FILE]
     entropy = entropy_control(out, plan)
+    same = same_as_control(trials)
+    sections = []
     if entropy is not None:
-        (out / "entropy.md").write_text(
-            f"# Second discovery study ({design.phase}): policy entropy and the entropy coefficient\n\n{smoke}"
+        sections.append(
             "Per family and arm, means over instances of each trial's: policy entropy (nats per idea dimension) "
             "over its members and the last quarter of epochs; each member's lowest entropy over the run, averaged "
             "over members; the share of member-epochs with α > 0; the largest α; α over the last quarter. "
             "α is the entropy coefficient (maxent.entropy, α ≥ 0), 0 in every arm without it.\n\n"
             + entropy_markdown(entropy, design)
         )
-        written += [out / ENTROPY_FILE, out / "entropy.md"]
+        written.append(out / ENTROPY_FILE)
+    if not same.empty:
+        sections.append(f"## {ENTROPY_MATCHED} against {CONTROL}, unit by unit\n\n" + same_as_control_markdown(same))
+    if sections:
+        (out / "entropy.md").write_text(
+            f"# Second discovery study ({design.phase}): policy entropy and the entropy coefficient\n\n{smoke}"
+            + "\n".join(sections)
+        )
+        written.append(out / "entropy.md")
     where = (
         f"code {plan.get('commit', 'unknown')}, plan started {plan.get('started', 'unknown')}; "
         f"{len(trials)} trials; random search: as many ideas per unit as a run, at each metric's width "
