@@ -1,29 +1,31 @@
 """MAP-Elites archive over behaviour space (QD-GRPO, main paper §4.1).
 
-Built on pyribs' :class:`ribs.archives.GridArchive`, which stores the elites, maps
-behaviours to cells (clipping outside values to the edge cells), keeps coverage / QD-score
-statistics and exports the elites. One thing pyribs does differently from what QD-GRPO
-needs: its batch ``add`` computes every status against the archive as it was *before* the
-batch (two ideas opening the same cell both get "new"). QD-GRPO rewards ideas one by one
-(Algorithm 1), so a later idea in a batch must see the earlier ones. We compute those
-in-order statuses here, exactly and vectorised, and hand pyribs only the ideas that were
-stored; its per-cell argmax (first one on ties) then leaves the same elites a one-by-one
-insertion would.
+The grid (:class:`Grid`) follows pyribs' :class:`ribs.archives.GridArchive` conventions
+exactly: the same cell of a behaviour (``int32`` of ``(cells · (b − low) + 1e-6) / (high −
+low)``, clipped to the edge cells), one elite per cell, the highest objective of a batch per
+cell (the first on ties) stored where it beats the cell's elite. ``tests/core/test_archive.py``
+checks it against pyribs' own grid on random batches. It is a few numpy arrays rather than
+pyribs itself because importing ``ribs`` imports every archive type it has (sklearn, scipy,
+pandas, numpy_groupies): about 1.9 s of CPU in every member actor's start, for a grid popgrpo
+uses three methods of (docs/reference/dependencies.md).
+
+One thing a grid's batch ``add`` does differently from what QD-GRPO needs: it computes every
+status against the archive as it was *before* the batch (two ideas opening the same cell both
+get "new"). QD-GRPO rewards ideas one by one (Algorithm 1), so a later idea in a batch must
+see the earlier ones. We compute those in-order statuses here, exactly and vectorised, and
+hand the grid only the ideas that were stored; its per-cell argmax (first one on ties) then
+leaves the same elites a one-by-one insertion would.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import Any, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-if TYPE_CHECKING:
-    from ribs.archives import GridArchive
-
-__all__ = ["STATUS_IMPROVED", "STATUS_NEW", "STATUS_NOT_ADDED", "ArchiveState", "MapElitesArchive"]
+__all__ = ["STATUS_IMPROVED", "STATUS_NEW", "STATUS_NOT_ADDED", "ArchiveState", "Grid", "MapElitesArchive"]
 
 STATUS_NOT_ADDED = 0
 STATUS_IMPROVED = 1
@@ -39,6 +41,76 @@ class ArchiveState(TypedDict):
     behaviour: np.ndarray
     reward: np.ndarray
     idea: np.ndarray
+
+
+# What pyribs' GridArchive adds before truncating a scaled behaviour to its cell (its
+# ``epsilon``), so that a value on a cell boundary lands in the cell above despite rounding.
+GRID_EPSILON = 1e-6
+
+
+class Grid:
+    """One elite per cell of a regular grid over behaviour space: pyribs' ``GridArchive``
+    conventions (see the module docstring), in float64.
+
+    Args:
+        dims: cells along each behaviour axis.
+        ranges: ``(low, high)`` per axis.
+        solution_dim: dimension of the stored ideas.
+    """
+
+    def __init__(self, dims: Sequence[int], ranges: Sequence[tuple[float, float]], solution_dim: int) -> None:
+        self.dims = np.asarray(dims, dtype=np.int32)
+        self.lower = np.asarray([lo for lo, _ in ranges], dtype=np.float64)
+        self.interval = np.asarray([hi for _, hi in ranges], dtype=np.float64) - self.lower
+        n_cells = int(np.prod(self.dims))
+        self.occupied = np.zeros(n_cells, dtype=bool)
+        self.objective = np.zeros(n_cells, dtype=np.float64)
+        self.measures = np.zeros((n_cells, len(self.dims)), dtype=np.float64)
+        self.solution = np.zeros((n_cells, int(solution_dim)), dtype=np.float64)
+
+    def index_of(self, measures: ArrayLike) -> np.ndarray:
+        """``[N, B]`` behaviours → ``[N]`` flat cell indices (``int32``; edge cells for outside values)."""
+        measures = np.asarray(measures, dtype=np.float64)
+        if measures.ndim != 2 or measures.shape[1] != len(self.dims):
+            raise ValueError(f"behaviours must have shape [N, {len(self.dims)}], got {measures.shape}")
+        if not np.all(np.isfinite(measures)):
+            raise ValueError("behaviours must be finite")
+        scaled = ((self.dims * (measures - self.lower) + GRID_EPSILON) / self.interval).astype(np.int32)
+        cells = np.clip(scaled, 0, self.dims - 1)
+        return np.ravel_multi_index(tuple(cells.T), tuple(int(d) for d in self.dims)).astype(np.int32)
+
+    def add(self, solutions: np.ndarray, objectives: np.ndarray, measures: np.ndarray) -> None:
+        """Store, per cell, the batch's highest objective (the first on ties) where the cell is
+        empty or it beats the cell's elite."""
+        cells = self.index_of(measures).astype(np.int64)
+        objectives = np.asarray(objectives, dtype=np.float64)
+        # Per cell, the first index of the batch's maximum: sort by (cell, -objective, position).
+        order = np.lexsort((np.arange(len(cells)), -objectives, cells))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = cells[order][1:] != cells[order][:-1]
+        best = order[first]
+        cell = cells[best]
+        wins = ~self.occupied[cell] | (objectives[best] > self.objective[cell])
+        best, cell = best[wins], cell[wins]
+        self.occupied[cell] = True
+        self.objective[cell] = objectives[best]
+        self.measures[cell] = np.asarray(measures, dtype=np.float64)[best]
+        self.solution[cell] = np.asarray(solutions, dtype=np.float64)[best]
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(self.occupied))
+
+    @property
+    def empty(self) -> bool:
+        return not self.occupied.any()
+
+    @property
+    def coverage(self) -> float:
+        return len(self) / len(self.occupied)
+
+    def cells(self) -> np.ndarray:
+        """The occupied cells, in increasing order (``int64``)."""
+        return np.flatnonzero(self.occupied).astype(np.int64)
 
 
 class MapElitesArchive:
@@ -63,25 +135,12 @@ class MapElitesArchive:
         for lo, hi in self.ranges:
             if not hi > lo:
                 raise ValueError(f"each range needs high > low, got {self.ranges}")
-        # ``ribs.archives`` imports every archive type (sklearn for CVT, numba for the
-        # categorical one): seconds of CPU, paid here by whoever makes an archive (a member
-        # actor while it is constructed, within its construction deadline), not by every
-        # process that imports popgrpo, nor inside the first call that adds to the grid.
-        importlib.import_module("ribs.archives")
-
-        self._grid: GridArchive | None = None
+        self._grid: Grid | None = None
         if idea_dim is not None:
             self._grid = self._make_grid(idea_dim)
 
-    def _make_grid(self, idea_dim: int) -> GridArchive:
-        from ribs.archives import GridArchive  # imported by __init__ already
-
-        return GridArchive(
-            solution_dim=int(idea_dim),
-            dims=[self.cells_per_dim] * len(self.ranges),
-            ranges=self.ranges,
-            dtype=np.float64,
-        )
+    def _make_grid(self, idea_dim: int) -> Grid:
+        return Grid([self.cells_per_dim] * len(self.ranges), self.ranges, int(idea_dim))
 
     @property
     def n_cells(self) -> int:
@@ -133,14 +192,14 @@ class MapElitesArchive:
     @property
     def coverage(self) -> float:
         """Fraction of cells holding an elite, in [0, 1]."""
-        return 0.0 if self._grid is None else float(self._grid.stats.coverage)
+        return 0.0 if self._grid is None else self._grid.coverage
 
     @property
     def qd_score(self) -> float:
         """Sum of the elites' rewards, summed in cell order.
 
-        Not pyribs' running total: that one depends on the insertion history in its last
-        bits, and an archive restored from a checkpoint must report exactly the same number.
+        Not a running total: that would depend on the insertion history in its last bits, and
+        an archive restored from a checkpoint must report exactly the same number.
         """
         return float(np.sum(self.elites()["reward"]))
 
@@ -149,8 +208,7 @@ class MapElitesArchive:
         """Highest elite reward; ``-inf`` when empty."""
         if self._grid is None or self._grid.empty:
             return float("-inf")
-        obj_max = self._grid.stats.obj_max  # None only for an empty grid
-        return float("-inf") if obj_max is None else float(obj_max)
+        return float(self._grid.objective[self._grid.occupied].max())
 
     def __len__(self) -> int:
         return 0 if self._grid is None else len(self._grid)
@@ -168,13 +226,12 @@ class MapElitesArchive:
                 "reward": np.zeros(0),
                 "idea": np.zeros((0, 0)),
             }
-        data = self._grid.data(["index", "measures", "objective", "solution"])
-        order = np.argsort(data["index"])
+        cells = self._grid.cells()
         return {
-            "cell": data["index"][order].astype(np.int64),
-            "behaviour": data["measures"][order],
-            "reward": data["objective"][order],
-            "idea": data["solution"][order],
+            "cell": cells,
+            "behaviour": self._grid.measures[cells],
+            "reward": self._grid.objective[cells],
+            "idea": self._grid.solution[cells],
         }
 
     def heatmap(self) -> np.ndarray:
@@ -201,21 +258,10 @@ class MapElitesArchive:
         return archive
 
 
-def _elite_rewards(grid: GridArchive, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``[N]`` cell indices → whether each cell holds an elite, and its reward (−inf where not).
-
-    What ``GridArchive.retrieve`` answers, read from the elites' indices and objectives
-    alone: ``retrieve`` maps the behaviours to cells again and gathers every field.
-    """
-    # pyribs annotates data()'s return as a one-array tuple; return_type="tuple" gives one array per field.
-    index, objective = cast(tuple[np.ndarray, np.ndarray], grid.data(["index", "objective"], return_type="tuple"))
-    if not len(index):
-        return np.zeros(len(cells), dtype=bool), np.full(len(cells), -np.inf)
-    order = np.argsort(index)
-    index, objective = index[order], objective[order]
-    at = np.minimum(np.searchsorted(index, cells), len(index) - 1)
-    occupied = index[at] == cells
-    return occupied, np.where(occupied, objective[at], -np.inf)
+def _elite_rewards(grid: Grid, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``[N]`` cell indices → whether each cell holds an elite, and its reward (−inf where not)."""
+    occupied = grid.occupied[cells]
+    return occupied, np.where(occupied, grid.objective[cells], -np.inf)
 
 
 def state_heatmap(state: ArchiveState) -> np.ndarray:
