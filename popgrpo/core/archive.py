@@ -75,9 +75,12 @@ class Grid:
             raise ValueError(f"behaviours must have shape [N, {len(self.dims)}], got {measures.shape}")
         if not np.all(np.isfinite(measures)):
             raise ValueError("behaviours must be finite")
-        scaled = ((self.dims * (measures - self.lower) + GRID_EPSILON) / self.interval).astype(np.int32)
-        cells = np.clip(scaled, 0, self.dims - 1)
-        return np.ravel_multi_index(tuple(cells.T), tuple(int(d) for d in self.dims)).astype(np.int32)
+        scaled: NDArray[np.int32] = ((self.dims * (measures - self.lower) + GRID_EPSILON) / self.interval).astype(
+            np.int32
+        )
+        cells: NDArray[np.int32] = np.minimum(np.maximum(scaled, 0), self.dims - 1)
+        flat = np.ravel_multi_index(tuple(cells[:, axis] for axis in range(cells.shape[1])), tuple(self.dims.tolist()))
+        return np.asarray(flat, dtype=np.int32)
 
     def add(self, solutions: np.ndarray, objectives: np.ndarray, measures: np.ndarray) -> None:
         """Store, per cell, the batch's highest objective (the first on ties) where the cell is
