@@ -70,6 +70,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 "(--epochs N extends it)"
             )
         run_dir = Path(args.resume)
+        own = None
         if (run_dir / "config.yaml").is_file():  # resume() itself says what is wrong with a directory
             own = load_config(run_dir / "config.yaml")
             if args.epochs is not None and args.epochs < own.run.epochs:
@@ -82,6 +83,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         if args.epochs is not None:
             raise ConfigError(f"--epochs extends a run with --resume; for a new run use --set run.epochs={args.epochs}")
+        own = None
         config = load_args_config(args)
         config_file = Path(args.config) if args.config and Path(args.config).is_file() else None
         check_run(config, config_file, executor, workers_here)
@@ -95,17 +97,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
             say(
                 f"run {config.run.name}: {config.population.size} member(s) × {config.run.epochs} epochs, into {run_dir}"
             )
-    # Imported after the checks so that bad input fails fast, before torch loads.
     from popgrpo.runtime.stopping import StopOnSignal, exit_status
-    from popgrpo.train import ResumeError, resume, train
 
     again = resume_command(run_dir, args.executor, args.address, typed_program())
+    ahead: _RayAhead | None = None
     # SIGTERM / SIGINT: the first abandons the round in progress and stops cleanly (the
     # handling below runs with the handlers still set); a second exits at once.
     with StopOnSignal(
         lambda signum: f"popgrpo: second {_signal_name(signum)}: stopped at once; continue with: {again}"
     ) as stop:
         try:
+            # The trainer is imported after the checks so that bad input fails fast, before
+            # torch loads; an embedded Ray starts meanwhile.
+            ahead = _start_ray_ahead(config or own, args, say) if args.executor == "ray" else None
+            from popgrpo.train import resume, train
+
             if config is None:
                 summary = resume(run_dir, executor, progress=not args.quiet, epochs=args.epochs, say=say)
             else:
@@ -115,13 +121,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
             _disconnect_ray()  # when the stop came before the executor could close it
             print(f"popgrpo: {stopped_line(run_dir, _signal_name(signum), again)}", file=sys.stderr, flush=True)
             return exit_status(signum)
-        except (FileExistsError, ConfigError, ResumeError) as exc:
+        except (FileExistsError, ConfigError) as exc:
             raise ConfigError(str(exc)) from None
         except Exception as exc:
+            if _is_resume_error(exc):
+                raise ConfigError(str(exc)) from None
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "error.log").write_text(traceback.format_exc())
             print(f"popgrpo: run failed: {exc} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
             return 1
+        finally:
+            if ahead is not None:
+                ahead.release()
     # An earlier failed run in this directory left its traceback: this run succeeded.
     (run_dir / "error.log").unlink(missing_ok=True)
     print(json.dumps(summary, indent=2))
@@ -172,6 +183,54 @@ def stopped_line(run_dir: Path, signal_name: str, again: str) -> str:
 
 def _signal_name(signum: int) -> str:
     return signal.Signals(signum).name
+
+
+class _RayAhead:
+    """The embedded Ray started while the trainer is imported (:func:`_start_ray_ahead`)."""
+
+    def __init__(self) -> None:
+        self.started = False
+
+    def release(self) -> None:
+        """Shut it down if no executor took it over (the run stopped before one was built)."""
+        if self.started:
+            from popgrpo.runtime.cluster import release_ahead
+
+            release_ahead()
+
+
+def _start_ray_ahead(config: Config | None, args: argparse.Namespace, say) -> _RayAhead | None:
+    """Start the run's embedded Ray now, importing the trainer (torch, the policies: seconds of
+    one core) in a thread meanwhile, so that the two overlap: Ray's start is mostly its own
+    processes starting, with a core to spare. None when the run attaches to a cluster, or its
+    config is not known here (a resume of a directory that is no run: resume() says why)."""
+    import threading
+
+    from popgrpo.runtime.cluster import embedded_cpus, embeds_ray, start_ahead
+
+    if config is None or not embeds_ray(args.address):
+        return None
+    population = config.population
+    actors = -(-population.size // population.members_per_actor)
+    importing = threading.Thread(target=_import_trainer, name="popgrpo-import", daemon=True)
+    importing.start()
+    if say is not None:
+        say("starting Ray (embedded, on 127.0.0.1 only; Ray's own lines follow)")
+    ahead = _RayAhead()
+    start_ahead(embedded_cpus(actors, population.resources.num_cpus))
+    ahead.started = True
+    importing.join()
+    return ahead
+
+
+def _is_resume_error(exc: Exception) -> bool:
+    """Whether ``exc`` is the trainer's ResumeError (bad input: the directory cannot be resumed)."""
+    trainer = sys.modules.get("popgrpo.train")
+    return trainer is not None and isinstance(exc, trainer.ResumeError)
+
+
+def _import_trainer() -> None:
+    import popgrpo.train  # noqa: F401
 
 
 def _disconnect_ray() -> None:

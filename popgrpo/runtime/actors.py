@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 import numpy as np
+import psutil
 import ray
 import torch
 
+import popgrpo
 from popgrpo.algorithms.archive_service import ArchiveHandle, LocalArchive, LocalArchiveState, StepResult
 from popgrpo.algorithms.async_rounds import straggler_delay
 from popgrpo.algorithms.evaluation import WeightsEvaluator
@@ -264,6 +266,22 @@ class RemoteArchive:
         return ray.get(self.handle.count.remote(self.archive_id, behaviours, keep), timeout=MEMBER_WAIT_S)
 
 
+class StartTimes(TypedDict):
+    """:meth:`MemberGroup.start_times`: when each phase of a member actor's start ended, as
+    ``time.time()`` on its node. ``process``: its worker process started (earlier than the
+    actor's creation when Ray had started the worker beforehand); ``import_started`` /
+    ``imported``: it began importing popgrpo / had imported this module (torch with it);
+    ``init_started`` / ``init_ended``: its constructor ran; ``first_train_s``: the seconds of
+    its first ``train`` call (None before one)."""
+
+    process: float
+    import_started: float
+    imported: float
+    init_started: float
+    init_ended: float
+    first_train_s: float | None
+
+
 class GroupSnapshot(TypedDict):
     """:meth:`MemberGroup.snapshot`: member states and the archives held in the group, by member id."""
 
@@ -291,6 +309,7 @@ class MemberGroup:
         rollout_worker: Any = None,
         epoch_counter: Any = None,
     ) -> None:
+        init_started = time.time()
         config = Config.model_validate_json(config_json)
         # Finished epochs, told to the run's EpochCounter as they end (the progress bar's moves).
         self.reporter = None if epoch_counter is None else EpochReporter(epoch_counter)
@@ -329,10 +348,19 @@ class MemberGroup:
         self.train_cpu_s: list[float] = []
         # How the members step together (packed, one mixed-adapter batch); None: one after another.
         self.trainer = group_trainer(config, list(self.members.values()))
+        self._start = StartTimes(
+            process=_process_started(),
+            import_started=popgrpo.IMPORT_STARTED_AT,
+            imported=IMPORTED_AT,
+            init_started=init_started,
+            init_ended=time.time(),
+            first_train_s=None,
+        )
 
     def train(self, n_epochs: int) -> dict[int, list[dict]]:
         """Epoch by epoch across the packed members, publishing live metrics after each; then,
         with ``population.straggler`` on, sleep the members' seeded delays for this round."""
+        started = time.time()
         delay = self.round_delay()
         rows: dict[int, list[dict]] = {k: [] for k in self.members}
         cpu = 0.0
@@ -353,6 +381,8 @@ class MemberGroup:
             self.reporter.flush()
         self.train_cpu_s.append(cpu)
         self.state_known = True
+        if self._start["first_train_s"] is None:
+            self._start["first_train_s"] = time.time() - started
         if delay > 0:
             time.sleep(delay)
         return rows
@@ -381,6 +411,10 @@ class MemberGroup:
             self.interval_epochs,
             self.last_reward_mean,
         )
+
+    def start_times(self) -> StartTimes:
+        """When each phase of this actor's start ended (:class:`StartTimes`; benchmarks)."""
+        return StartTimes(**self._start)
 
     def train_cpu_seconds(self) -> list[float]:
         """CPU seconds this actor's members spent training, one entry per ``train`` call (benchmarks)."""
@@ -436,3 +470,12 @@ class MemberGroup:
     def snapshot(self) -> GroupSnapshot:
         """Member states and the archives held here, in one call."""
         return {"members": self.states(), "archives": self.archive_states()}
+
+
+def _process_started() -> float:
+    """When this process started (``time.time()``)."""
+    return psutil.Process().create_time()
+
+
+# When this module had been imported in this process (:class:`StartTimes`).
+IMPORTED_AT = time.time()

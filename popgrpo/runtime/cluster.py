@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -19,8 +20,11 @@ __all__ = [
     "SetupError",
     "check_fits",
     "connect",
+    "embedded_cpus",
     "embeds_ray",
     "force_loopback",
+    "release_ahead",
+    "start_ahead",
     "start_local_ray",
 ]
 
@@ -140,7 +144,8 @@ def _stop_processes(processes: set, grace_s: float = 5.0) -> None:
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Attach to Ray; return True when this call started an embedded local instance.
+    """Attach to Ray; return True when this call started an embedded local instance, or took
+    over the one :func:`start_ahead` started (its caller then owns it and shuts it down).
 
     ``address=None`` inside a Ray job (or with ``RAY_ADDRESS`` set) attaches to that
     cluster; otherwise it starts an embedded loopback-only Ray (:func:`start_local_ray`)
@@ -148,15 +153,53 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     ``$POPGRPO_RAY_DASHBOARD_PORT`` (default 8265).
     """
     if ray.is_initialized():
-        return False
+        return _take_ahead()
     if embeds_ray(address):
-        port = os.environ.get("POPGRPO_RAY_DASHBOARD_PORT")
-        start_local_ray(num_cpus, dashboard_port=int(port) if port else None)
-        reinstall()  # ray.init took SIGTERM over: a run's stop handler gets it back
+        _start_embedded(num_cpus)
         return True
     ray.init(address=address, configure_logging=False)
     reinstall()
     return False
+
+
+def _start_embedded(num_cpus: int | None) -> None:
+    port = os.environ.get("POPGRPO_RAY_DASHBOARD_PORT")
+    start_local_ray(num_cpus, dashboard_port=int(port) if port else None)
+    reinstall()  # ray.init took SIGTERM over: a run's stop handler gets it back
+
+
+def embedded_cpus(n_actors: int, cpus_each: float) -> int:
+    """The logical CPUs of an embedded Ray for ``n_actors`` member actors of ``cpus_each``: the
+    machine's cores, or as many as the actors reserve when that is more (they then share the
+    physical cores)."""
+    return max(os.cpu_count() or 1, math.ceil(n_actors * cpus_each))
+
+
+# The embedded Ray :func:`start_ahead` started, by its node id, until a connect() takes it over.
+_ahead: str | None = None
+
+
+def start_ahead(num_cpus: int | None) -> None:
+    """Start the embedded Ray now, before the executor that runs on it is built, so that Ray's
+    start overlaps the driver's own set-up (its imports, the run directory, the loggers): the
+    CLI calls it before it imports the trainer. The first :func:`connect` in this process
+    takes it over as if it had started it; :func:`release_ahead` shuts it down if none did."""
+    global _ahead
+    _start_embedded(num_cpus)
+    _ahead = ray.get_runtime_context().get_node_id()
+
+
+def _take_ahead() -> bool:
+    global _ahead
+    ahead, _ahead = _ahead, None
+    return ahead is not None and ahead == ray.get_runtime_context().get_node_id()
+
+
+def release_ahead() -> None:
+    """Shut down the Ray :func:`start_ahead` started if no :func:`connect` took it over (the run
+    stopped before its executor was built)."""
+    if _ahead is not None and ray.is_initialized() and _take_ahead():
+        ray.shutdown()
 
 
 def embeds_ray(address: str | None) -> bool:

@@ -78,12 +78,14 @@ def _local(spec: ExecutorSpec, config: Config, run_dir: Path, say: Say | None, c
 
 
 def _ray(spec: ExecutorSpec, config: Config, run_dir: Path, say: Say | None, count_epochs: bool) -> Executor:
+    import ray
+
     from popgrpo.runtime.cluster import SetupError, embeds_ray
     from popgrpo.runtime.ray_executor import RayExecutor
     from popgrpo.telemetry.watching import charts_hint, ray_session_dir, watch_lines
 
     embedded = embeds_ray(spec.address)
-    if say is not None:
+    if say is not None and not ray.is_initialized():  # the CLI may have started it already (start_ahead)
         say(
             "starting Ray (embedded, on 127.0.0.1 only; Ray's own lines follow)"
             if embedded

@@ -33,7 +33,6 @@ Where the archives (MAP-Elites grid + novelty memory) live:
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 import uuid
@@ -58,7 +57,7 @@ from popgrpo.algorithms.population import Adoption
 from popgrpo.config import Config
 from popgrpo.runtime.actors import ArchiveActor, EvaluatorActor, MemberGroup, RestoreInfo, archives_in_groups
 from popgrpo.runtime.archive_store import resolve_redis_password
-from popgrpo.runtime.cluster import SetupError, check_fits, connect
+from popgrpo.runtime.cluster import SetupError, check_fits, connect, embedded_cpus
 from popgrpo.runtime.deadlines import (
     ARCHIVE_CONSTRUCTION,
     EVALUATOR_BUILD,
@@ -185,8 +184,7 @@ class RayExecutor:
         res = config.population.resources
         ids = list(range(self.n_members))
         self._groups = [ids[i : i + per_actor] for i in range(0, len(ids), per_actor)]
-        needed_cpus = len(self._groups) * res.num_cpus
-        self._started_ray = connect(address, num_cpus=max(os.cpu_count() or 1, math.ceil(needed_cpus)))
+        self._started_ray = connect(address, num_cpus=embedded_cpus(len(self._groups), res.num_cpus))
         config_json = config.model_dump_json()
         self.run_id = uuid.uuid4().hex[:8]
         self.run_tag = Path(run_dir).name if run_dir else f"{config.run.name}-{self.run_id}"  # metrics tag
@@ -261,14 +259,15 @@ class RayExecutor:
                 self.epoch_counter = EpochCounter.options(name=name, namespace=self.namespace).remote()
             for group in self._groups:  # one by one: a failure part-way ends those already started
                 self._actors.append(self._new_group(group))
-            if config.scheduler.enabled:
-                # Started with the members, so that the first round's end does not wait for its
-                # start; it builds its scratch policy at its first evaluation.
-                self._start_evaluator()
             # The first call of each actor goes through _call like every later one: an actor lost
             # while it was being built (its node gone, an OOM while loading a model) answers it with
             # an actor error and is rebuilt, from its own initial state, like one lost mid-round.
             placements = self._call("placement", lambda g: ())
+            if config.scheduler.enabled:
+                # Started once the members are placed, so that its start (torch and the policy's
+                # imports) does not take CPU from theirs, and before the first round, so that the
+                # round's end does not wait for it; it builds its scratch policy at its first evaluation.
+                self._start_evaluator()
             # A member without the GPU it reserved is reported, not silently slower.
             for g, group in enumerate(self._groups):
                 if placements[g]["warning"]:
