@@ -1,4 +1,5 @@
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -400,3 +401,39 @@ def test_hostile_input_exits_2_with_one_line(tmp_path: Path):
         assert needle in res.stderr, (args, res.stderr)
         assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r3").exists()
+
+
+@pytest.mark.ray
+def test_run_refused_after_ray_started_ahead_leaves_no_ray(tmp_path: Path):
+    """popgrpo train starts its embedded Ray while it imports the trainer; a run that stops before
+    its executor takes that Ray over (here: --out already holds a run) exits 2 with one line and
+    leaves none of that Ray's processes behind."""
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "metrics.parquet").write_bytes(b"")
+    env = ray_subprocess_env("pgahead-")
+    try:
+        res = run_isolated(
+            [sys.executable, "-m", "popgrpo", "train", "--config", "pop_grpo", *SHORT[2:], "--out", str(out)],
+            300,
+            env=env,
+            merge_stderr=False,
+        )
+        assert res.returncode == 2, res.stderr
+        assert "starting Ray" in res.stderr  # it had started
+        assert res.stderr.strip().splitlines()[-1] == f"popgrpo: {out} already holds a run; choose another --out"
+        left = [
+            pid
+            for pid in (p for p in os.listdir("/proc") if p.isdigit())
+            if env["RAY_TMPDIR"].encode() in _cmdline(pid)
+        ]
+        assert left == [], f"Ray processes of the refused run still alive: {left}"
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
