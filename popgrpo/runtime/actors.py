@@ -191,7 +191,7 @@ class EvaluatorActor:
     evaluation of weights no member holds (:class:`~popgrpo.algorithms.evaluation.WeightsEvaluator`,
     for greedy soup and ``eval.merged``) and θ_0 (:func:`~popgrpo.algorithms.initial_weights.round0_weights`).
 
-    The Ray executor starts it with the member actors when the scheduler is on (or at the first
+    The Ray executor starts it once the member actors are placed, when the scheduler is on (or at the first
     call that needs it), pinned to the driver's node (where the pre-run checks found the model),
     and replaces it when it dies or hangs (:meth:`~popgrpo.runtime.ray_executor.RayExecutor.evaluate`).
     It builds its scratch policy at its first evaluation. It reserves no CPU and holds
