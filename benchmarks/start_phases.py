@@ -1,7 +1,7 @@
 """How long a run takes to start, phase by phase; how long a lost member actor takes to be replaced;
 and how long ``make run`` takes to begin and to finish, two trees side by side.
 
-``python -m benchmarks.start_phases [--quick] [--members 5,16,64] [--repeats 2] [--json PATH] [--write BENCHMARKS.md]``
+``python -m benchmarks.start_phases [--quick] [--members 5,16,64] [--repeats 2] [--before TREE] [--json PATH] [--write BENCHMARKS.md]``
 ``python -m benchmarks.start_phases --e2e BEFORE_TREE AFTER_TREE [--order ABBA] --json PATH``
 ``python -m benchmarks.start_phases --render PHASES.json [E2E.json] --write BENCHMARKS.md``
 
@@ -22,6 +22,10 @@ and how long ``make run`` takes to begin and to finish, two trees side by side.
   sees the loss, replaces the actor and trains. ``replaced in``: the executor's own measure (its
   ``member_actor_restarted`` event: from the loss seen to the new actor brought to where the lost one
   was); ``train call``: the whole call's wall time.
+
+With ``--before TREE`` each K also runs with that checkout's popgrpo (first on ``PYTHONPATH``), the
+two side by side (AB, then BA, …), sharing one floor measurement; a tree whose member actors do not
+tell their phases gets its totals only.
 
 K = 64 packs 4 members per actor (16 actors): 64 processes of torch do not fit this machine's 24 GiB.
 
@@ -77,11 +81,17 @@ def _child_executor(k: int, per_actor: int) -> dict[str, Any]:
             executor = RayExecutor(config, run_dir, count_epochs=True)
             built = time.time() - begun
             try:
-                times = ray.get([a.start_times.remote() for a in executor._actors])
+                # A tree before MemberGroup.start_times has no phases to tell: only its totals are measured.
+                timed = hasattr(executor._actors[0], "start_times")
+                times = ray.get([a.start_times.remote() for a in executor._actors]) if timed else []
                 t0 = time.time()
                 executor.train(1, 0)
                 first_epoch = time.time() - t0
-                firsts = [t["first_train_s"] for t in ray.get([a.start_times.remote() for a in executor._actors])]
+                firsts = (
+                    [t["first_train_s"] for t in ray.get([a.start_times.remote() for a in executor._actors])]
+                    if timed
+                    else []
+                )
                 pid = ray.get(executor._actors[0].pid.remote())
                 os.kill(pid, signal.SIGKILL)
                 t0 = time.time()
@@ -90,12 +100,16 @@ def _child_executor(k: int, per_actor: int) -> dict[str, Any]:
                 restarted = [e for e in executor.events if e["event"] == "member_actor_restarted"]
             finally:
                 executor.close()
-    phases = {
-        "process": [max(0.0, t["process"] - begun) for t in times],
-        "ray_worker": [t["import_started"] - max(t["process"], begun) for t in times],
-        "imports": [t["init_started"] - t["import_started"] for t in times],
-        "constructor": [t["init_ended"] - t["init_started"] for t in times],
-    }
+    phases = (
+        {
+            "process": [max(0.0, t["process"] - begun) for t in times],
+            "ray_worker": [t["import_started"] - max(t["process"], begun) for t in times],
+            "imports": [t["init_started"] - t["import_started"] for t in times],
+            "constructor": [t["init_ended"] - t["init_started"] for t in times],
+        }
+        if times
+        else None
+    )
     return {
         "k": k,
         "actors": actors,
@@ -133,12 +147,14 @@ def _child_floor(n_actors: int) -> dict[str, Any]:
         return {"actors": n_actors, "floor_s": time.time() - t0}
 
 
-def _run_child(kind: str, *args: str) -> dict[str, Any]:
+def _run_child(kind: str, *args: str, tree: Path = REPO) -> dict[str, Any]:
+    """One measurement in a fresh interpreter, with ``tree``'s popgrpo (first on ``PYTHONPATH``)."""
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.start_phases", "--child", kind, *args],
+        [sys.executable, str(Path(__file__).resolve()), "--child", kind, *args],
         capture_output=True,
         text=True,
-        cwd=REPO,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
         timeout=900,
     )
     if out.returncode != 0:
@@ -146,27 +162,35 @@ def _run_child(kind: str, *args: str) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(members: list[int], repeats: int) -> dict[str, Any]:
+def measure(members: list[int], repeats: int, before: Path | None = None) -> dict[str, Any]:
+    """Each K ``repeats`` times in fresh processes, with the floor; with ``before``, that tree's run
+    of each K beside this one's, in the order AB, BA, AB… (A: before, B: this tree)."""
+    trees = {"A": before, "B": REPO} if before is not None else {"B": REPO}
     runs = []
     for repeat in range(repeats):
         for k in members:
             per_actor = _per_actor().get(k, 1)
-            result = _run_child("executor", str(k), str(per_actor))
-            result["floor"] = _run_child("floor", str(result["actors"]))["floor_s"]
-            result["repeat"] = repeat
-            runs.append(result)
-            print(_row(result), file=sys.stderr, flush=True)
-    return {"tree": _tree(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
-
-
-def _tree() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
-    return out.stdout.strip() or "unknown"
+            order = "".join(trees) if repeat % 2 == 0 else "".join(reversed(list(trees)))
+            floor = None
+            for letter in order:
+                result = _run_child("executor", str(k), str(per_actor), tree=trees[letter])
+                if floor is None:
+                    floor = _run_child("floor", str(result["actors"]))["floor_s"]
+                result.update(floor=floor, repeat=repeat, tree=letter)
+                runs.append(result)
+                print(_row(result), file=sys.stderr, flush=True)
+    labels = {letter: _tree_of(path) for letter, path in trees.items()}
+    return {
+        "tree": labels["B"].split()[0],
+        "trees": labels,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "runs": runs,
+    }
 
 
 def _row(r: dict[str, Any]) -> str:
     return (
-        f"K={r['k']} actors={r['actors']} ray={r['ray_start_s']:.1f}s executor={r['executor_s']:.1f}s "
+        f"{r.get('tree', 'B')} K={r['k']} actors={r['actors']} ray={r['ray_start_s']:.1f}s executor={r['executor_s']:.1f}s "
         f"floor={r['floor']:.1f}s restart={r['restart_call_s']:.1f}s replaced_in={r['replaced_in_s']}"
     )
 
@@ -230,27 +254,35 @@ def _spread(values: list[float]) -> str:
 
 
 def phases_table(data: dict[str, Any]) -> str:
-    """One row per K: medians over repeats (range), each actor phase the median over actors."""
+    """One row per K and tree: medians over repeats (range), each actor phase the median over
+    actors ("–" for a tree that does not tell them)."""
     rows = []
+    trees = data.get("trees", {"B": data["tree"]})
     for k in sorted({r["k"] for r in data["runs"]}):
-        runs = [r for r in data["runs"] if r["k"] == k]
-        per_phase = {p: [statistics.median(r["phases"][p]) for r in runs] for p in PHASES}
-        rows.append(
-            [
-                str(k),
-                str(runs[0]["actors"]),
-                _spread([r["ray_start_s"] for r in runs]),
-                _spread([r["executor_s"] for r in runs]),
-                _spread([r["floor"] for r in runs]),
-                *(_spread(per_phase[p]) for p in PHASES),
-                _spread([statistics.median(r["first_epoch_s"]) for r in runs]),
-                _spread([r["replaced_in_s"] for r in runs if r["replaced_in_s"] is not None]),
-                _spread([r["restart_call_s"] for r in runs]),
-            ]
-        )
+        for letter in sorted(trees):
+            runs = [r for r in data["runs"] if r["k"] == k and r.get("tree", "B") == letter]
+            if not runs:
+                continue
+            timed = [r for r in runs if r["phases"] is not None]
+            per_phase = {p: [statistics.median(r["phases"][p]) for r in timed] for p in PHASES}
+            rows.append(
+                [
+                    str(k),
+                    str(runs[0]["actors"]),
+                    f"{'before' if letter == 'A' else 'after'} ({trees[letter]})" if len(trees) > 1 else trees[letter],
+                    _spread([r["ray_start_s"] for r in runs]),
+                    _spread([r["executor_s"] for r in runs]),
+                    _spread([r["floor"] for r in runs]),
+                    *(_spread(per_phase[p]) for p in PHASES),
+                    _spread([statistics.median(r["first_epoch_s"]) for r in timed]),
+                    _spread([r["replaced_in_s"] for r in runs if r["replaced_in_s"] is not None]),
+                    _spread([r["restart_call_s"] for r in runs]),
+                ]
+            )
     header = [
         "K",
         "actors",
+        "tree",
         "Ray start",
         "executor built",
         "floor: bare torch actors",
@@ -310,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--members", default="5,16,64")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--e2e", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
+    parser.add_argument("--before", type=Path, metavar="TREE", help="measure this tree's start beside this one's")
     parser.add_argument("--order", default="ABBA")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--render", nargs="+", type=Path, metavar="JSON")
@@ -334,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         text = render(loaded[0], loaded[1] if len(loaded) > 1 else None)
     else:
         members = [5] if args.quick else [int(k) for k in args.members.split(",")]
-        data = measure(members, 1 if args.quick else args.repeats)
+        data = measure(members, 1 if args.quick else args.repeats, args.before)
         if args.json:
             args.json.write_text(json.dumps(data, indent=1))
         text = render(data)

@@ -49,20 +49,22 @@ def _run(k, repeat, executor, phase_values, replaced=1.5):
 
 
 def test_phases_table_gives_medians_over_repeats_and_actors():
-    data = {
-        "tree": "abc1234",
-        "date": "d",
-        "runs": [_run(5, 0, 9.0, [1.0, 2.0, 9.0]), _run(5, 1, 11.0, [3.0, 4.0, 5.0])],
-    }
-    row = next(line for line in phases_table(data).splitlines() if line.startswith("| 5 "))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    # K, actors, Ray start (5, 6), executor (9, 11), floor, 4 phases (medians over actors 2 and 4),
-    # first epoch (median of 0.1..0.3 per run), replaced in, restart call (3, 4)
-    assert cells == ["5", "5", "5.5 (5.0–6.0)", "10.0 (9.0–11.0)", "4.0 (4.0–4.0)"] + ["3.0 (2.0–4.0)"] * 4 + [
-        "0.2 (0.2–0.2)",
-        "1.5 (1.5–1.5)",
-        "3.5 (3.0–4.0)",
+    before = {**_run(5, 0, 20.0, [0.0]), "tree": "A", "phases": None, "first_epoch_s": []}
+    runs = [
+        before,
+        {**_run(5, 0, 9.0, [1.0, 2.0, 9.0]), "tree": "B"},
+        {**_run(5, 1, 11.0, [3.0, 4.0, 5.0]), "tree": "B"},
     ]
+    data = {"tree": "bbb", "trees": {"A": "aaa", "B": "bbb"}, "date": "d", "runs": runs}
+    rows = [line for line in phases_table(data).splitlines() if line.startswith("| 5 ")]
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+    # K, actors, tree, Ray start (5, 6), executor (9, 11), floor, 4 phases (medians over actors 2
+    # and 4), first epoch (median of 0.1..0.3 per run), replaced in, restart call (3, 4)
+    assert cells[1] == ["5", "5", "after (bbb)", "5.5 (5.0–6.0)", "10.0 (9.0–11.0)", "4.0 (4.0–4.0)"] + [
+        "3.0 (2.0–4.0)"
+    ] * 4 + ["0.2 (0.2–0.2)", "1.5 (1.5–1.5)", "3.5 (3.0–4.0)"]
+    # a tree whose actors do not tell their phases: its totals, "–" for the phases
+    assert cells[0] == ["5", "5", "before (aaa)", "5.0", "20.0", "4.0"] + ["–"] * 5 + ["1.5", "3.0"]
 
 
 def test_e2e_table_per_tree():
