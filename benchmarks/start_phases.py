@@ -68,7 +68,6 @@ def _child_executor(k: int, per_actor: int) -> dict[str, Any]:
     import ray
 
     from popgrpo.config import load_config, preset_path
-    from popgrpo.runtime.cluster import embedded_cpus
     from popgrpo.runtime.ray_executor import RayExecutor
 
     config = load_config(preset_path("pop_grpo"), [f"population.size={k}", f"population.members_per_actor={per_actor}"])
@@ -130,8 +129,6 @@ def _child_floor(n_actors: int) -> dict[str, Any]:
     """``n_actors`` bare actors that import torch, on a Ray started as for a run."""
     import ray
 
-    from popgrpo.runtime.cluster import embedded_cpus
-
     @ray.remote(num_cpus=1)
     class Bare:
         def __init__(self) -> None:
@@ -145,6 +142,16 @@ def _child_floor(n_actors: int) -> dict[str, Any]:
         actors = [Bare.remote() for _ in range(n_actors)]
         ray.get([a.ready.remote() for a in actors])
         return {"actors": n_actors, "floor_s": time.time() - t0}
+
+
+def embedded_cpus(n_actors: int, cpus_each: float) -> int:
+    """The logical CPUs of the embedded Ray ``popgrpo train`` starts for ``n_actors`` member actors
+    (:func:`popgrpo.runtime.cluster.embedded_cpus`, here too for a tree that predates it)."""
+    try:
+        from popgrpo.runtime.cluster import embedded_cpus as of_tree
+    except ImportError:
+        return max(os.cpu_count() or 1, -(-int(n_actors * cpus_each * 1000) // 1000))
+    return of_tree(n_actors, cpus_each)
 
 
 def _run_child(kind: str, *args: str, tree: Path = REPO) -> dict[str, Any]:
