@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--out BENCHMARKS.md]``: the whole suite (:mod:`benchmarks.suite`)."""
+"""``python -m benchmarks [--quick] [--out docs/benchmarks/suite.md]``: the whole suite (:mod:`benchmarks.suite`)."""
 
 from benchmarks.suite import main
 

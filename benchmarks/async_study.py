@@ -1,6 +1,6 @@
 """Asynchronous vs synchronous rounds at equal wall time under seeded stragglers, on the idea landscape.
 
-    python -m benchmarks.async_study [--quick] [--out BENCHMARKS.md] [--data DIR] [--figure PNG] [--seeds N]
+    python -m benchmarks.async_study [--quick] [--out docs/benchmarks/async.md] [--data DIR] [--figure PNG] [--seeds N]
 
 Every run is the ``pop_grpo`` preset (the collapse landscape of ``envs/landscape``) with
 K = 8 members, one Ray actor each, on one embedded Ray, with seeded log-normal stragglers
@@ -510,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tag", default="", help="name of a second study beside the first (its markers and JSON)")
     parser.add_argument("--section", default="8", help="the section's number in --out (default 8)")
-    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "async.md")
     parser.add_argument("--data", type=Path, default=ROOT / "benchmarks" / "data")
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "img" / "async_study.png")
     parser.add_argument(

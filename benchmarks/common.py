@@ -231,7 +231,7 @@ def loopback_ray_cluster(head_node_args: dict, worker_cpus: tuple[int, ...] = ()
 def replace_between(text: str, region: str, begin: str, end: str) -> str:
     """``text`` with everything between the markers ``begin`` and ``end`` replaced by ``region``
     (the markers and region appended when absent): how a benchmark rewrites its own section of
-    BENCHMARKS.md and keeps the rest of the file as it is."""
+    BENCHMARKS.md or a page under docs/benchmarks/ and keeps the rest of the file as it is."""
     block = f"{begin}\n{region.strip()}\n{end}"
     start, stop = text.find(begin), text.find(end)
     if start == -1 or stop == -1 or stop < start:

@@ -7,8 +7,8 @@
 #   bash benchmarks/gpu_check.sh
 #
 # It reads what the machine lacks from two folders made beforehand on a machine with network
-# and kept out of git (.git/info/exclude: /.whl/ and /.gpu/); results: BENCHMARKS.md, "On one
-# GPU: NVIDIA H200".
+# and kept out of git (.git/info/exclude: /.whl/ and /.gpu/); results: docs/benchmarks/lm.md, "On one
+# GPU: NVIDIA H200", and docs/benchmarks/shared-base.md.
 #   .whl/  wheels for Python 3.12 of what popgrpo needs and the machine lacks, installed into
 #          /tmp/site and put on PYTHONPATH. For the lent machines' image (2026-11): pip download
 #          --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform

@@ -1,8 +1,8 @@
 """Members on one shared base against the same members each with a model of its own.
 
 ``python -m benchmarks.shared_base --model DIR [--members 1,2,4,8] [--repeats 3] [--device cpu|cuda]
-[--dtype float32|bfloat16] [--label NAME] [--json PATH] [--write BENCHMARKS.md]``;
-``python -m benchmarks.shared_base --render A.json [B.json ...] --write BENCHMARKS.md`` redraws the
+[--dtype float32|bfloat16] [--label NAME] [--json PATH] [--write docs/benchmarks/shared-base.md]``;
+``python -m benchmarks.shared_base --render A.json [B.json ...] --write docs/benchmarks/shared-base.md`` redraws the
 section from saved results; ``--targets A.json`` prints the issue's three targets as met or not.
 
 For each M in ``--members`` and each side, a fresh process builds M members and times
@@ -593,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diagnose", help="M values at which to profile one more step: GPU busy share per phase")
     parser.add_argument("--label", default="", help="the model's name in the section's title")
     parser.add_argument("--json", help="write the results here (after every run)")
-    parser.add_argument("--write", help="rewrite this file's shared-base section (BENCHMARKS.md)")
+    parser.add_argument("--write", help="rewrite this file's shared-base section (docs/benchmarks/shared-base.md)")
     parser.add_argument("--section", choices=("cpu", "gpu"), default="cpu", help="which section --write rewrites")
     parser.add_argument("--render", nargs="+", help="only redraw the section from these saved --json files")
     parser.add_argument("--targets", nargs="+", help="only print the targets of these saved --json files")

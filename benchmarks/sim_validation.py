@@ -1,6 +1,6 @@
 """The scheduler simulator, validated against real Ray runs here, then run at 1,000 and 10,000 members.
 
-    python -m benchmarks.sim_validation [--quick] [--out BENCHMARKS.md] [--data DIR] [--figure PNG]
+    python -m benchmarks.sim_validation [--quick] [--out docs/benchmarks/simulator.md] [--data DIR] [--figure PNG]
 
 1. **Calibrate** (:func:`popgrpo.research.sim.measure.calibrate`): every cost of the model measured
    with the real components at sizes the validation does not use (member epochs alone,
@@ -646,7 +646,7 @@ def checkpoint_split(args: argparse.Namespace, base) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smallest sizes; the numbers say nothing")
-    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "simulator.md")
     parser.add_argument("--data", type=Path, default=ROOT / "benchmarks" / "data")
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "img" / "sim_scale.png")
     parser.add_argument("--render", action="store_true", help="redraw the section and figure from --data, run nothing")

@@ -1,6 +1,6 @@
-"""The benchmark suite: every figure in one run, side by side, written to BENCHMARKS.md.
+"""The benchmark suite: every figure in one run, side by side, written to docs/benchmarks/suite.md.
 
-    python -m benchmarks [--quick] [--skip-peer] [--out BENCHMARKS.md]
+    python -m benchmarks [--quick] [--skip-peer] [--out docs/benchmarks/suite.md]
 
 Sections: 1 step floor, 2 population throughput, 3 round overhead, 4 multi-node scaling,
 5 archive and novelty cost, 6 the RLlib peer (:mod:`benchmarks.peer_rllib`, when present).
@@ -32,6 +32,7 @@ from pathlib import Path
 from benchmarks.common import replace_between, write_between
 
 BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
+OUT = Path(__file__).resolve().parent.parent / "docs" / "benchmarks" / "suite.md"  # BENCHMARKS.md links it
 CORES = os.cpu_count() or 1
 SECTION_TITLES = {
     "floor": "### 1. Step floor: one member's GRPO step vs bare torch",
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smallest sizes (CI): about a minute and a half")
-    parser.add_argument("--out", default="BENCHMARKS.md", help="Markdown file to update between the markers")
+    parser.add_argument("--out", default=str(OUT), help="Markdown file to update between the markers")
     parser.add_argument(
         "--peer-budget", type=int, default=None, help="ideas per run for the RLlib peer (default: its own default)"
     )

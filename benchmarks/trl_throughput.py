@@ -443,7 +443,7 @@ PHASES = ("generation", "reference log-probs", "reward (waiting)", "update forwa
 
 
 def report_markdown(payload: dict) -> str:
-    """The tables BENCHMARKS.md shows, from this benchmark's JSON (``--report FILE``)."""
+    """The tables docs/benchmarks/lm.md shows, from this benchmark's JSON (``--report FILE``)."""
 
     def ci(summary: dict, key: str) -> str:
         lo, hi = summary.get(key, [math.nan, math.nan])
@@ -616,7 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a third block per round: popgrpo with policy.causal_lm.overlap=false (the overlap's own effect)",
     )
-    parser.add_argument("--report", metavar="JSON", help="print BENCHMARKS.md's tables from a run's JSON and exit")
+    parser.add_argument(
+        "--report", metavar="JSON", help="print docs/benchmarks/lm.md's tables from a run's JSON and exit"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",

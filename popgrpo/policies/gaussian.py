@@ -73,7 +73,7 @@ class PromptGaussianPolicy(nn.Module):
         For a policy this small the framework costs more than the arithmetic, so the forward
         calls no ``nn.Module`` and reads each layer's parameters from its ``_parameters`` dict:
         ``Module.__call__`` and ``Module.__getattr__`` took about 40% of a forward here
-        (profiled, BENCHMARKS.md). That dict is where ``load_state_dict`` writes and where
+        (profiled, docs/benchmarks/refactors.md). That dict is where ``load_state_dict`` writes and where
         ``torch.func.functional_call`` (packed members) swaps in its tensors, so both still see
         the weights they set.
         """

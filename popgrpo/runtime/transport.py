@@ -7,7 +7,7 @@ state (weights, Adam's moments, the random generator) is a few hundred small ten
 the pop_grpo preset moving five members' states cost about 10 ms to ``ray.put`` and 10 ms to
 ``ray.get``. numpy arrays are written to the object store as out-of-band buffers (pickle
 protocol 5) and read back without a copy: packed, the same states move in about 4 and 1 ms
-(``python -m benchmarks.transport_cost``, BENCHMARKS.md section 3;
+(``python -m benchmarks.transport_cost``, docs/benchmarks/suite.md, section 3;
 ``tests/runtime/test_transport.py`` checks the values).
 
 :func:`pack` replaces every tensor in a nest of dicts, lists and tuples by a :class:`Packed`
