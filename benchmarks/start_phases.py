@@ -323,7 +323,8 @@ def e2e_table(data: dict[str, Any]) -> str:
     return md_table(["tree", "runs", "Ray is up (s)", "round 0 begins (s)", "whole run (s)"], rows)
 
 
-def render(phases: dict[str, Any], e2e_data: dict[str, Any] | None = None) -> str:
+def render(phases: dict[str, Any], e2e_data: dict[str, Any] | None = None, e2e_file: str = "") -> str:
+    """The section: the phases table, and with ``e2e_data`` (saved as ``e2e_file``) make run's table."""
     parts = [
         f"`python -m benchmarks.start_phases` at `{phases['tree']}`, {phases['date']} "
         f"(`benchmarks/data/start_phases_{phases['tree']}.json`); seconds, median over "
@@ -335,7 +336,7 @@ def render(phases: dict[str, Any], e2e_data: dict[str, Any] | None = None) -> st
         parts += [
             "",
             f"`make run`'s start and whole run, the trees side by side in the order {e2e_data['order']} "
-            f"({e2e_data['date']}; `python -m benchmarks.start_phases --e2e`):",
+            f"({e2e_data['date']}; `python -m benchmarks.start_phases --e2e`, `{e2e_file}`):",
             "",
             e2e_table(e2e_data),
         ]
@@ -371,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.render:
         loaded = [json.loads(p.read_text()) for p in args.render]
-        text = render(loaded[0], loaded[1] if len(loaded) > 1 else None)
+        e2e_file = f"benchmarks/data/{args.render[1].name}" if len(loaded) > 1 else ""
+        text = render(loaded[0], loaded[1] if len(loaded) > 1 else None, e2e_file)
     else:
         members = [5] if args.quick else [int(k) for k in args.members.split(",")]
         data = measure(members, 1 if args.quick else args.repeats, args.before)

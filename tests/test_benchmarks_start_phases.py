@@ -90,9 +90,9 @@ def test_benchmarks_md_section_is_the_render_of_its_committed_data():
     names = re.findall(r"benchmarks/data/(start_phases_\w+\.json)", section)
     assert names, "the section names its data file"
     phases = json.loads((ROOT / "benchmarks" / "data" / names[0]).read_text())
-    e2e_files = re.findall(r"benchmarks/data/(start_e2e_\w+\.json)", text)
+    e2e_files = re.findall(r"benchmarks/data/(start_e2e_\w+\.json)", section)
     e2e = json.loads((ROOT / "benchmarks" / "data" / e2e_files[0]).read_text()) if e2e_files else None
-    assert section == render(phases, e2e).strip()
+    assert section == render(phases, e2e, f"benchmarks/data/{e2e_files[0]}" if e2e_files else "").strip()
 
 
 @pytest.mark.heavy
