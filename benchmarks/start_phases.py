@@ -21,7 +21,8 @@ and how long ``make run`` takes to begin and to finish, two trees side by side.
 * *restart*: after one epoch, member actor 0's process is killed (SIGKILL); the next ``train`` call
   sees the loss, replaces the actor and trains. ``replaced in``: the executor's own measure (its
   ``member_actor_restarted`` event: from the loss seen to the new actor brought to where the lost one
-  was); ``train call``: the whole call's wall time.
+  was); ``train call``: the whole call's wall time. Against it, *a fresh actor alone*: one more
+  member actor like actor 0, created on the idle cluster after that, to its first answer.
 
 With ``--before TREE`` each K also runs with that checkout's popgrpo (first on ``PYTHONPATH``), the
 two side by side (AB, then BA, …), sharing one floor measurement; a tree whose member actors do not
@@ -97,6 +98,7 @@ def _child_executor(k: int, per_actor: int) -> dict[str, Any]:
                 executor.train(1, 1)
                 restart_call = time.time() - t0
                 restarted = [e for e in executor.events if e["event"] == "member_actor_restarted"]
+                fresh = _fresh_actor_s(executor)
             finally:
                 executor.close()
     phases = (
@@ -121,8 +123,25 @@ def _child_executor(k: int, per_actor: int) -> dict[str, Any]:
         "first_epoch_s": firsts,
         "restart_call_s": restart_call,
         "replaced_in_s": restarted[0].get("seconds") if restarted else None,
+        "fresh_actor_s": fresh,
         "restarts": len(restarted),
     }
+
+
+def _fresh_actor_s(executor: Any) -> float:
+    """Seconds from creating one more member actor like actor 0 (its members, its own archives,
+    no name) to its first answer, on the idle cluster after training: what a fresh actor's
+    start costs, to hold a restart against."""
+    import ray
+
+    from popgrpo.runtime.actors import MemberGroup
+
+    t0 = time.time()
+    actor = MemberGroup.remote(executor._config_json, list(executor._groups[0]), None, "start-phases-fresh")
+    ray.get(actor.placement.remote())
+    seconds = time.time() - t0
+    ray.kill(actor)
+    return seconds
 
 
 def _child_floor(n_actors: int) -> dict[str, Any]:
@@ -282,6 +301,7 @@ def phases_table(data: dict[str, Any]) -> str:
                     _spread([r["floor"] for r in runs]),
                     *(_spread(per_phase[p]) for p in PHASES),
                     _spread([statistics.median(r["first_epoch_s"]) for r in timed]),
+                    _spread([r["fresh_actor_s"] for r in runs if r.get("fresh_actor_s") is not None]),
                     _spread([r["replaced_in_s"] for r in runs if r["replaced_in_s"] is not None]),
                     _spread([r["restart_call_s"] for r in runs]),
                 ]
@@ -298,6 +318,7 @@ def phases_table(data: dict[str, Any]) -> str:
         "imports",
         "constructor",
         "first epoch",
+        "a fresh actor alone",
         "restart: replaced in",
         "restart: train call",
     ]

@@ -44,6 +44,7 @@ def _run(k, repeat, executor, phase_values, replaced=1.5):
         "first_epoch_s": [0.1, 0.3, 0.2],
         "restart_call_s": 3.0 + repeat,
         "replaced_in_s": replaced,
+        "fresh_actor_s": 2.5,
         "restarts": 1,
     }
 
@@ -62,9 +63,9 @@ def test_phases_table_gives_medians_over_repeats_and_actors():
     # and 4), first epoch (median of 0.1..0.3 per run), replaced in, restart call (3, 4)
     assert cells[1] == ["5", "5", "after (bbb)", "5.5 (5.0–6.0)", "10.0 (9.0–11.0)", "4.0 (4.0–4.0)"] + [
         "3.0 (2.0–4.0)"
-    ] * 4 + ["0.2 (0.2–0.2)", "1.5 (1.5–1.5)", "3.5 (3.0–4.0)"]
+    ] * 4 + ["0.2 (0.2–0.2)", "2.5 (2.5–2.5)", "1.5 (1.5–1.5)", "3.5 (3.0–4.0)"]
     # a tree whose actors do not tell their phases: its totals, "–" for the phases
-    assert cells[0] == ["5", "5", "before (aaa)", "5.0", "20.0", "4.0"] + ["–"] * 5 + ["1.5", "3.0"]
+    assert cells[0] == ["5", "5", "before (aaa)", "5.0", "20.0", "4.0"] + ["–"] * 5 + ["2.5", "1.5", "3.0"]
 
 
 def test_e2e_table_per_tree():
@@ -113,4 +114,5 @@ def test_quick_run_measures_every_phase_and_one_restart(tmp_path):
     for phase in PHASES:
         assert len(run["phases"][phase]) == 5 and all(v >= 0 for v in run["phases"][phase]), phase
     assert run["restarts"] == 1 and run["replaced_in_s"] > 0  # the killed actor was replaced once
+    assert run["fresh_actor_s"] > 0
     assert all(s > 0 for s in run["first_epoch_s"]) and run["floor"] > 0
