@@ -89,6 +89,14 @@ def _named_data(section: str) -> list[Path]:
     return [ROOT / p for p in re.findall(r"`((?:benchmarks/data|docs/results/lm)/[\w.-]+\.jsonl?)`", section)]
 
 
+def _table_and_data(title: str, name: str) -> tuple[str, str, dict]:
+    """Section ``title``'s text and its one table, and the data file ``name`` it must name, loaded."""
+    section = _section(title)
+    data = DATA / name
+    assert data in _named_data(section)
+    return section, _one_table(title), json.loads(data.read_text())
+
+
 # One check per section: it asserts the section's table against its data file and returns it.
 
 
@@ -97,10 +105,8 @@ def _round_overhead() -> str:
     from benchmarks.round_overhead import markdown
 
     title = "Round overhead (section 3 of the benchmark suite)"
-    section, table = _section(title), _one_table(title)
-    data = DATA / "round_overhead.json"
-    assert data in _named_data(section)
-    sizes = load_sizes(json.loads(data.read_text()))
+    _, table, saved = _table_and_data(title, "round_overhead.json")
+    sizes = load_sizes(saved)
     assert sorted(sizes) == [1, 4, 16]
 
     def rendered(header: list[str], row: list[str]) -> str:
@@ -112,16 +118,12 @@ def _round_overhead() -> str:
     return table
 
 
-def _simulator() -> str:
+def _sim_region(saved: dict) -> str:
+    """The simulator's region rendered again from its saved data."""
     from benchmarks.sim_validation import markdown
     from popgrpo.research.sim.costs import CostModel
 
-    title = "Scheduler simulator (section 7)"
-    section, table = _section(title), _one_table(title)
-    data = DATA / "sim_validation.json"
-    assert data in _named_data(section)
-    saved = json.loads(data.read_text())
-    region = markdown(
+    return markdown(
         CostModel.from_json(saved["costs"]),
         saved["validation"],
         saved["curves"],
@@ -129,6 +131,13 @@ def _simulator() -> str:
         "python -m benchmarks.sim_validation",
         saved.get("autogroup"),
     )
+
+
+def _simulator() -> str:
+
+    title = "Scheduler simulator (section 7)"
+    _, table, saved = _table_and_data(title, "sim_validation.json")
+    region = _sim_region(saved)
     validation = _table_headed(region, ("K", "actors × members"))
     _assert_rows_from(table, lambda *_: validation)
     assert len(_parse(table)[1]) == len(_parse(validation)[1]) == len(saved["validation"])
@@ -202,10 +211,7 @@ CODE_COLUMNS = {
 
 def _code() -> str:
     title = "Code problems: programs per second through the test harness (issue 44)"
-    section, table = _section(title), _one_table(title)
-    data = DATA / "code_harness.json"
-    assert data in _named_data(section)
-    result = json.loads(data.read_text())
+    section, table, result = _table_and_data(title, "code_harness.json")
     header, rows = _parse(table)
     assert header[0] == "programs" and set(header[1:]) == set(CODE_COLUMNS)
     assert len(rows) == len(result["programs_per_s"])
@@ -284,21 +290,12 @@ def _region(page: str, begin: str, end: str) -> str:
 
 def test_the_generated_regions_on_the_pages_are_their_data_rendered_again():
     from benchmarks import async_study, shared_base, sim_validation
-    from popgrpo.research.sim.costs import CostModel
 
     runs = ["shared_base_qwen05_cpu.json", "shared_base_qwen05_cpu_after.json", "shared_base_tiny_cpu.json"]
     cpu = "\n\n".join(shared_base.render(json.loads((DATA / name).read_text())) for name in runs)
     assert _region("shared-base.md", shared_base.BEGIN, shared_base.END) == cpu.strip()
     assert _region("shared-base.md", shared_base.GPU_BEGIN, shared_base.GPU_END)  # its frame, until a GPU run
-    saved = json.loads((DATA / "sim_validation.json").read_text())
-    sim = sim_validation.markdown(
-        CostModel.from_json(saved["costs"]),
-        saved["validation"],
-        saved["curves"],
-        len(saved["curves"][0]["wall_s"]),
-        "python -m benchmarks.sim_validation",
-        saved.get("autogroup"),
-    )
+    sim = _sim_region(json.loads((DATA / "sim_validation.json").read_text()))
     assert _region("simulator.md", sim_validation.BEGIN, sim_validation.END) == sim.strip()
     for tag, (name, number) in zip(("", "scale2"), STUDIES.values(), strict=True):
         begin, end = async_study.markers(tag)
