@@ -403,6 +403,7 @@ def test_hostile_input_exits_2_with_one_line(tmp_path: Path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "r3").exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.ray
 def test_run_refused_after_ray_started_ahead_leaves_no_ray(tmp_path: Path):
     """popgrpo train starts its embedded Ray while it imports the trainer; a run that stops before
