@@ -48,7 +48,8 @@ def test_two_concurrent_runs_with_one_run_name_keep_their_names_apart(ray_local,
     second = RayExecutor(pop_grpo(*TWO_ACTORS), run_dir=tmp_path / "b" / "run")
     try:
         assert first.namespace != second.namespace
-        for executor in (first, second):  # each run's evaluator actor, started with its members, has answered
+        # each run's evaluator actor, started once its members were placed, has answered
+        for executor in (first, second):
             executor.round0_weights([0])
         every_run = {"run/member-0", "run/member-1", "run/evaluator"}
         assert {a.name for a in _actors(first.namespace, "ALIVE")} == {*every_run, "run/archive"}

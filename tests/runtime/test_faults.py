@@ -127,8 +127,8 @@ def test_an_actor_whose_init_raises_is_reported_not_rebuilt(ray_local):
         found = list_actors(address=address, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
         return {a.actor_id for a in found}
 
-    # With a shared archive: the archive actor and the evaluator actor are up before the member
-    # actors' constructors raise.
+    # With a shared archive: the archive actor is up before the member actors' constructors raise
+    # (the evaluator actor is started only once they are placed).
     cfg = pop_grpo(*SHAPE, "policy.device=cuda", "population.resources.num_gpus=0.5", "archive.shared=true")
     before = alive()
     with pytest.raises(ray.exceptions.RayActorError, match=r"policy\.device=cuda") as err:
