@@ -374,6 +374,21 @@ class RedisServer:
         stop_process(self.proc, grace=10)
 
 
+def ray_processes(ray_tmpdir: str) -> list[int]:
+    """Processes whose command line names a test's own Ray temp root (``RAY_TMPDIR`` of
+    :func:`ray_subprocess_env`): that test's Ray's processes, and no other's."""
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if ray_tmpdir.encode() in cmdline:
+            found.append(int(pid))
+    return found
+
+
 def ray_subprocess_env(prefix: str = "pgsub-") -> dict[str, str]:
     """Environment for a ``popgrpo`` subprocess whose embedded Ray must be the test's own:
     a fresh short temp root (``RAY_TMPDIR``; Ray's socket paths are length-limited), a free

@@ -1,5 +1,4 @@
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -11,7 +10,7 @@ import pandas as pd
 import pytest
 
 from popgrpo.columns import METRIC_COLUMNS
-from tests.services import ray_subprocess_env, run_isolated
+from tests.services import ray_processes, ray_subprocess_env, run_isolated
 
 SHORT = [
     "--executor",
@@ -423,18 +422,7 @@ def test_run_refused_after_ray_started_ahead_leaves_no_ray(tmp_path: Path):
         assert res.returncode == 2, res.stderr
         assert "starting Ray" in res.stderr  # it had started
         assert res.stderr.strip().splitlines()[-1] == f"popgrpo: {out} already holds a run; choose another --out"
-        left = [
-            pid
-            for pid in (p for p in os.listdir("/proc") if p.isdigit())
-            if env["RAY_TMPDIR"].encode() in _cmdline(pid)
-        ]
+        left = ray_processes(env["RAY_TMPDIR"])
         assert left == [], f"Ray processes of the refused run still alive: {left}"
     finally:
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
-
-
-def _cmdline(pid: str) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""

@@ -4,7 +4,6 @@ continues it; a second signal ends it at once. Real ``popgrpo train`` subprocess
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.services import ray_subprocess_env
+from tests.services import ray_processes, ray_subprocess_env
 
 pytestmark = pytest.mark.heavy
 
@@ -120,22 +119,9 @@ def test_the_first_signal_waits_for_a_round_being_written_and_a_second_ends_at_o
     assert stderr.strip() == f"second {int(signum)}: gone"
 
 
-def _ray_processes(ray_tmpdir: str) -> list[int]:
-    """Processes whose command line names the test's own Ray temp root (its Ray's processes)."""
-    found = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if ray_tmpdir.encode() in cmdline:
-            found.append(int(pid))
-    return found
-
-
 def _wait_gone(ray_tmpdir: str, timeout: float = 60) -> list[int]:
     deadline = time.time() + timeout
-    while (left := _ray_processes(ray_tmpdir)) and time.time() < deadline:
+    while (left := ray_processes(ray_tmpdir)) and time.time() < deadline:
         time.sleep(0.5)
     return left
 
@@ -156,7 +142,7 @@ def test_embedded_ray_run_stops_on_sigterm_and_takes_its_ray_down(tmp_path: Path
     try:
         proc = _start(out, env=env)
         _wait_for_round(proc, out, 0, timeout=400)
-        assert _ray_processes(env["RAY_TMPDIR"])  # the embedded Ray is up
+        assert ray_processes(env["RAY_TMPDIR"])  # the embedded Ray is up
         proc.send_signal(signal.SIGTERM)
         if signals == 2:
             time.sleep(0.2)

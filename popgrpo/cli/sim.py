@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from dataclasses import replace
@@ -89,7 +88,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             weight_bytes=costs.weight_bytes if args.weight_bytes is None else int(args.weight_bytes),
         )
     pop = config.population
-    actors = math.ceil(pop.size / pop.members_per_actor)
+    actors = pop.n_actors
     if actors > args.nodes * args.cores_per_node:
         print(
             f"popgrpo simulate: note: {actors} actors share {args.nodes * args.cores_per_node} cores, as on an "

@@ -100,7 +100,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from popgrpo.runtime.stopping import StopOnSignal, exit_status
 
     again = resume_command(run_dir, args.executor, args.address, typed_program())
-    ahead: _RayAhead | None = None
+    ahead = False  # whether an embedded Ray was started before the trainer was imported
     # SIGTERM / SIGINT: the first abandons the round in progress and stops cleanly (the
     # handling below runs with the handlers still set); a second exits at once.
     with StopOnSignal(
@@ -109,7 +109,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         try:
             # The trainer is imported after the checks so that bad input fails fast, before
             # torch loads; an embedded Ray starts meanwhile.
-            ahead = _start_ray_ahead(config or own, args, say) if args.executor == "ray" else None
+            ahead = args.executor == "ray" and _start_ray_ahead(config or own, args, say)
             from popgrpo.train import resume, train
 
             if config is None:
@@ -131,8 +131,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
             print(f"popgrpo: run failed: {exc} (traceback in {run_dir / 'error.log'})", file=sys.stderr)
             return 1
         finally:
-            if ahead is not None:
-                ahead.release()
+            if ahead:  # shut it down if no executor took it over (the run stopped before one was built)
+                from popgrpo.runtime.cluster import release_ahead
+
+                release_ahead()
     # An earlier failed run in this directory left its traceback: this run succeeded.
     (run_dir / "error.log").unlink(missing_ok=True)
     print(json.dumps(summary, indent=2))
@@ -185,42 +187,26 @@ def _signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-class _RayAhead:
-    """The embedded Ray started while the trainer is imported (:func:`_start_ray_ahead`)."""
-
-    def __init__(self) -> None:
-        self.started = False
-
-    def release(self) -> None:
-        """Shut it down if no executor took it over (the run stopped before one was built)."""
-        if self.started:
-            from popgrpo.runtime.cluster import release_ahead
-
-            release_ahead()
-
-
-def _start_ray_ahead(config: Config | None, args: argparse.Namespace, say) -> _RayAhead | None:
+def _start_ray_ahead(config: Config | None, args: argparse.Namespace, say) -> bool:
     """Start the run's embedded Ray now, importing the trainer (torch, the policies: seconds of
     one core) in a thread meanwhile, so that the two overlap: Ray's start is mostly its own
-    processes starting, with a core to spare. None when the run attaches to a cluster, or its
-    config is not known here (a resume of a directory that is no run: resume() says why)."""
+    processes starting, with a core to spare. False (nothing started) when the run attaches to a
+    cluster, or its config is not known here (a resume of a directory that is no run: resume()
+    says why)."""
     import threading
 
     from popgrpo.runtime.cluster import embedded_cpus, embeds_ray, start_ahead
 
     if config is None or not embeds_ray(args.address):
-        return None
+        return False
     population = config.population
-    actors = -(-population.size // population.members_per_actor)
     importing = threading.Thread(target=_import_trainer, name="popgrpo-import", daemon=True)
     importing.start()
     if say is not None:
         say("starting Ray (embedded, on 127.0.0.1 only; Ray's own lines follow)")
-    ahead = _RayAhead()
-    start_ahead(embedded_cpus(actors, population.resources.num_cpus))
-    ahead.started = True
+    start_ahead(embedded_cpus(population.n_actors, population.resources.num_cpus))
     importing.join()
-    return ahead
+    return True
 
 
 def _is_resume_error(exc: Exception) -> bool:

@@ -715,6 +715,11 @@ class PopulationConfig(Section):
         description="Seeded member delays (off by default): each member's round takes a log-normal extra time.",
     )
 
+    @property
+    def n_actors(self) -> int:
+        """Member actors of the population: ``size`` members, ``members_per_actor`` to an actor."""
+        return -(-self.size // self.members_per_actor)
+
 
 class SchedulerConfig(Section):
     enabled: bool = Field(default=False, description="Pop-GRPO selection/merge/perturb rounds (paper §4.3).")

@@ -269,14 +269,13 @@ class RemoteArchive:
 class StartTimes(TypedDict):
     """:meth:`MemberGroup.start_times`: when each phase of a member actor's start ended, as
     ``time.time()`` on its node. ``process``: its worker process started (earlier than the
-    actor's creation when Ray had started the worker beforehand); ``import_started`` /
-    ``imported``: it began importing popgrpo / had imported this module (torch with it);
-    ``init_started`` / ``init_ended``: its constructor ran; ``first_train_s``: the seconds of
-    its first ``train`` call (None before one)."""
+    actor's creation when Ray had started the worker beforehand); ``import_started``: it began
+    importing popgrpo (what the actor class needs, torch with it, is imported before the
+    constructor runs); ``init_started`` / ``init_ended``: its constructor ran;
+    ``first_train_s``: the seconds of its first ``train`` call (None before one)."""
 
     process: float
     import_started: float
-    imported: float
     init_started: float
     init_ended: float
     first_train_s: float | None
@@ -351,7 +350,6 @@ class MemberGroup:
         self._start = StartTimes(
             process=_process_started(),
             import_started=popgrpo.IMPORT_STARTED_AT,
-            imported=IMPORTED_AT,
             init_started=init_started,
             init_ended=time.time(),
             first_train_s=None,
@@ -475,7 +473,3 @@ class MemberGroup:
 def _process_started() -> float:
     """When this process started (``time.time()``)."""
     return psutil.Process().create_time()
-
-
-# When this module had been imported in this process (:class:`StartTimes`).
-IMPORTED_AT = time.time()
